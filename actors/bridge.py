@@ -1,0 +1,109 @@
+"""The NATS bridge: one asyncio thread that owns the NATS connection and the EventLog.
+
+Actors are pykka threads. They reach NATS through ``Bridge.call`` (which schedules a
+coroutine on the bridge loop and waits for it on the actor's thread); the loop hands work
+to actors with ``tell``. Nothing ever blocks the loop waiting on an actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client as NATS
+
+from events.log import EventLog, StreamSettings
+
+T = TypeVar("T")
+log = logging.getLogger("kernelflow.bridge")
+
+
+class Bridge:
+    def __init__(self, nats_url: str, streams: StreamSettings | None = None) -> None:
+        self.nats_url = nats_url
+        self.streams = streams or StreamSettings()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="kf-nats-bridge", daemon=True)
+        self._nc: NATS | None = None
+        self._log: EventLog | None = None
+        self._closing = False
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 30.0) -> Bridge:
+        self._thread.start()
+        self.call(self._connect(), timeout=timeout_s)
+        return self
+
+    async def _connect(self) -> None:
+        async def on_error(exc: Exception) -> None:
+            log.warning("NATS error: %s", exc)
+
+        async def on_disconnect() -> None:
+            if self._closing:
+                return
+            log.warning("disconnected from NATS at %s; reconnecting", self.nats_url)
+
+        async def on_reconnect() -> None:
+            log.info("reconnected to NATS at %s", self.nats_url)
+
+        self._nc = await nats.connect(
+            self.nats_url,
+            name="kernelflow",
+            # A daemon outlives NATS restarts: keep trying, never give up.
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            allow_reconnect=True,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+        self._log = EventLog(self._nc, self.streams)
+        await self._log.ensure_streams()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        self._closing = True
+        if self._nc is not None and not self._nc.is_closed:
+            # close, not drain: every publish was already acknowledged by JetStream, and
+            # unacked work is redelivered by design, so there is nothing left to flush.
+            try:
+                self.call(self._nc.close(), timeout=timeout_s)
+            except Exception as exc:  # stopping anyway; say why it was not clean
+                log.warning("closing the NATS connection failed: %r", exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+
+    # ------------------------------------------------------------------ access
+
+    @property
+    def nc(self) -> NATS:
+        assert self._nc is not None, "bridge not started"
+        return self._nc
+
+    @property
+    def log(self) -> EventLog:
+        assert self._log is not None, "bridge not started"
+        return self._log
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the bridge loop and wait for its result (never from the loop)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("Bridge.call() from the bridge loop would deadlock it")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the bridge loop without waiting for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -1,0 +1,215 @@
+"""The daemon: pools of actors per role, each fed by a durable JetStream consumer.
+
+Work reaches actors only through the log: the conductor's pool consumes commands and the
+events that call for a decision; each agent pool consumes the dispatches for its agent.
+A pump fetches only as many messages as its pool has idle actors (backpressure), keeps
+them "in progress" while an actor works, and acks them when the actor is done. A daemon
+that dies leaves its messages unacked: JetStream redelivers them after ``ack_wait`` to
+whichever daemon is consuming, and the log tells that daemon how far the work got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import nats.errors
+import pykka
+from nats.aio.msg import Msg
+from nats.js import api
+
+from actors.agents import LLMAgent
+from actors.bridge import Bridge
+from actors.conductor import Conductor
+from actors.llm.base import LLMProvider
+from actors.verifier.actor import Verifier
+from actors.verifier.engine import VerifierConfig
+from actors.worker import Delivery, Job, Settlement
+from events import subjects
+from workflows.model import VERIFIER
+
+log = logging.getLogger("kernelflow.daemon")
+
+CONDUCTOR_ROLE = "conductor"
+DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
+
+
+@dataclass
+class DaemonConfig:
+    roles: tuple[str, ...] = DEFAULT_ROLES
+    # Actors per role. The verifier defaults to one: it owns the (single) GPU.
+    pool_sizes: dict[str, int] = field(default_factory=dict)
+    default_pool_size: int = 4
+    # Redelivery delay for work a dead daemon left behind; live work is kept alive by
+    # "in progress" heartbeats, so this can be short.
+    ack_wait_s: float = 30.0
+    llm: LLMProvider | None = None
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+
+    def pool_size(self, role: str) -> int:
+        default = 1 if role == VERIFIER else self.default_pool_size
+        return self.pool_sizes.get(role, default)
+
+
+@dataclass
+class _Pool:
+    role: str
+    actors: list[pykka.ActorRef]  # type: ignore[type-arg]
+    idle: asyncio.Queue  # type: ignore[type-arg]
+
+
+class Daemon:
+    def __init__(self, bridge: Bridge, config: DaemonConfig) -> None:
+        self.bridge = bridge
+        self.config = config
+        self._pools: dict[str, _Pool] = {}
+        self._pumps: list[asyncio.Task[None]] = []
+        self._heartbeats: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Daemon:
+        for role in self.config.roles:
+            make = self._factory(role)
+            actors = [make() for _ in range(self.config.pool_size(role))]
+            self._pools[role] = _Pool(role, actors, asyncio.Queue())
+        self.bridge.call(self._start_pumps())
+        log.info(
+            "daemon started: %s", ", ".join(f"{r}x{len(p.actors)}" for r, p in self._pools.items())
+        )
+        return self
+
+    def _factory(self, role: str) -> Callable[[], pykka.ActorRef]:  # type: ignore[type-arg]
+        bridge, config = self.bridge, self.config
+        if role == CONDUCTOR_ROLE:
+            return lambda: Conductor.start(bridge, config.llm)
+        if role == VERIFIER:
+            return lambda: Verifier.start(bridge, config.verifier)
+        if config.llm is None:
+            raise ValueError(f"role {role!r} is an LLM agent and needs an LLM provider (--llm)")
+        llm = config.llm
+        return lambda: LLMAgent.start(bridge, role, llm)
+
+    async def _start_pumps(self) -> None:
+        for pool in self._pools.values():
+            for actor in pool.actors:
+                pool.idle.put_nowait(actor)
+        for role, pool in self._pools.items():
+            if role == CONDUCTOR_ROLE:
+                # Commands and decision triggers share the conductor pool.
+                await self._pump(
+                    pool,
+                    subjects.COMMANDS_STREAM,
+                    "kf-conductor-commands",
+                    [subjects.ALL_COMMANDS],
+                    "command",
+                )
+                await self._pump(
+                    pool,
+                    subjects.EVENTS_STREAM,
+                    "kf-conductor",
+                    subjects.decision_triggers(),
+                    "event",
+                )
+            else:
+                await self._pump(
+                    pool,
+                    subjects.EVENTS_STREAM,
+                    f"kf-agent-{role}",
+                    [subjects.dispatches_for(role)],
+                    "event",
+                )
+
+    async def _pump(
+        self, pool: _Pool, stream: str, durable: str, filters: list[str], source: str
+    ) -> None:
+        js = self.bridge.log.jetstream
+        await js.add_consumer(
+            stream,
+            api.ConsumerConfig(
+                durable_name=durable,
+                filter_subjects=filters,
+                ack_policy=api.AckPolicy.EXPLICIT,
+                ack_wait=self.config.ack_wait_s,
+                deliver_policy=api.DeliverPolicy.ALL,
+            ),
+        )
+        sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+        self._pumps.append(asyncio.create_task(self._run_pump(pool, sub, source), name=durable))
+
+    async def _run_pump(self, pool: _Pool, sub, source: str) -> None:  # type: ignore[no-untyped-def]
+        while True:
+            free = [await pool.idle.get()]
+            while not pool.idle.empty():
+                free.append(pool.idle.get_nowait())
+            try:
+                msgs = await sub.fetch(batch=len(free), timeout=1.0)
+            except nats.errors.TimeoutError:
+                msgs = []
+            except (nats.errors.ConnectionClosedError, nats.errors.Error) as exc:
+                log.warning("%s: fetch failed (%s); retrying", pool.role, exc)
+                msgs = []
+                await asyncio.sleep(0.5)
+            for msg, actor in zip(msgs, free, strict=False):
+                self._hand_over(pool, actor, msg, source)
+            for actor in free[len(msgs) :]:
+                pool.idle.put_nowait(actor)
+
+    def _hand_over(self, pool: _Pool, actor, msg: Msg, source: str) -> None:  # type: ignore[no-untyped-def]
+        job = Job(
+            source=source,  # type: ignore[arg-type]
+            subject=msg.subject,
+            data=msg.data,
+            headers=dict(msg.headers or {}),
+            stream_seq=msg.metadata.sequence.stream,
+            deliveries=msg.metadata.num_delivered,
+        )
+        heartbeat = asyncio.create_task(self._keep_in_progress(msg))
+        self._heartbeats.add(heartbeat)
+        loop = self.bridge.loop
+
+        def settle(how: Settlement) -> None:  # called on the actor's thread
+            loop.call_soon_threadsafe(
+                lambda: loop.create_task(self._settle(pool, actor, msg, heartbeat, how))
+            )
+
+        actor.tell(Delivery(job, settle))
+
+    async def _keep_in_progress(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self.config.ack_wait_s / 3)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    async def _settle(
+        self, pool: _Pool, actor, msg: Msg, heartbeat: asyncio.Task[None], how: Settlement
+    ) -> None:  # type: ignore[no-untyped-def]
+        heartbeat.cancel()
+        self._heartbeats.discard(heartbeat)
+        try:
+            if how == "ack":
+                await msg.ack()
+            else:
+                await msg.nak(delay=self.config.ack_wait_s)
+        except Exception as exc:  # the message will be redelivered; the log makes that safe
+            log.warning("%s: could not settle %s: %s", pool.role, msg.subject, exc)
+        pool.idle.put_nowait(actor)
+
+    def stop(self) -> None:
+        """Stop taking work, let actors finish what they hold, then stop them."""
+
+        async def halt_pumps() -> None:
+            for task in self._pumps:
+                task.cancel()
+            await asyncio.gather(*self._pumps, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.bridge.call(halt_pumps(), timeout=10)
+        for pool in self._pools.values():
+            for actor in pool.actors:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    actor.stop(block=True, timeout=30)
+        log.info("daemon stopped")

@@ -1,0 +1,168 @@
+"""The conductor's decisions as a pure function of a task's state.
+
+``plan_next`` looks at the folded log and says what the conductor must do next: append
+one event, ask its LLM, or nothing (an agent is working, or the task is over). The
+conductor appends, folds again and repeats, so a conductor that dies between any two
+appends resumes exactly where the log says it was: nothing is lost or done twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.model import (
+    DISPATCH_RESULTS,
+    AgentDispatched,
+    AgentFailed,
+    ConductorDecided,
+    Event,
+    LLMCalled,
+    ParseFailed,
+    TaskFinished,
+    TaskSubmitted,
+    VerificationCompleted,
+)
+from projections.task_state import CONDUCTOR, TaskState
+from workflows.model import FINISH, Workflow
+from workflows.rules import Outcome, Route, read_llm_decision, route
+
+
+@dataclass(frozen=True)
+class Append:
+    event: Event
+
+
+@dataclass(frozen=True)
+class AskLLM:
+    """Ask the conductor's LLM to choose among ``options``; record the call under
+    ``decision_point`` (the id of the event being decided after)."""
+
+    decision_point: str
+    options: tuple[str, ...]
+    after_agent: str
+
+
+@dataclass(frozen=True)
+class Idle:
+    reason: str
+
+
+Plan = Append | AskLLM | Idle
+
+
+def outcome_of(state: TaskState) -> Outcome:
+    d = state.current
+    assert d is not None and d.result is not None
+    result = d.result
+    return Outcome(
+        agent=d.agent,
+        parse_failed=isinstance(result, ParseFailed),
+        agent_failed=isinstance(result, AgentFailed),
+        verification_passed=(
+            result.report.passed if isinstance(result, VerificationCompleted) else None
+        ),
+    )
+
+
+def current_route(state: TaskState, workflow: Workflow) -> Route:
+    return route(workflow, state.history, outcome_of(state))
+
+
+def plan_next(state: TaskState, workflow: Workflow) -> Plan:
+    last = state.last
+    if state.terminal is not None or last is None:
+        return Idle("task is over" if state.terminal else "task not submitted")
+    task_id = state.task_id
+
+    if isinstance(last, TaskSubmitted):
+        start = workflow.start_agent
+        return Append(
+            ConductorDecided(
+                task_id=task_id,
+                cause=last.event_id,
+                after_agent="",
+                options=[start],
+                mode="auto",
+                chosen=start,
+                reason="the workflow's start agent",
+            )
+        )
+
+    if isinstance(last, DISPATCH_RESULTS):
+        r = current_route(state, workflow)
+        after = outcome_of(state).agent
+        if r.action == "ask_llm":
+            return AskLLM(last.event_id, r.options, after)
+        assert r.chosen is not None
+        return Append(
+            ConductorDecided(
+                task_id=task_id,
+                cause=last.event_id,
+                after_agent=after,
+                options=list(r.options),
+                mode=r.mode,
+                chosen=r.chosen,
+                reason=r.reason,
+            )
+        )
+
+    if isinstance(last, LLMCalled) and last.agent == CONDUCTOR:
+        r = current_route(state, workflow)
+        decision = read_llm_decision(r.options, last.response_text)
+        return Append(
+            ConductorDecided(
+                task_id=task_id,
+                cause=last.event_id,
+                after_agent=outcome_of(state).agent,
+                options=list(r.options),
+                mode="llm" if decision.valid else "fallback",
+                chosen=decision.chosen,
+                reason=decision.reason,
+                suggestion=decision.suggestion,
+            )
+        )
+
+    if isinstance(last, ConductorDecided):
+        if last.chosen == FINISH:
+            return Append(finish_event(state, last))
+        step = state.step + 1
+        return Append(
+            AgentDispatched(
+                task_id=task_id,
+                cause=last.event_id,
+                agent=last.chosen,
+                step=step,
+                dispatch_id=f"{task_id}:d{step}",
+                suggestion=last.suggestion,
+            )
+        )
+
+    return Idle(f"waiting for {state.current.agent}" if state.current else "waiting")
+
+
+def fallback_decision(state: TaskState, plan: AskLLM, error: str) -> ConductorDecided:
+    """The decision when the conductor's LLM could not be asked at all."""
+    return ConductorDecided(
+        task_id=state.task_id,
+        cause=plan.decision_point,
+        after_agent=plan.after_agent,
+        options=list(plan.options),
+        mode="fallback",
+        chosen=plan.options[0],
+        reason=f"conductor LLM unavailable ({error}); took the first option",
+    )
+
+
+def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
+    verifications = state.verifications
+    last_check = verifications[-1] if verifications else None
+    passed = last_check is not None and last_check.report.passed
+    return TaskFinished(
+        task_id=state.task_id,
+        cause=decision.event_id,
+        status="success" if passed else "failed",
+        reason=decision.reason,
+        final_code=last_check.code if last_check else None,
+        verdict=last_check.report.verdict if last_check else None,
+        speedup=last_check.report.speedup if last_check else None,
+    )

@@ -1,0 +1,64 @@
+"""The interface every LLM provider implements. Calls are async and run on the bridge's
+event loop, so one daemon can keep many calls in flight without a thread per call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from events.model import ChatMessage, LLMCalled, Usage
+
+
+class LLMError(RuntimeError):
+    """The provider could not answer (after its own retries)."""
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    task_id: str
+    agent: str
+    # How many calls this agent already made for this task: lets deterministic providers
+    # (scripted, replay) answer the same request the same way after a crash.
+    call_index: int
+    messages: list[ChatMessage]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    text: str
+    provider: str
+    model: str
+    stop_reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+    latency_s: float = 0.0
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+class LLMProvider(Protocol):
+    name: str
+
+    async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+def llm_called(
+    request: LLMRequest, response: LLMResponse, *, dispatch_id: str, cause: str
+) -> LLMCalled:
+    """The event that records one call in the log, exactly as it was made and answered."""
+    return LLMCalled(
+        task_id=request.task_id,
+        cause=cause,
+        agent=request.agent,
+        dispatch_id=dispatch_id,
+        provider=response.provider,
+        model=response.model,
+        messages=request.messages,
+        params=request.params,
+        response_text=response.text,
+        stop_reason=response.stop_reason,
+        usage=response.usage,
+        latency_s=response.latency_s,
+        token_ids=response.token_ids,
+        logprobs=response.logprobs,
+    )

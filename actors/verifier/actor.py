@@ -1,0 +1,72 @@
+"""The verifier actor: the only actor that runs candidate code, and only in a sandbox."""
+
+from __future__ import annotations
+
+from actors.agents import current_dispatch
+from actors.bridge import Bridge
+from actors.verifier.engine import VerifierConfig, verify
+from actors.worker import Job, Settlement, Worker, state_of
+from events.codec import decode_event
+from events.log import AppendConflict
+from events.model import AgentDispatched, OutputParsed, VerificationCompleted, VerificationReport
+from projections.task_state import Dispatch, TaskState
+from workflows.model import VERIFIER
+
+
+def candidate_code(state: TaskState, d: Dispatch) -> str | None:
+    """What this verification checks: the code the previous agent produced, or, when the
+    verifier runs first, the code submitted with the task."""
+    index = state.dispatches.index(d)
+    if index == 0:
+        return state.submitted.candidate_code if state.submitted else None
+    result = state.dispatches[index - 1].result
+    if isinstance(result, OutputParsed) and isinstance(result.fields.get("code"), str):
+        return str(result.fields["code"])
+    return None
+
+
+class Verifier(Worker):
+    role = VERIFIER
+
+    def __init__(self, bridge: Bridge, config: VerifierConfig) -> None:
+        super().__init__(bridge)
+        self.config = config
+
+    def handle(self, job: Job) -> Settlement:
+        dispatched = decode_event(job.data)
+        assert isinstance(dispatched, AgentDispatched)
+        history = self.read(dispatched.task_id)
+        report: VerificationReport | None = None
+        while True:
+            state = state_of(history)
+            d = current_dispatch(state, dispatched)
+            if d is None:
+                return "ack"
+            assert state.submitted is not None
+            code = candidate_code(state, d)
+            if report is None:  # a conflict does not make the check worth running again
+                report = self.check(state.submitted.task_source, code, state.submitted.backend)
+            event = VerificationCompleted(
+                task_id=state.task_id,
+                cause=d.event.event_id,
+                agent=VERIFIER,
+                dispatch_id=d.dispatch_id,
+                code=code or "",
+                report=report,
+            )
+            try:
+                self.append(history, event)
+                return "ack"
+            except AppendConflict:
+                history = self.read(dispatched.task_id)
+
+    def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
+        if code is None:
+            return VerificationReport(
+                verdict="error",
+                summary="no candidate code to verify: the previous agent produced none",
+                errors=["Produce a complete module defining class ModelNew."],
+                backend=backend,
+            )
+        self.log.info("verifying a %s candidate (%d bytes)", backend, len(code))
+        return verify(task_source, code, backend=backend, config=self.config)

@@ -1,0 +1,244 @@
+"""Commands and events: the whole vocabulary of kernelflow.
+
+Every type is a frozen msgspec Struct in a tagged union. The tag (``kind``) is an explicit,
+stable wire string, never a class name, and every message carries a schema version ``v``.
+Evolution rule: only ever add optional fields; never rename or retype one.
+
+Events share an envelope: the task they belong to, their position in that task's history
+(``seq``, 1-based, gap-free), the wall time they were recorded and the id of what caused
+them (another event's id, or a command id). ``seq`` and ``at`` are stamped by the EventLog
+at append time; code that produces events leaves them at their defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+# Task ids become a NATS subject token, so they are restricted to a safe alphabet.
+TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+TaskId = Annotated[str, msgspec.Meta(pattern=TASK_ID_PATTERN)]
+
+Verdict = Literal["pass", "fail", "error", "timeout", "unsupported"]
+TaskStatus = Literal["success", "failed", "cancelled", "rejected"]
+DecisionMode = Literal["auto", "llm", "retry", "limit", "fallback"]
+
+
+# --------------------------------------------------------------------------- commands
+
+
+class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Something a publisher asks for on ``kf.cmd.*``. Commands may be refused."""
+
+    v: int = SCHEMA_VERSION
+
+
+class SubmitTask(Command, tag="submit_task", kw_only=True):
+    """Submit a reference PyTorch model (KernelBench format) to be turned into a kernel.
+
+    ``task_id`` is optional: a publisher that sets it can watch ``kf.ev.<task_id>.>`` right
+    away and resubmitting the same id is a no-op. Without it the daemon derives one from
+    the command's position in the command stream.
+    """
+
+    task_source: str
+    task_name: str = ""
+    task_id: TaskId | None = None
+    # A predefined workflow's name; or, with ``workflow_yaml``, the name of that document.
+    workflow: str = "default"
+    workflow_yaml: str | None = None
+    backend: Literal["triton", "cuda"] = "triton"
+    group_id: str | None = None
+    # Existing code to start from (the verifier_only workflow verifies it as is).
+    candidate_code: str | None = None
+    metadata: dict[str, str] = {}
+
+
+class CancelTask(Command, tag="cancel_task", kw_only=True):
+    task_id: TaskId
+    reason: str = "cancelled by user"
+
+
+AnyCommand = SubmitTask | CancelTask
+
+
+# --------------------------------------------------------------------------- value types
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    content: str
+
+
+class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What the verifier found out about one candidate kernel."""
+
+    verdict: Verdict
+    summary: str
+    errors: list[str] = []
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatches: list[str] = []
+    trials: int = 0
+    speedup: float | None = None
+    device: str = ""
+    backend: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+# --------------------------------------------------------------------------- events
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Something that happened to a task. Events are facts: they are never refused."""
+
+    v: int = SCHEMA_VERSION
+    task_id: TaskId
+    seq: int = 0
+    at: float = 0.0
+    cause: str = ""
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.task_id}:{self.seq}"
+
+    @property
+    def kind(self) -> str:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+
+class TaskSubmitted(Event, tag="task_submitted", kw_only=True):
+    task_name: str
+    task_source: str
+    workflow_name: str
+    # The resolved workflow document, so replay never depends on files that may change.
+    workflow_yaml: str
+    backend: str
+    group_id: str
+    candidate_code: str | None = None
+    metadata: dict[str, str] = {}
+
+
+class TaskRejected(Event, tag="task_rejected", kw_only=True):
+    reason: str
+    task_name: str = ""
+
+
+class TaskCancelled(Event, tag="task_cancelled", kw_only=True):
+    reason: str
+
+
+class TaskFinished(Event, tag="task_finished", kw_only=True):
+    status: TaskStatus
+    reason: str
+    final_code: str | None = None
+    verdict: Verdict | None = None
+    speedup: float | None = None
+
+
+class AgentDispatched(Event, tag="agent_dispatched", kw_only=True):
+    """Work for an agent. Agents consume these from the log; the id is ``dispatch_id``."""
+
+    agent: str
+    step: int
+    dispatch_id: str
+    suggestion: str = ""
+
+
+class LLMCalled(Event, tag="llm_called", kw_only=True):
+    agent: str
+    dispatch_id: str
+    provider: str
+    model: str
+    messages: list[ChatMessage]
+    params: dict[str, Any] = {}
+    response_text: str
+    stop_reason: str = ""
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+class OutputParsed(Event, tag="output_parsed", kw_only=True):
+    agent: str
+    dispatch_id: str
+    fields: dict[str, Any]
+
+
+class ParseFailed(Event, tag="parse_failed", kw_only=True):
+    agent: str
+    dispatch_id: str
+    reason: str
+
+
+class AgentFailed(Event, tag="agent_failed", kw_only=True):
+    """The agent could not do its work (provider down, scripted responses exhausted...)."""
+
+    agent: str
+    dispatch_id: str
+    error: str
+
+
+class VerificationCompleted(Event, tag="verification_completed", kw_only=True):
+    agent: str
+    dispatch_id: str
+    code: str
+    report: VerificationReport
+
+
+class ConductorDecided(Event, tag="conductor_decided", kw_only=True):
+    after_agent: str
+    options: list[str]
+    mode: DecisionMode
+    chosen: str
+    reason: str
+    suggestion: str = ""
+
+
+AnyEvent = (
+    TaskSubmitted
+    | TaskRejected
+    | TaskCancelled
+    | TaskFinished
+    | AgentDispatched
+    | LLMCalled
+    | OutputParsed
+    | ParseFailed
+    | AgentFailed
+    | VerificationCompleted
+    | ConductorDecided
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
+COMMAND_TYPES: tuple[type[Command], ...] = AnyCommand.__args__  # type: ignore[attr-defined]
+
+# Events after which the conductor must decide what happens next.
+DECISION_TRIGGERS: tuple[type[Event], ...] = (
+    TaskSubmitted,
+    OutputParsed,
+    ParseFailed,
+    AgentFailed,
+    VerificationCompleted,
+)
+# Events that end a task; nothing is appended after one of them.
+TERMINAL_EVENTS: tuple[type[Event], ...] = (TaskRejected, TaskCancelled, TaskFinished)
+# Events that close an agent's dispatch.
+DISPATCH_RESULTS: tuple[type[Event], ...] = (
+    OutputParsed,
+    ParseFailed,
+    AgentFailed,
+    VerificationCompleted,
+)

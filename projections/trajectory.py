@@ -1,0 +1,210 @@
+"""Trajectories in the AgenticRollout format (seed 003 §5), rebuilt from a task's events.
+
+Mapping: the submitted task is the first ``observation``; every conductor decision is a
+``thought`` (its LLM exchange attached when it asked one); every LLM agent turn is an
+``action`` (tool_name = the agent, tool_args = its parsed output); a parse failure and
+every verification are ``action_result`` steps; the end of the task is the
+``final_answer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from events.codec import to_builtins
+from events.model import (
+    AgentFailed,
+    ConductorDecided,
+    Event,
+    LLMCalled,
+    OutputParsed,
+    ParseFailed,
+    TaskCancelled,
+    TaskFinished,
+    TaskRejected,
+    TaskSubmitted,
+    VerificationCompleted,
+)
+from projections.task_state import CONDUCTOR
+
+
+class StepType(StrEnum):
+    OBSERVATION = "observation"
+    THOUGHT = "thought"
+    ACTION = "action"
+    ACTION_RESULT = "action_result"
+    FINAL_ANSWER = "final_answer"
+
+
+@dataclass
+class TrajectoryStep:
+    step_type: StepType
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    tool_result: Any | None = None
+    reward_score: float | None = None
+    is_correct: bool | None = None
+    log_probs: list[float] | None = None
+    attention_mask: list[int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["step_type"] = self.step_type.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrajectoryStep:
+        return cls(**{**data, "step_type": StepType(data["step_type"])})
+
+
+@dataclass
+class Trajectory:
+    request_id: str
+    steps: list[TrajectoryStep] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    is_completed: bool = False
+    final_reward: float | None = None
+    total_tokens: int = 0
+
+    def add_step(self, step: TrajectoryStep) -> None:
+        self.steps.append(step)
+
+    def get_messages(self) -> list[dict[str, str]]:
+        """The trajectory as chat messages: observations and results are the user's
+        turns, thoughts, actions and the final answer the assistant's."""
+        user = {StepType.OBSERVATION, StepType.ACTION_RESULT}
+        return [
+            {"role": "user" if s.step_type in user else "assistant", "content": s.content}
+            for s in self.steps
+        ]
+
+    def get_final_response(self) -> str:
+        for step in reversed(self.steps):
+            if step.step_type == StepType.FINAL_ANSWER:
+                return step.content
+        return ""
+
+    def get_tool_calls(self) -> list[TrajectoryStep]:
+        return [s for s in self.steps if s.step_type == StepType.ACTION and s.tool_name]
+
+    def get_total_reward(self) -> float:
+        return sum(s.reward_score or 0.0 for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "steps": [s.to_dict() for s in self.steps],
+            "metadata": self.metadata,
+            "is_completed": self.is_completed,
+            "final_reward": self.final_reward,
+            "total_tokens": self.total_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        return cls(
+            request_id=data["request_id"],
+            steps=[TrajectoryStep.from_dict(s) for s in data["steps"]],
+            metadata=data.get("metadata", {}),
+            is_completed=data.get("is_completed", False),
+            final_reward=data.get("final_reward"),
+            total_tokens=data.get("total_tokens", 0),
+        )
+
+
+def _llm_metadata(call: LLMCalled) -> dict[str, Any]:
+    return {
+        "provider": call.provider,
+        "model": call.model,
+        "messages": [to_builtins(m) for m in call.messages],
+        "usage": to_builtins(call.usage),
+        "latency_s": call.latency_s,
+        "event": call.event_id,
+    }
+
+
+def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
+    t = Trajectory(request_id=task_id)
+    pending_conductor_call: LLMCalled | None = None
+    last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
+    for e in events:
+        meta: dict[str, Any] = {"event": e.event_id, "at": e.at}
+        if isinstance(e, TaskSubmitted):
+            t.metadata.update(
+                task_name=e.task_name,
+                workflow=e.workflow_name,
+                backend=e.backend,
+                group_id=e.group_id,
+                submitted_at=e.at,
+            )
+            t.add_step(TrajectoryStep(StepType.OBSERVATION, e.task_source, meta))
+        elif isinstance(e, LLMCalled):
+            t.total_tokens += e.usage.input_tokens + e.usage.output_tokens
+            if e.agent == CONDUCTOR:
+                pending_conductor_call = e
+                continue
+            step = TrajectoryStep(
+                StepType.ACTION,
+                e.response_text,
+                {**_llm_metadata(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
+                tool_name=e.agent,
+                log_probs=e.logprobs,
+            )
+            last_action[e.dispatch_id] = step
+            t.add_step(step)
+        elif isinstance(e, OutputParsed):
+            if (step := last_action.get(e.dispatch_id)) is not None:
+                step.tool_args = dict(e.fields)
+        elif isinstance(e, ParseFailed | AgentFailed):
+            reason = e.reason if isinstance(e, ParseFailed) else e.error
+            t.add_step(
+                TrajectoryStep(
+                    StepType.ACTION_RESULT,
+                    reason,
+                    {**meta, "agent": e.agent, "kind": e.kind},
+                    tool_name=e.agent,
+                    is_correct=False,
+                )
+            )
+        elif isinstance(e, VerificationCompleted):
+            t.add_step(
+                TrajectoryStep(
+                    StepType.ACTION_RESULT,
+                    e.report.summary,
+                    {**meta, "agent": e.agent, "dispatch_id": e.dispatch_id},
+                    tool_name=e.agent,
+                    tool_args={"code": e.code},
+                    tool_result=to_builtins(e.report),
+                    is_correct=e.report.passed,
+                )
+            )
+        elif isinstance(e, ConductorDecided):
+            meta.update(mode=e.mode, options=e.options, chosen=e.chosen, after=e.after_agent)
+            if pending_conductor_call is not None:
+                meta.update(
+                    _llm_metadata(pending_conductor_call),
+                    llm_response=pending_conductor_call.response_text,
+                )
+                pending_conductor_call = None
+            content = f"{e.reason} → {e.chosen}" + (f"\n{e.suggestion}" if e.suggestion else "")
+            t.add_step(TrajectoryStep(StepType.THOUGHT, content, meta))
+        elif isinstance(e, TaskFinished | TaskRejected | TaskCancelled):
+            t.is_completed = True
+            t.metadata["finished_at"] = e.at
+            if isinstance(e, TaskFinished):
+                t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
+                content, correct = e.final_code or e.reason, e.status == "success"
+            else:
+                t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
+                content, correct = e.reason, False
+            t.add_step(
+                TrajectoryStep(
+                    StepType.FINAL_ANSWER, content, {**meta, "reason": e.reason}, is_correct=correct
+                )
+            )
+    return t

@@ -1,0 +1,191 @@
+"""Load and validate workflow YAML (seed 001's format).
+
+Errors name the source, the key path and the problem, e.g.
+``my.yaml: agent_info.coder.possible_next_agent[1]: unknown agent 'verifer'``.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workflows.model import FINISH, VERIFIER, AgentSpec, OutputField, SequenceLimit, Workflow
+
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_FIELD_TYPES = {"str", "int", "float", "bool", "list", "dict"}
+
+
+class WorkflowError(ValueError):
+    pass
+
+
+def available_workflows() -> list[str]:
+    root = resources.files("workflows")
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def resolve_workflow(name_or_path: str) -> tuple[str, str]:
+    """Return ``(name, yaml_text)`` for a predefined workflow name or a YAML file path."""
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
+        try:
+            return path.stem, path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise WorkflowError(f"{name_or_path}: cannot read workflow file: {exc}") from exc
+    if name_or_path in available_workflows():
+        text = (resources.files("workflows") / f"{name_or_path}.yaml").read_text("utf-8")
+        return name_or_path, text
+    raise WorkflowError(
+        f"unknown workflow {name_or_path!r}; available: {', '.join(available_workflows())} "
+        "(or give the path of a .yaml file)"
+    )
+
+
+def parse_workflow(text: str, name: str, source: str | None = None) -> Workflow:
+    source = source or name
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise WorkflowError(f"{source}: not valid YAML: {exc}") from exc
+    return _Validator(source).workflow(doc, name)
+
+
+def load_workflow(name_or_path: str) -> tuple[Workflow, str]:
+    name, text = resolve_workflow(name_or_path)
+    return parse_workflow(text, name, source=name_or_path), text
+
+
+class _Validator:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, problem: str) -> WorkflowError:
+        return WorkflowError(f"{self.source}: {path}: {problem}")
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def name_list(self, value: Any, path: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(path, "must be a list of agent names")
+        return value
+
+    def positive_int(self, value: Any, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(path, f"must be a positive integer, got {value!r}")
+        return value
+
+    def workflow(self, doc: Any, name: str) -> Workflow:
+        doc = self.mapping(doc, "(document)")
+        for key in ("agent_info", "start_agent", "limitation_info"):
+            if key not in doc:
+                raise self.fail(key, "missing required key")
+        agents_doc = self.mapping(doc["agent_info"], "agent_info")
+        if not agents_doc:
+            raise self.fail("agent_info", "defines no agents")
+        for agent in agents_doc:
+            if not isinstance(agent, str) or not _AGENT_NAME.match(agent) or agent == FINISH:
+                raise self.fail(
+                    f"agent_info.{agent}",
+                    f"agent names use letters, digits, '_' and '-' and may not be {FINISH!r}",
+                )
+        agents = {a: self.agent(a, spec, set(agents_doc)) for a, spec in agents_doc.items()}
+
+        start = doc["start_agent"]
+        if start not in agents:
+            raise self.fail("start_agent", f"{start!r} is not defined in agent_info")
+        mandatory = self.name_list(
+            doc.get("mandatory_llm_analysis") or [], "mandatory_llm_analysis"
+        )
+        for i, agent in enumerate(mandatory):
+            if agent not in agents:
+                raise self.fail(f"mandatory_llm_analysis[{i}]", f"unknown agent {agent!r}")
+
+        limits = self.mapping(doc["limitation_info"], "limitation_info")
+        required = self.mapping(limits.get("required"), "limitation_info.required")
+        if "max_step" not in required:
+            raise self.fail("limitation_info.required.max_step", "missing required key")
+        max_step = self.positive_int(required["max_step"], "limitation_info.required.max_step")
+        optional = self.mapping(limits.get("optional") or {}, "limitation_info.optional")
+        repeat = self.mapping(
+            optional.get("repeat_limits") or {}, "limitation_info.optional.repeat_limits"
+        )
+        base = "limitation_info.optional.repeat_limits"
+        single = self.mapping(repeat.get("single_agent") or {}, f"{base}.single_agent")
+        single_limits = {}
+        for agent, limit in single.items():
+            if agent not in agents:
+                raise self.fail(f"{base}.single_agent.{agent}", f"unknown agent {agent!r}")
+            single_limits[agent] = self.positive_int(limit, f"{base}.single_agent.{agent}")
+        sequences = []
+        for seq_name, seq in self.mapping(
+            repeat.get("sequences") or {}, f"{base}.sequences"
+        ).items():
+            path = f"{base}.sequences.{seq_name}"
+            seq = self.mapping(seq, path)
+            pattern = self.name_list(seq.get("pattern"), f"{path}.pattern")
+            if not pattern:
+                raise self.fail(f"{path}.pattern", "must name at least one agent")
+            for i, agent in enumerate(pattern):
+                if agent not in agents:
+                    raise self.fail(f"{path}.pattern[{i}]", f"unknown agent {agent!r}")
+            if "max_repeats" not in seq:
+                raise self.fail(f"{path}.max_repeats", "missing required key")
+            max_repeats = self.positive_int(seq["max_repeats"], f"{path}.max_repeats")
+            sequences.append(SequenceLimit(str(seq_name), tuple(pattern), max_repeats))
+
+        return Workflow(
+            name=name,
+            agents=agents,
+            start_agent=start,
+            max_step=max_step,
+            mandatory_llm_analysis=frozenset(mandatory),
+            single_agent_limits=single_limits,
+            sequences=tuple(sequences),
+        )
+
+    def agent(self, agent: str, spec: Any, known: set[str]) -> AgentSpec:
+        path = f"agent_info.{agent}"
+        spec = self.mapping(spec if spec is not None else {}, path)
+        nexts = self.name_list(spec.get("possible_next_agent") or [], f"{path}.possible_next_agent")
+        for i, nxt in enumerate(nexts):
+            if nxt != FINISH and nxt not in known:
+                raise self.fail(f"{path}.possible_next_agent[{i}]", f"unknown agent {nxt!r}")
+        output_format = spec.get("output_format")
+        if output_format is None:
+            if agent != VERIFIER:
+                # Every agent but the verifier is an LLM agent whose answer must be parsed.
+                raise self.fail(f"{path}.output_format", "missing (only 'verifier' has none)")
+            return AgentSpec(agent, tuple(nexts))
+        fmt_path = f"{path}.output_format"
+        output_format = self.mapping(output_format, fmt_path)
+        parser_name = output_format.get("parser_name")
+        if parser_name is not None and not isinstance(parser_name, str):
+            raise self.fail(f"{fmt_path}.parser_name", "must be a string")
+        definition = self.mapping(
+            output_format.get("parser_definition") or {}, f"{fmt_path}.parser_definition"
+        )
+        fields_path = f"{fmt_path}.parser_definition.output_fields"
+        fields_doc = self.mapping(definition.get("output_fields"), fields_path)
+        fields = []
+        for field_name, fdoc in fields_doc.items():
+            fpath = f"{fields_path}.{field_name}"
+            fdoc = self.mapping(fdoc, fpath)
+            ftype = fdoc.get("field_type", "str")
+            if ftype not in _FIELD_TYPES:
+                raise self.fail(
+                    f"{fpath}.field_type",
+                    f"unknown type {ftype!r}; one of {', '.join(sorted(_FIELD_TYPES))}",
+                )
+            mandatory = fdoc.get("mandatory", False)
+            if not isinstance(mandatory, bool):
+                raise self.fail(f"{fpath}.mandatory", "must be true or false")
+            description = fdoc.get("field_description", "")
+            fields.append(OutputField(str(field_name), ftype, mandatory, str(description)))
+        return AgentSpec(agent, tuple(nexts), parser_name, tuple(fields))

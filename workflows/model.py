@@ -1,0 +1,46 @@
+"""A workflow as the conductor sees it, after validation (see ``workflows.loader``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FINISH = "finish"
+VERIFIER = "verifier"  # the one agent that is a program, not an LLM
+DEFAULT_SINGLE_AGENT_LIMIT = 3
+
+
+@dataclass(frozen=True)
+class OutputField:
+    name: str
+    field_type: str
+    mandatory: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    possible_next: tuple[str, ...]
+    parser_name: str | None = None
+    output_fields: tuple[OutputField, ...] = ()
+
+
+@dataclass(frozen=True)
+class SequenceLimit:
+    name: str
+    pattern: tuple[str, ...]
+    max_repeats: int
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    agents: dict[str, AgentSpec]
+    start_agent: str
+    max_step: int
+    mandatory_llm_analysis: frozenset[str] = frozenset()
+    single_agent_limits: dict[str, int] = field(default_factory=dict)
+    sequences: tuple[SequenceLimit, ...] = ()
+
+    def single_agent_limit(self, agent: str) -> int:
+        return self.single_agent_limits.get(agent, DEFAULT_SINGLE_AGENT_LIMIT)

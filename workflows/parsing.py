@@ -1,0 +1,94 @@
+"""Extract an agent's declared ``output_fields`` from LLM text.
+
+Accepted shapes, tried in order: a JSON object (bare or in a fenced block) holding the
+fields; ``<field>…</field>`` tagged sections; and, for an agent with a single string field,
+the last fenced code block. Types and mandatory fields are then checked, and a failure
+says precisely what was wrong, because the reason is fed back to the agent on retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from workflows.model import AgentSpec
+
+_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+}
+
+
+class ParseError(ValueError):
+    pass
+
+
+def parse_output(spec: AgentSpec, text: str) -> dict[str, Any]:
+    if not spec.output_fields:
+        return {}
+    names = {f.name for f in spec.output_fields}
+    found = _from_json(text, names) or _from_tags(text, names) or _from_fence(spec, text)
+    if not found:
+        expected = ", ".join(sorted(names))
+        raise ParseError(
+            f"no output found: answer with a JSON object with the fields {expected}"
+            + (" or one fenced code block" if _single_str_field(spec) else "")
+        )
+    fields: dict[str, Any] = {}
+    for f in spec.output_fields:
+        if f.name not in found:
+            if f.mandatory:
+                raise ParseError(f"mandatory field {f.name!r} is missing")
+            continue
+        value = found[f.name]
+        wanted = _TYPES[f.field_type]
+        if not isinstance(value, wanted) or (f.field_type in ("int", "float") and value is True):
+            raise ParseError(f"field {f.name!r} must be {f.field_type}, got {type(value).__name__}")
+        if f.mandatory and f.field_type == "str" and not value.strip():
+            raise ParseError(f"mandatory field {f.name!r} is empty")
+        fields[f.name] = value
+    return fields
+
+
+def _from_json(text: str, names: set[str]) -> dict[str, Any] | None:
+    candidates = [body for lang, body in _FENCE.findall(text) if lang.lower() in ("json", "")]
+    candidates.append(text)
+    for candidate in candidates:
+        start = candidate.find("{")
+        if start < 0:
+            continue
+        try:
+            value, _ = json.JSONDecoder().raw_decode(candidate[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and names & value.keys():
+            return value
+    return None
+
+
+def _from_tags(text: str, names: set[str]) -> dict[str, Any] | None:
+    found = {}
+    for name in names:
+        match = re.search(rf"<{re.escape(name)}>(.*?)</{re.escape(name)}>", text, re.DOTALL)
+        if match:
+            body = match.group(1).strip("\n")
+            fenced = _FENCE.findall(body)
+            found[name] = fenced[-1][1] if fenced else body
+    return found or None
+
+
+def _single_str_field(spec: AgentSpec) -> bool:
+    return len(spec.output_fields) == 1 and spec.output_fields[0].field_type == "str"
+
+
+def _from_fence(spec: AgentSpec, text: str) -> dict[str, Any] | None:
+    if not _single_str_field(spec):
+        return None
+    blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() != "json"]
+    return {spec.output_fields[0].name: blocks[-1]} if blocks else None
