@@ -247,15 +247,20 @@ def _run_child(
     deadline = time.monotonic() + timeout_s
     delay = 0.005
     timed_out = False
-    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if time.monotonic() >= deadline:
-            timed_out = True
-            break
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    # Also after a normal exit: nothing the candidate started may outlive the verification.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored?): it has exited anyway
+        pass
+    finally:
+        # Also after a normal exit, or if this thread is interrupted: nothing the candidate
+        # started may outlive the verification.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     returncode = proc.wait()
     reader.join(timeout=5.0)
     if proc.stdout is not None:

@@ -1,0 +1,5 @@
+import sys
+
+from kernelflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,59 @@
+"""Fixtures: a real nats-server (JetStream, temp store) per test session, and helpers to
+run the real CLI as a user would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from events.log import EventLog
+from kernelflow.nats_server import EmbeddedNats
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+KERNELFLOW = [sys.executable, "-m", "kernelflow"]
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with EmbeddedNats(tmp_path_factory.mktemp("nats-store")) as server:
+        yield server.url
+
+
+@pytest.fixture
+def event_log(nats_url: str) -> Iterator[EventLog]:
+    """An EventLog on its own event loop, for tests that talk to JetStream directly."""
+    loop = asyncio.new_event_loop()
+    nc = loop.run_until_complete(nats.connect(nats_url))
+    log = EventLog(nc)
+    loop.run_until_complete(log.ensure_streams())
+    log.run = loop.run_until_complete  # type: ignore[attr-defined]
+    yield log
+    loop.run_until_complete(nc.close())
+    loop.close()
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KF_")}
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KERNELFLOW, *args],
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        cwd=REPO,
+        timeout=timeout,
+    )

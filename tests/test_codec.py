@@ -1,0 +1,162 @@
+"""The wire format: every command and event round-trips; bad payloads are refused."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from events.codec import MalformedMessage, decode_command, decode_event, encode, json_schema
+from events.model import (
+    COMMAND_TYPES,
+    EVENT_TYPES,
+    AgentDispatched,
+    AgentFailed,
+    CancelTask,
+    ChatMessage,
+    ConductorDecided,
+    LLMCalled,
+    OutputParsed,
+    ParseFailed,
+    SubmitTask,
+    TaskCancelled,
+    TaskFinished,
+    TaskRejected,
+    TaskSubmitted,
+    Usage,
+    VerificationCompleted,
+    VerificationReport,
+)
+
+T = "t-1"
+EVENT_SAMPLES = [
+    TaskSubmitted(
+        task_id=T,
+        seq=1,
+        at=1.5,
+        cause="cmd:1",
+        task_name="relu",
+        task_source="x",
+        workflow_name="default",
+        workflow_yaml="a: 1",
+        backend="triton",
+        group_id="g",
+        candidate_code=None,
+        metadata={"k": "v"},
+    ),
+    TaskRejected(task_id=T, reason="bad file", task_name="relu"),
+    TaskCancelled(task_id=T, reason="user"),
+    TaskFinished(
+        task_id=T, status="success", reason="passed", final_code="c", verdict="pass", speedup=1.5
+    ),
+    AgentDispatched(task_id=T, agent="coder", step=2, dispatch_id="t-1:d2", suggestion="fix"),
+    LLMCalled(
+        task_id=T,
+        agent="coder",
+        dispatch_id="t-1:d2",
+        provider="openai",
+        model="m",
+        messages=[ChatMessage(role="user", content="hi")],
+        params={"temperature": 0.2},
+        response_text="ok",
+        stop_reason="stop",
+        usage=Usage(input_tokens=3, output_tokens=1),
+        latency_s=0.1,
+        token_ids=[1, 2],
+        logprobs=[-0.1, -0.2],
+    ),
+    OutputParsed(task_id=T, agent="coder", dispatch_id="t-1:d2", fields={"code": "x"}),
+    ParseFailed(task_id=T, agent="coder", dispatch_id="t-1:d2", reason="no code"),
+    AgentFailed(task_id=T, agent="coder", dispatch_id="t-1:d2", error="down"),
+    VerificationCompleted(
+        task_id=T,
+        agent="verifier",
+        dispatch_id="t-1:d3",
+        code="c",
+        report=VerificationReport(
+            verdict="fail", summary="s", errors=["e"], max_abs_err=0.5, mismatches=["[0, 1]"]
+        ),
+    ),
+    ConductorDecided(
+        task_id=T,
+        after_agent="verifier",
+        options=["coder"],
+        mode="llm",
+        chosen="coder",
+        reason="r",
+        suggestion="s",
+    ),
+]
+
+
+def test_samples_cover_every_event_type() -> None:
+    assert {type(e) for e in EVENT_SAMPLES} == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", EVENT_SAMPLES, ids=lambda e: e.kind)
+def test_every_event_round_trips(event) -> None:  # type: ignore[no-untyped-def]
+    data = encode(event)
+    assert decode_event(data) == event
+    wire = json.loads(data)
+    assert wire["kind"] == event.kind and wire["v"] == 1 and wire["task_id"] == T
+
+
+@given(st.text(), st.text(), st.integers(min_value=0, max_value=2**40))
+def test_text_fields_survive_any_content(reason: str, cause: str, seq: int) -> None:
+    event = TaskRejected(task_id=T, seq=seq, cause=cause, reason=reason)
+    assert decode_event(encode(event)) == event
+
+
+def test_commands_round_trip() -> None:
+    assert {SubmitTask, CancelTask} == set(COMMAND_TYPES)
+    for command in (
+        SubmitTask(task_source="s", task_id="abc", workflow="coder_only"),
+        CancelTask(task_id="abc"),
+    ):
+        assert decode_command(encode(command)) == command
+
+
+def test_minimal_submit_from_any_client() -> None:
+    command = decode_command(b'{"kind": "submit_task", "task_source": "import torch"}')
+    assert isinstance(command, SubmitTask)
+    assert command.workflow == "default" and command.backend == "triton" and command.task_id is None
+
+
+@pytest.mark.parametrize(
+    "payload, problem",
+    [
+        (b"not json", "malformed"),
+        (b'{"kind": "launch_missiles"}', "launch_missiles"),
+        (b'{"task_source": "x"}', "kind"),
+        (b'{"kind": "submit_task"}', "task_source"),
+        (b'{"kind": "submit_task", "task_source": "x", "task_id": "a.b"}', "task_id"),
+        (b'{"kind": "submit_task", "task_source": "x", "backend": "cobol"}', "backend"),
+    ],
+)
+def test_bad_commands_are_refused_with_the_reason(payload: bytes, problem: str) -> None:
+    with pytest.raises(MalformedMessage) as err:
+        decode_command(payload)
+    assert problem in str(err.value).lower() or problem in str(err.value)
+
+
+def test_events_are_not_commands() -> None:
+    with pytest.raises(MalformedMessage):
+        decode_command(encode(EVENT_SAMPLES[0]))
+    with pytest.raises(MalformedMessage):
+        decode_event(encode(SubmitTask(task_source="x")))
+
+
+def test_events_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        EVENT_SAMPLES[0].seq = 5  # type: ignore[misc]
+    assert msgspec.structs.replace(EVENT_SAMPLES[0], seq=5).seq == 5
+
+
+def test_schema_documents_what_publishers_send() -> None:
+    schema = json_schema()
+    text = json.dumps(schema)
+    assert "submit_task" in text and "cancel_task" in text and "task_source" in text
+    assert "llm_called" in json.dumps(json_schema(events=True))

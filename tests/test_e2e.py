@@ -1,0 +1,210 @@
+"""End to end, as a user runs it: the real CLI, the embedded nats-server, the real
+verifier running interpreted Triton, and the trajectory replayed from the log."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import nats
+import pytest
+
+from actors.bridge import Bridge
+from actors.daemon import Daemon, DaemonConfig
+from actors.llm.scripted import ScriptedProvider
+from actors.verifier.engine import VerifierConfig
+from events import subjects
+from events.codec import encode
+from events.model import SubmitTask
+from projections.task_state import fold
+from tests.conftest import EXAMPLES, cli_env, run_cli
+
+EXAMPLE_NAMES = ["relu", "row_softmax", "sum_rows"]
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path) -> None:
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    run = run_cli(
+        "run",
+        f"examples/tasks/{example}.py",
+        "--llm",
+        f"scripted:examples/scripted/{example}.yaml",
+        "--json",
+        "--out",
+        str(tmp_path / "out"),
+        env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout)
+    assert result["status"] == "success"
+    assert result["verifications"] == ["fail", "pass"]
+    assert result["steps"] == 5
+    assert "class ModelNew" in result["final_code"]
+    assert Path(result["kernel_path"]).read_text() == result["final_code"]
+
+    replay = run_cli("replay", "--task", result["task_id"], "--json", env=env)
+    assert replay.returncode == 0, replay.stderr
+    trajectory = json.loads(replay.stdout)
+    worked = [s for s in trajectory["steps"] if s["step_type"] in ("action", "action_result")]
+    assert [s["tool_name"] for s in worked] == [
+        "designer",
+        "coder",
+        "verifier",
+        "coder",
+        "verifier",
+    ]
+    assert [s["is_correct"] for s in worked if s["step_type"] == "action_result"] == [False, True]
+    assert trajectory["is_completed"] and trajectory["metadata"]["status"] == "success"
+    # What the run wrote at the time is what the log replays later.
+    assert trajectory == json.loads(Path(result["trajectory_path"]).read_text())
+
+    text = run_cli("replay", "--task", result["task_id"], env=env)
+    assert "final_answer" in text.stdout and "✗" in text.stdout and "✓" in text.stdout
+
+
+def test_task_file_that_is_not_python_is_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "broken_task.py"
+    bad.write_text("import torch\ndef get_inputs(:\n")
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    run = run_cli(
+        "run",
+        str(bad),
+        "--llm",
+        "scripted:examples/scripted/relu.yaml",
+        "--task-id",
+        "bad-1",
+        "--json",
+        "--out",
+        str(tmp_path / "out"),
+        env=env,
+    )
+    assert run.returncode == 2
+    result = json.loads(run.stdout)
+    assert result["status"] == "rejected"
+    assert "broken_task" in result["reason"] and "line 2" in result["reason"]
+    # The log records the rejection and nothing else.
+    status = run_cli("status", "bad-1", "--json", env=env)
+    assert json.loads(status.stdout)["events"] == 1
+
+
+def test_task_file_missing_pieces_names_them(tmp_path: Path) -> None:
+    task = tmp_path / "incomplete.py"
+    task.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    run = run_cli(
+        "run",
+        str(task),
+        "--llm",
+        "scripted:examples/scripted/relu.yaml",
+        "--json",
+        "--out",
+        str(tmp_path / "out"),
+        env=env,
+    )
+    assert run.returncode == 2
+    reason = json.loads(run.stdout)["reason"]
+    assert "incomplete" in reason and "get_inputs" in reason and "get_init_inputs" in reason
+
+
+def test_unknown_workflow_lists_the_available_ones(tmp_path: Path) -> None:
+    run = run_cli(
+        "run",
+        "examples/tasks/relu.py",
+        "--workflow",
+        "fastest",
+        "--llm",
+        "scripted:examples/scripted/relu.yaml",
+        env=cli_env(KF_DATA_DIR=str(tmp_path)),
+    )
+    assert run.returncode == 2
+    assert "fastest" in run.stderr
+    for name in ("default", "coder_only", "conductor_connect_all", "verifier_only"):
+        assert name in run.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["run", "no/such/task.py", "--llm", "scripted:examples/scripted/relu.yaml"],
+            "no/such/task.py",
+        ),
+        (["run", "examples/tasks/relu.py", "--llm", "scripted:missing.yaml"], "missing.yaml"),
+        (["run", "examples/tasks/relu.py", "--llm", "telepathy:x"], "telepathy"),
+        (["run", "examples/tasks/relu.py"], "--llm"),
+    ],
+)
+def test_bad_invocations_say_what_is_wrong(args: list[str], message: str, tmp_path: Path) -> None:
+    run = run_cli(*args, env=cli_env(KF_DATA_DIR=str(tmp_path)))
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.fixture
+def daemon(nats_url: str):  # type: ignore[no-untyped-def]
+    bridge = Bridge(nats_url).start()
+    config = DaemonConfig(
+        llm=ScriptedProvider(EXAMPLES / "scripted" / "relu.yaml"),
+        verifier=VerifierConfig(timeout_s=120),
+        ack_wait_s=5,
+    )
+    daemon = Daemon(bridge, config).start()
+    yield bridge
+    daemon.stop()
+    bridge.stop()
+
+
+async def _request(nats_url: str, payload: bytes, subject: str = subjects.SUBMIT) -> dict:  # type: ignore[type-arg]
+    nc = await nats.connect(nats_url)
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.jetstream().publish(subject, payload, headers={subjects.REPLY_HEADER: inbox})
+        msg = await sub.next_msg(timeout=30)
+        return json.loads(msg.data)  # type: ignore[no-any-return]
+    finally:
+        await nc.close()
+
+
+def _wait_until_over(bridge: Bridge, task_id: str, timeout_s: float = 120):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = fold(task_id, bridge.call(bridge.log.read_task(task_id)).events)
+        if state.terminal is not None:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} did not finish")
+
+
+def test_malformed_command_is_answered_and_daemon_keeps_working(
+    daemon: Bridge, nats_url: str
+) -> None:
+    reply = daemon.call(_request(nats_url, b'{"kind": "submit_task", "task_sauce": 1}'))
+    assert reply["ok"] is False and "task_source" in reply["error"]
+
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+    command = SubmitTask(
+        task_id=task_id,
+        task_source=(EXAMPLES / "tasks" / "relu.py").read_text(),
+        workflow="verifier_only",
+        candidate_code="this is not python",
+    )
+    reply = daemon.call(_request(nats_url, encode(command)))
+    assert reply == {"ok": True, "task_id": task_id}
+    state = _wait_until_over(daemon, task_id)
+    assert state.finished is not None and state.finished.status == "failed"
+    assert state.verifications[0].report.verdict == "error"
+
+
+def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> None:
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+    command = SubmitTask(task_id=task_id, task_source="import torch\n", workflow="default")
+    first = daemon.call(_request(nats_url, encode(command)))
+    second = daemon.call(_request(nats_url, encode(command)))
+    assert first["ok"] is False  # rejected: no Model / get_inputs
+    assert second.get("duplicate") is True
+    assert len(daemon.call(daemon.log.read_task(task_id)).events) == 1

@@ -1,0 +1,105 @@
+"""The EventLog against a real nats-server: ordering, concurrency control, dedup."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from events import subjects
+from events.codec import encode
+from events.log import AppendConflict, EventLog, TaskHistory
+from events.model import AgentDispatched, TaskCancelled, TaskRejected
+
+
+def new_task() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def test_append_then_read_back(event_log: EventLog) -> None:
+    task = new_task()
+    history = event_log.run(
+        event_log.append(
+            TaskHistory(task),
+            [
+                TaskRejected(task_id=task, reason="first"),
+                AgentDispatched(task_id=task, agent="coder", step=1, dispatch_id=f"{task}:d1"),
+            ],
+        )
+    )
+    assert [e.seq for e in history.events] == [1, 2]
+    assert all(e.at > 0 for e in history.events)
+    read = event_log.run(event_log.read_task(task))
+    assert read == history
+    assert read.next_seq == 3
+
+
+def test_unknown_task_reads_empty(event_log: EventLog) -> None:
+    history = event_log.run(event_log.read_task(new_task()))
+    assert history.events == () and history.last_stream_seq == 0
+
+
+def test_stale_append_is_a_conflict(event_log: EventLog) -> None:
+    task = new_task()
+    stale = TaskHistory(task)
+    event_log.run(event_log.append(stale, [TaskRejected(task_id=task, reason="won")]))
+    with pytest.raises(AppendConflict):
+        event_log.run(event_log.append(stale, [TaskRejected(task_id=task, reason="lost")]))
+    events = event_log.run(event_log.read_task(task)).events
+    assert [e.reason for e in events] == ["won"]  # type: ignore[attr-defined]
+
+
+def test_appends_to_other_tasks_do_not_conflict(event_log: EventLog) -> None:
+    a, b = new_task(), new_task()
+    history_a = event_log.run(
+        event_log.append(TaskHistory(a), [TaskCancelled(task_id=a, reason="x")])
+    )
+    event_log.run(event_log.append(TaskHistory(b), [TaskCancelled(task_id=b, reason="y")]))
+    history_a = event_log.run(event_log.append(history_a, [TaskCancelled(task_id=a, reason="z")]))
+    assert [e.seq for e in history_a.events] == [1, 2]
+
+
+def test_resent_publish_is_recorded_once(event_log: EventLog) -> None:
+    """A publish re-sent with the same Nats-Msg-Id (e.g. after a lost ack) is dropped by the
+    server, and the EventLog reports it as a conflict so the caller reloads."""
+    task = new_task()
+    history = event_log.run(
+        event_log.append(TaskHistory(task), [TaskRejected(task_id=task, reason="a")])
+    )
+    original = history.events[0]
+    ack = event_log.run(
+        event_log.jetstream.publish(
+            subjects.event_subject(original),
+            encode(original),
+            headers={"Nats-Msg-Id": original.event_id},
+        )
+    )
+    assert ack.duplicate
+    fresh = TaskHistory(task, (), 0)
+    with pytest.raises(AppendConflict):
+        # Same position again, as a restarted writer that lost track would try.
+        event_log.run(event_log.append(fresh, [TaskRejected(task_id=task, reason="a")]))
+    assert len(event_log.run(event_log.read_task(task)).events) == 1
+
+
+def test_read_whole_log_from_a_position(event_log: EventLog) -> None:
+    task = new_task()
+    history = event_log.run(
+        event_log.append(
+            TaskHistory(task), [TaskCancelled(task_id=task, reason=str(i)) for i in range(5)]
+        )
+    )
+    first = history.last_stream_seq - 4
+
+    async def collect(start: int) -> list[tuple[int, str]]:
+        return [(seq, e.task_id) async for seq, e in event_log.read(start_seq=start)]
+
+    tail = event_log.run(collect(first))
+    assert [seq for seq, _ in tail][:5] == list(range(first, first + 5))
+    assert {t for _, t in tail[:5]} == {task}
+    assert all(a < b for (a, _), (b, _) in zip(tail, tail[1:], strict=False))
+
+
+def test_event_for_another_task_is_refused(event_log: EventLog) -> None:
+    with pytest.raises(ValueError, match="appended to"):
+        event_log.run(event_log.append(TaskHistory("a"), [TaskCancelled(task_id="b", reason="x")]))

@@ -1,0 +1,322 @@
+"""The verifier against the real sandbox and real (interpreted, on CPU) Triton."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
+from events.model import VerificationReport
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "examples" / "tasks"
+SCRIPTED = ROOT / "examples" / "scripted"
+EXAMPLES = ["relu", "row_softmax", "sum_rows"]
+
+QUICK = VerifierConfig(trials=1, timeout_s=60.0)
+
+RELU_TASK = (TASKS / "relu.py").read_text()
+
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def python_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a scripted LLM response (the real parser lives elsewhere)."""
+    return [m.group(1) for m in _FENCE.finditer(text)]
+
+
+def scripted(name: str) -> dict[str, list[dict[str, object]]]:
+    return yaml.safe_load((SCRIPTED / f"{name}.yaml").read_text())
+
+
+def candidate(forward_body: str, prelude: str = "") -> str:
+    """A small ModelNew for the ReLU task whose forward runs ``forward_body``."""
+    body = "\n".join("        " + line for line in forward_body.strip().splitlines())
+    return (
+        "import torch\nimport torch.nn as nn\n"
+        f"{prelude}\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "    def forward(self, x):\n"
+        f"{body}\n"
+    )
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (zombies may linger unreaped in containers)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# --------------------------------------------------------------------------- examples
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_scripted_example_is_well_formed(name: str) -> None:
+    doc = scripted(name)
+    assert len(doc["designer"]) == 1 and python_blocks(str(doc["designer"][0]["text"]))
+    assert len(doc["coder"]) == 2
+    for response in doc["coder"]:
+        assert len(python_blocks(str(response["text"]))) == 1
+    decision = json.loads(str(doc["conductor"][0]["text"]))
+    assert decision["decision"] == "coder" and decision["error_and_suggestion"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_second_coder_answer_passes(name: str) -> None:
+    code = python_blocks(str(scripted(name)["coder"][1]["text"]))[0]
+    report = verify((TASKS / f"{name}.py").read_text(), code)
+    assert report.verdict == "pass", (report.summary, report.errors)
+    assert report.trials == 3
+    assert report.backend == "triton"
+    assert report.device == detect_device()
+    assert report.max_abs_err is not None and report.max_abs_err < 1e-3
+    if report.device == "cpu":
+        assert report.speedup is None  # interpreted Triton: no timing meaning
+    assert report.duration_s > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "expect"),
+    [
+        ("relu", "differ from the reference"),
+        ("row_softmax", "differ from the reference"),
+        ("sum_rows", "shape mismatch"),
+    ],
+)
+def test_first_coder_answer_fails_with_feedback(name: str, expect: str) -> None:
+    code = python_blocks(str(scripted(name)["coder"][0]["text"]))[0]
+    report = verify((TASKS / f"{name}.py").read_text(), code)
+    assert report.verdict == "fail", (report.summary, report.errors)
+    assert expect in report.summary
+    assert report.errors
+    if expect.startswith("differ"):
+        assert report.max_abs_err is not None and report.max_abs_err > 1e-4
+        assert 1 <= len(report.mismatches) <= 5
+        assert re.match(r"output\[\d+, \d+\]: expected \S+, got \S+", report.mismatches[0])
+    else:
+        assert "(16,)" in report.summary and "(16, 1)" in report.summary
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_syntax_error_is_error_without_sandbox() -> None:
+    report = verify(RELU_TASK, "class ModelNew(nn.Module:\n    pass\n")
+    assert report.verdict == "error"
+    assert "not valid Python" in report.summary and "line 1" in report.summary
+
+
+def test_missing_modelnew_is_error() -> None:
+    report = verify(RELU_TASK, "import torch\nclass Model:\n    pass\n")
+    assert report.verdict == "error" and "ModelNew" in report.summary
+
+
+def test_bad_task_is_error() -> None:
+    report = verify("import torch\n", candidate("return x"))
+    assert report.verdict == "error"
+    assert "get_inputs" in report.summary
+
+
+def test_exception_in_forward_gives_trimmed_traceback() -> None:
+    report = verify(RELU_TASK, candidate("return helper_that_does_not_exist(x)"), config=QUICK)
+    assert report.verdict == "error"
+    assert "NameError" in report.summary
+    text = "\n".join(report.errors)
+    assert 'File "candidate.py"' in text  # paths are relative to the sandbox dir
+    assert "kf-verify-" not in text
+    assert len(report.errors) == 1
+    assert len(text.splitlines()) <= 31
+
+
+def test_triton_interpreter_error_points_at_kernel_line() -> None:
+    prelude = (
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\n"
+        "def bad_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    x = tl.load(x_ptr + offs, mask=offs < n)\n"
+        "    tl.store(y_ptr + offs, tl.maximum(x, undefined_zero), mask=offs < n)\n"
+    )
+    body = (
+        "y = torch.empty_like(x)\n"
+        "bad_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)\n"
+        "return y"
+    )
+    report = verify(RELU_TASK, candidate(body, prelude), config=QUICK)
+    assert report.verdict == "error"
+    text = "\n".join(report.errors)
+    assert "undefined_zero" in text
+    if report.device == "cpu":
+        assert "line 10, in bad_kernel" in text
+
+
+def test_wrong_shape_fails_naming_shape() -> None:
+    report = verify(RELU_TASK, candidate("return torch.relu(x)[:, :-1]"), config=QUICK)
+    assert report.verdict == "fail"
+    assert "shape" in report.summary and "(16, 1000)" in report.summary
+    assert "(16, 999)" in report.summary
+
+
+def test_wrong_dtype_fails() -> None:
+    report = verify(RELU_TASK, candidate("return torch.relu(x).double()"), config=QUICK)
+    assert report.verdict == "fail" and "dtype" in report.summary
+
+
+def test_nan_positions_must_match() -> None:
+    body = "y = torch.relu(x)\ny[0, 0] = float('nan')\nreturn y"
+    report = verify(RELU_TASK, candidate(body), config=QUICK)
+    assert report.verdict == "fail"
+    assert "NaN" in report.summary
+    assert report.mismatches[0].startswith("output[0, 0]: expected")
+
+
+def test_input_mutation_fails() -> None:
+    report = verify(RELU_TASK, candidate("x.relu_()\nreturn x"), config=QUICK)
+    assert report.verdict == "fail"
+    assert "mutation" in report.summary and "input #0" in report.summary
+
+
+def test_timeout_kills_process_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids.json"
+    body = (
+        "import json, os, subprocess\n"
+        "sleeper = subprocess.Popen(['sleep', '120'])\n"
+        f"open({str(pids)!r}, 'w').write(json.dumps([os.getpid(), sleeper.pid, os.getcwd()]))\n"
+        "while True:\n"
+        "    pass"
+    )
+    started = time.monotonic()
+    report = verify(RELU_TASK, candidate(body), config=VerifierConfig(trials=1, timeout_s=5.0))
+    elapsed = time.monotonic() - started
+    assert report.verdict == "timeout"
+    assert "5 s" in report.summary
+    assert elapsed < 15
+    child, sleeper, workdir = json.loads(pids.read_text())
+    deadline = time.monotonic() + 5
+    while (_alive(child) or _alive(sleeper)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "sandbox process survived the timeout"
+    assert not _alive(sleeper), "a process started by the candidate survived the timeout"
+    assert not Path(workdir).exists(), "sandbox temp dir was not removed"
+
+
+def test_segfault_is_error_with_stack() -> None:
+    report = verify(
+        RELU_TASK, candidate("import ctypes\nctypes.string_at(0)\nreturn x"), config=QUICK
+    )
+    assert report.verdict == "error"
+    assert "SIGSEGV" in report.summary
+    # faulthandler in the child prints where it crashed, in the sandbox-relative file.
+    assert 'File "candidate.py", line 9 in forward' in "\n".join(report.errors)
+
+
+def test_os_exit_is_error_with_output() -> None:
+    report = verify(
+        RELU_TASK, candidate("import os\nprint('debug: hello')\nos._exit(3)"), config=QUICK
+    )
+    assert report.verdict == "error"
+    assert "status 3" in report.summary
+    assert "debug: hello" in "\n".join(report.errors)
+
+
+def test_forged_result_is_rejected() -> None:
+    body = (
+        "import json, os\n"
+        "open('result.json', 'w').write(json.dumps({'verdict': 'pass', 'summary': 'ok'}))\n"
+        "os._exit(0)"
+    )
+    report = verify(RELU_TASK, candidate(body), config=QUICK)
+    assert report.verdict == "error"
+    assert "unsigned" in report.summary
+
+
+def test_output_is_bounded() -> None:
+    body = "import sys\nsys.stderr.write('x' * 1_000_000)\nsys.stderr.flush()\nos._exit(1)"
+    report = verify(
+        RELU_TASK,
+        candidate(body, "import os"),
+        config=VerifierConfig(trials=1, timeout_s=60.0, max_output_bytes=4096),
+    )
+    assert report.verdict == "error"
+    assert sum(len(e) for e in report.errors) < 20_000
+
+
+def test_memory_limit_applies() -> None:
+    if _sandbox_plan(sys.executable, detect_device(), 1024).memory_kind == "none":
+        pytest.skip("no memory limit works on this machine")
+    body = "big = torch.ones(2 * 1024**3, dtype=torch.uint8)\nreturn torch.relu(x)"
+    report = verify(
+        RELU_TASK, candidate(body), config=VerifierConfig(trials=1, timeout_s=60.0, memory_mb=1024)
+    )
+    assert report.verdict == "error", report.summary
+
+
+def test_network_is_isolated_when_possible() -> None:
+    if not _sandbox_plan(sys.executable, detect_device(), QUICK.memory_mb).prefix:
+        pytest.skip("network namespaces are not available here")
+    body = (
+        "import socket\n"
+        "names = sorted(name for _, name in socket.if_nameindex())\n"
+        "assert names == ['lo'], names\n"
+        "return torch.relu(x)"
+    )
+    report = verify(RELU_TASK, candidate(body), config=QUICK)
+    assert report.verdict == "pass", (report.summary, report.errors)
+
+
+def test_environment_is_minimal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KF_SECRET_TOKEN", "do-not-leak")
+    body = (
+        "import os\n"
+        "assert 'KF_SECRET_TOKEN' not in os.environ\n"
+        "assert os.environ['HOME'] == os.getcwd()\n"
+        "return torch.relu(x)"
+    )
+    report = verify(RELU_TASK, candidate(body), config=QUICK)
+    assert report.verdict == "pass", (report.summary, report.errors)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def test_cuda_backend_unsupported_without_gpu() -> None:
+    if detect_device() == "cuda":
+        pytest.skip("this machine has a CUDA GPU")
+    code = python_blocks(str(scripted("relu")["coder"][1]["text"]))[0]
+    report = verify(RELU_TASK, code, backend="cuda")
+    assert report.verdict == "unsupported"
+    assert report.summary == "backend 'cuda' is unsupported on this device (no CUDA GPU)"
+    assert report.backend == "cuda" and report.device == "cpu"
+
+
+def test_unknown_backend_unsupported() -> None:
+    code = python_blocks(str(scripted("relu")["coder"][1]["text"]))[0]
+    report = verify(RELU_TASK, code, backend="metal")
+    assert report.verdict == "unsupported" and "metal" in report.summary
+
+
+def test_detect_device_is_cached() -> None:
+    first = detect_device()
+    started = time.perf_counter()
+    assert detect_device() == first in ("cpu", "cuda")
+    assert time.perf_counter() - started < 0.01
+
+
+def test_report_roundtrips_msgspec() -> None:
+    import msgspec
+
+    report = verify(RELU_TASK, candidate("return torch.relu(x)"), config=QUICK)
+    assert report.verdict == "pass"
+    data = msgspec.json.encode(report)
+    assert msgspec.json.decode(data, type=VerificationReport) == report
