@@ -54,6 +54,15 @@ class DaemonConfig:
         return self.pool_sizes.get(role, default)
 
 
+@dataclass(frozen=True)
+class _Feed:
+    role: str
+    stream: str
+    durable: str
+    filters: list[str]
+    source: str
+
+
 @dataclass
 class _Pool:
     role: str
@@ -72,15 +81,52 @@ class Daemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Daemon:
-        for role in self.config.roles:
-            make = self._factory(role)
-            actors = [make() for _ in range(self.config.pool_size(role))]
-            self._pools[role] = _Pool(role, actors, asyncio.Queue())
+        for feed in self._feeds():
+            make = self._factory(feed.role)
+            actors = [make() for _ in range(self.config.pool_size(feed.role))]
+            self._pools[feed.durable] = _Pool(feed.role, actors, asyncio.Queue())
         self.bridge.call(self._start_pumps())
         log.info(
-            "daemon started: %s", ", ".join(f"{r}x{len(p.actors)}" for r, p in self._pools.items())
+            "daemon started: %s",
+            ", ".join(f"{name} x{len(p.actors)}" for name, p in self._pools.items()),
         )
         return self
+
+    def _feeds(self) -> list[_Feed]:
+        """The durable consumers this daemon reads. Each gets its own actor pool, so a
+        busy feed can never starve another of actors."""
+        feeds = []
+        for role in self.config.roles:
+            if role == CONDUCTOR_ROLE:
+                feeds.append(
+                    _Feed(
+                        role,
+                        subjects.COMMANDS_STREAM,
+                        "kf-conductor-commands",
+                        [subjects.ALL_COMMANDS],
+                        "command",
+                    )
+                )
+                feeds.append(
+                    _Feed(
+                        role,
+                        subjects.EVENTS_STREAM,
+                        "kf-conductor",
+                        subjects.decision_triggers(),
+                        "event",
+                    )
+                )
+            else:
+                feeds.append(
+                    _Feed(
+                        role,
+                        subjects.EVENTS_STREAM,
+                        f"kf-agent-{role}",
+                        [subjects.dispatches_for(role)],
+                        "event",
+                    )
+                )
+        return feeds
 
     def _factory(self, role: str) -> Callable[[], pykka.ActorRef]:  # type: ignore[type-arg]
         bridge, config = self.bridge, self.config
@@ -94,64 +140,41 @@ class Daemon:
         return lambda: LLMAgent.start(bridge, role, llm)
 
     async def _start_pumps(self) -> None:
-        for pool in self._pools.values():
+        for feed in self._feeds():
+            pool = self._pools[feed.durable]
             for actor in pool.actors:
                 pool.idle.put_nowait(actor)
-        for role, pool in self._pools.items():
-            if role == CONDUCTOR_ROLE:
-                # Commands and decision triggers share the conductor pool.
-                await self._pump(
-                    pool,
-                    subjects.COMMANDS_STREAM,
-                    "kf-conductor-commands",
-                    [subjects.ALL_COMMANDS],
-                    "command",
-                )
-                await self._pump(
-                    pool,
-                    subjects.EVENTS_STREAM,
-                    "kf-conductor",
-                    subjects.decision_triggers(),
-                    "event",
-                )
-            else:
-                await self._pump(
-                    pool,
-                    subjects.EVENTS_STREAM,
-                    f"kf-agent-{role}",
-                    [subjects.dispatches_for(role)],
-                    "event",
-                )
+            await self._pump(pool, feed)
 
-    async def _pump(
-        self, pool: _Pool, stream: str, durable: str, filters: list[str], source: str
-    ) -> None:
+    async def _pump(self, pool: _Pool, feed: _Feed) -> None:
         js = self.bridge.log.jetstream
         await js.add_consumer(
-            stream,
+            feed.stream,
             api.ConsumerConfig(
-                durable_name=durable,
-                filter_subjects=filters,
+                durable_name=feed.durable,
+                filter_subjects=feed.filters,
                 ack_policy=api.AckPolicy.EXPLICIT,
                 ack_wait=self.config.ack_wait_s,
                 deliver_policy=api.DeliverPolicy.ALL,
             ),
         )
-        sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
-        self._pumps.append(asyncio.create_task(self._run_pump(pool, sub, source), name=durable))
+        sub = await js.pull_subscribe_bind(durable=feed.durable, stream=feed.stream)
+        self._pumps.append(
+            asyncio.create_task(self._run_pump(pool, sub, feed.source), name=feed.durable)
+        )
 
     async def _run_pump(self, pool: _Pool, sub, source: str) -> None:  # type: ignore[no-untyped-def]
         while True:
             free = [await pool.idle.get()]
             while not pool.idle.empty():
                 free.append(pool.idle.get_nowait())
+            msgs: list[Msg] = []
             try:
                 msgs = await sub.fetch(batch=len(free), timeout=1.0)
             except nats.errors.TimeoutError:
-                msgs = []
-            except (nats.errors.ConnectionClosedError, nats.errors.Error) as exc:
-                log.warning("%s: fetch failed (%s); retrying", pool.role, exc)
-                msgs = []
+                pass  # nothing to do right now
+            except Exception as exc:  # NATS restarting or unreachable: keep the pump alive
+                log.warning("%s: fetch failed (%r); retrying", pool.role, exc)
                 await asyncio.sleep(0.5)
             for msg, actor in zip(msgs, free, strict=False):
                 self._hand_over(pool, actor, msg, source)

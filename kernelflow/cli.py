@@ -8,6 +8,7 @@ rejected); 3 the wait timed out; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import logging
@@ -20,6 +21,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import nats.errors
 
 from actors.bridge import Bridge
 from actors.daemon import DEFAULT_ROLES, Daemon, DaemonConfig
@@ -41,6 +44,10 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+class WaitTimeout(Exception):
+    """The task did not finish within the user's --timeout: exit code 3."""
 
 
 # --------------------------------------------------------------------------- wiring
@@ -112,10 +119,20 @@ def follow_task(
     inbox: queue.Queue[Event] = queue.Queue()
 
     async def tail() -> None:
-        async for _, event in bridge.log.read(subject=subjects.task_events(task_id), follow=True):
-            inbox.put(event)
-            if isinstance(event, TERMINAL_EVENTS):
-                return
+        position = 1
+        while True:
+            try:
+                async for seq, event in bridge.log.read(
+                    start_seq=position, subject=subjects.task_events(task_id), follow=True
+                ):
+                    position = seq + 1
+                    inbox.put(event)
+                    if isinstance(event, TERMINAL_EVENTS):
+                        return
+            except (nats.errors.Error, TimeoutError) as exc:
+                # A slow or restarting server: pick up again where we were.
+                logging.getLogger("kernelflow.cli").warning("following %s: %r", task_id, exc)
+                await asyncio.sleep(0.5)
 
     pump = bridge.spawn(tail())
     state = TaskState(task_id)
@@ -124,7 +141,7 @@ def follow_task(
         while state.terminal is None:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
-                raise TimeoutError(f"task {task_id} did not finish within {timeout_s:g}s")
+                raise WaitTimeout(f"task {task_id} did not finish within {timeout_s:g}s")
             try:
                 event = inbox.get(timeout=min(wait, 0.5) if wait is not None else 0.5)
             except queue.Empty:
@@ -391,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SettingsError, NatsServerError) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except TimeoutError as exc:
+    except WaitTimeout as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT
     except KeyboardInterrupt:

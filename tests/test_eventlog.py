@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
@@ -97,7 +98,7 @@ def test_read_whole_log_from_a_position(event_log: EventLog) -> None:
     tail = event_log.run(collect(first))
     assert [seq for seq, _ in tail][:5] == list(range(first, first + 5))
     assert {t for _, t in tail[:5]} == {task}
-    assert all(a < b for (a, _), (b, _) in zip(tail, tail[1:], strict=False))
+    assert all(a < b for (a, _), (b, _) in itertools.pairwise(tail))
 
 
 def test_event_for_another_task_is_refused(event_log: EventLog) -> None:
