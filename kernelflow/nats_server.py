@@ -5,15 +5,20 @@ runs, so the embedded path and a cluster exercise the same code.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlparse
 
 
 class NatsServerError(RuntimeError):
@@ -62,7 +67,12 @@ class EmbeddedNats:
         jetstream = {"store_dir": str(self.data_dir / "jetstream")}
         if self.sync_interval:
             jetstream["sync_interval"] = self.sync_interval
-        config.write_text(f"listen: 127.0.0.1:-1\njetstream: {json.dumps(jetstream)}\n")
+        config.write_text(
+            "listen: 127.0.0.1:-1\n"
+            # LLM prompts and kernels travel inside events; the default 1 MB is tight.
+            "max_payload: 8MB\n"
+            f"jetstream: {json.dumps(jetstream)}\n"
+        )
         log_path = Path(self._runtime_dir) / "nats-server.log"
         with log_path.open("wb") as log:
             self._proc = subprocess.Popen(
@@ -138,3 +148,35 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterator[str]:
+    """The embedded server for ``data_dir``: the one another kernelflow process already
+    runs there (so ``kernelflow submit`` reaches a ``kernelflow daemon`` started without a
+    URL), or a new one that lives as long as the block."""
+    marker = Path(data_dir) / "server.json"
+    running = _running_server(marker)
+    if running is not None:
+        yield running
+        return
+    with EmbeddedNats(data_dir, sync_interval=sync_interval) as server:
+        marker.write_text(json.dumps({"url": server.url, "pid": server.pid}))
+        try:
+            yield server.url
+        finally:
+            with contextlib.suppress(OSError):
+                if json.loads(marker.read_text()).get("pid") == server.pid:
+                    marker.unlink()
+
+
+def _running_server(marker: Path) -> str | None:
+    try:
+        info = json.loads(marker.read_text())
+        url, pid = str(info["url"]), int(info["pid"])
+        os.kill(pid, 0)
+        address = urlparse(url)
+        with socket.create_connection((address.hostname, address.port), timeout=1.0):
+            return url
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no marker, a stale one, or a server that is gone

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.nats_server import embedded_nats
 
 
 class SettingsError(ValueError):
@@ -60,10 +60,10 @@ class Settings:
 
     @contextlib.contextmanager
     def nats(self) -> Iterator[str]:
-        """Yield the URL of the NATS to use: the configured one, or an embedded server
-        that lives for the duration of the block."""
+        """Yield the URL of the NATS to use: the configured one, or the embedded server
+        of ``data_dir`` (shared with other kernelflow processes using the same dir)."""
         if self.nats_url:
             yield self.nats_url
             return
-        with EmbeddedNats(self.nats_store, sync_interval=self.sync_interval) as server:
-            yield server.url
+        with embedded_nats(self.nats_store, sync_interval=self.sync_interval) as url:
+            yield url

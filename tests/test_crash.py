@@ -107,8 +107,9 @@ def test_killed_daemon_is_replaced_and_task_completes(
     daemon_log = tmp_path / "daemon.log"
     first = start_daemon(private_nats, slow_script, daemon_log)
     try:
-        submit = run_cli("submit", "examples/tasks/relu.py", "--nats-url", private_nats,
-                         "--task-id", task_id)
+        submit = run_cli(
+            "submit", "examples/tasks/relu.py", "--nats-url", private_nats, "--task-id", task_id
+        )
         assert submit.returncode == 0, submit.stderr
 
         def agent_busy(events: list[Event]) -> bool:

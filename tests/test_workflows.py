@@ -1,0 +1,215 @@
+"""Workflow files, their validation, the routing rules and the output parsers (all pure)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workflows.loader import WorkflowError, available_workflows, load_workflow, parse_workflow
+from workflows.model import FINISH, AgentSpec, OutputField
+from workflows.parsing import ParseError, parse_output
+from workflows.rules import (
+    Outcome,
+    illegal_agents,
+    read_llm_decision,
+    route,
+    sequence_repeats,
+)
+
+
+def test_the_four_predefined_workflows_load() -> None:
+    assert available_workflows() == [
+        "coder_only",
+        "conductor_connect_all",
+        "default",
+        "verifier_only",
+    ]
+    default, _ = load_workflow("default")
+    assert default.start_agent == "designer" and default.max_step == 20
+    assert default.agents["verifier"].possible_next == ("finish", "coder")
+    assert default.mandatory_llm_analysis == {"verifier"}
+    connect_all, _ = load_workflow("conductor_connect_all")
+    assert connect_all.single_agent_limit("coder") == 2
+    assert connect_all.single_agent_limit("verifier") == 3  # the default when unset
+    assert connect_all.sequences[0].pattern == ("coder", "verifier")
+
+
+VALID = """
+agent_info:
+  coder:
+    possible_next_agent: [verifier]
+    output_format:
+      parser_name: p
+      parser_definition:
+        output_fields:
+          code: {field_type: str, mandatory: true}
+  verifier:
+    possible_next_agent: [finish, coder]
+start_agent: coder
+limitation_info:
+  required: {max_step: 5}
+"""
+
+
+@pytest.mark.parametrize(
+    "change, path, problem",
+    [
+        (("start_agent: coder", "start_agent: designer"), "start_agent", "not defined"),
+        (("[finish, coder]", "[finish, coderr]"), "possible_next_agent[1]", "unknown agent"),
+        (("max_step: 5", "max_step: -1"), "limitation_info.required.max_step", "positive"),
+        (("required: {max_step: 5}", "required: {}"), "max_step", "missing"),
+        (("field_type: str", "field_type: string"), "field_type", "unknown type"),
+        (("start_agent: coder\n", ""), "start_agent", "missing"),
+        (
+            (
+                "    possible_next_agent: [verifier]\n    output_format:",
+                "    possible_next_agent: [verifier]\n    output_formatx:",
+            ),
+            "agent_info.coder.output_format",
+            "missing",
+        ),
+    ],
+)
+def test_validation_names_the_key_path(change: tuple[str, str], path: str, problem: str) -> None:
+    with pytest.raises(WorkflowError) as err:
+        parse_workflow(VALID.replace(*change), "custom", source="custom.yaml")
+    message = str(err.value)
+    assert message.startswith("custom.yaml: ") and path in message and problem in message
+
+
+def test_sequence_naming_an_unknown_agent_is_refused() -> None:
+    text = VALID + (
+        "  optional:\n    repeat_limits:\n      sequences:\n"
+        "        loop: {pattern: [coder, tester], max_repeats: 2}\n"
+    )
+    with pytest.raises(WorkflowError, match=r"sequences\.loop\.pattern\[1\]: unknown agent"):
+        parse_workflow(text, "custom")
+
+
+def test_not_yaml_is_refused() -> None:
+    with pytest.raises(WorkflowError, match="not valid YAML"):
+        parse_workflow("agent_info: [", "broken")
+
+
+def test_routing_of_the_default_workflow() -> None:
+    wf, _ = load_workflow("default")
+    after_designer = route(wf, ["designer"], Outcome("designer"))
+    assert (after_designer.action, after_designer.chosen) == ("run", "coder")
+    passed = route(
+        wf, ["designer", "coder", "verifier"], Outcome("verifier", verification_passed=True)
+    )
+    assert (passed.action, passed.chosen) == ("finish", FINISH)
+    failed = route(
+        wf, ["designer", "coder", "verifier"], Outcome("verifier", verification_passed=False)
+    )
+    # finish is removed after a failure; verifier is under mandatory analysis.
+    assert failed.action == "ask_llm" and failed.options == ("coder",)
+
+
+def test_parse_failure_retries_only_an_agent_that_may_follow_itself() -> None:
+    connect_all, _ = load_workflow("conductor_connect_all")
+    retry = route(connect_all, ["designer", "coder"], Outcome("coder", parse_failed=True))
+    assert (retry.mode, retry.chosen) == ("retry", "coder")
+    # Twice in a row is coder's limit there: no third run, even to retry a parse failure.
+    limited = route(
+        connect_all, ["designer", "coder", "coder"], Outcome("coder", parse_failed=True)
+    )
+    assert limited.chosen != "coder" and "coder" not in limited.options
+    default, _ = load_workflow("default")
+    no_self = route(default, ["designer", "coder"], Outcome("coder", parse_failed=True))
+    assert (no_self.mode, no_self.chosen) == ("auto", "verifier")
+
+
+def test_limits_make_agents_illegal() -> None:
+    wf, _ = load_workflow("conductor_connect_all")
+    history = ["designer", "coder", "verifier", "coder", "verifier", "coder", "verifier"]
+    assert sequence_repeats(history, ("coder", "verifier")) == 3
+    assert "coder" in illegal_agents(wf, history)
+    assert set(illegal_agents(wf, ["coder"] * wf.max_step)) == set(wf.agents)
+    end = route(wf, ["designer"] * 9 + ["verifier"], Outcome("verifier", verification_passed=False))
+    assert end.action == "finish" and end.mode == "limit" and "max_step" in end.reason
+
+
+def test_agent_failure_ends_the_task() -> None:
+    wf, _ = load_workflow("default")
+    assert route(wf, ["designer"], Outcome("designer", agent_failed=True)).action == "finish"
+
+
+@given(
+    st.lists(st.sampled_from(["designer", "coder", "verifier"]), min_size=1, max_size=30),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_routed_agent_never_breaks_a_limit(
+    history: list[str], parse_failed: bool, passed: bool
+) -> None:
+    wf, _ = load_workflow("conductor_connect_all")
+    last = history[-1]
+    r = route(wf, history, Outcome(last, parse_failed=parse_failed, verification_passed=passed))
+    if r.action == "run":
+        assert r.chosen is not None
+        nxt = [*history, r.chosen]
+        assert len(nxt) <= wf.max_step
+        assert r.chosen not in illegal_agents(wf, history)
+    for option in r.options:
+        assert option == FINISH or option in wf.agents[last].possible_next
+
+
+@pytest.mark.parametrize(
+    "text, chosen, valid",
+    [
+        ('{"decision": "Coder", "error_and_suggestion": "mask the tail"}', "coder", True),
+        (
+            'Sure!\n```json\n{"decision": "designer", "error_and_suggestion": ""}\n```',
+            "designer",
+            True,
+        ),
+        ('{"decision": "deploy"}', "coder", False),
+        ("I think the coder should go next", "coder", False),
+    ],
+)
+def test_llm_decisions_are_validated_with_a_safe_fallback(
+    text: str, chosen: str, valid: bool
+) -> None:
+    decision = read_llm_decision(("coder", "designer"), text)
+    assert (decision.chosen, decision.valid) == (chosen, valid)
+
+
+CODE_ONLY = AgentSpec("coder", ("verifier",), "p", (OutputField("code", "str", True),))
+
+
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ('{"code": "x = 1"}', "x = 1"),
+        ('Here:\n```json\n{"code": "y = 2"}\n```', "y = 2"),
+        ("Plan first.\n```python\nz = 3\n```\n", "z = 3\n"),
+        ("<code>\nw = 4\n</code>", "w = 4"),
+        ("draft:\n```python\nold\n```\nfinal:\n```python\nnew\n```", "new\n"),
+    ],
+)
+def test_output_parser_accepts_the_documented_shapes(text: str, code: str) -> None:
+    assert parse_output(CODE_ONLY, text) == {"code": code}
+
+
+@pytest.mark.parametrize(
+    "spec, text, reason",
+    [
+        (CODE_ONLY, "I could not do it.", "no output found"),
+        (CODE_ONLY, '{"code": 5}', "must be str"),
+        (CODE_ONLY, '{"code": "  "}', "is empty"),
+        (
+            AgentSpec(
+                "a", (), "p", (OutputField("code", "str", True), OutputField("n", "int", True))
+            ),
+            '{"code": "x"}',
+            "'n' is missing",
+        ),
+    ],
+)
+def test_output_parser_says_precisely_what_is_wrong(
+    spec: AgentSpec, text: str, reason: str
+) -> None:
+    with pytest.raises(ParseError, match=reason):
+        parse_output(spec, text)
