@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -209,6 +210,33 @@ def test_timeout_kills_process_group(tmp_path: Path) -> None:
     assert not _alive(child), "sandbox process survived the timeout"
     assert not _alive(sleeper), "a process started by the candidate survived the timeout"
     assert not Path(workdir).exists(), "sandbox temp dir was not removed"
+
+
+def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
+    """SIGKILL leaves no chance to kill the sandbox: the kernel must do it (PDEATHSIG)."""
+    pids = tmp_path / "pid"
+    body = f"import os\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\nwhile True:\n    pass"
+    script = (
+        "import sys\n"
+        "from actors.verifier.engine import VerifierConfig, verify\n"
+        f"config = VerifierConfig(trials=1, timeout_s=300)\n"
+        f"verify(sys.stdin.read(), {candidate(body)!r}, config=config)\n"
+    )
+    daemon = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
+    assert daemon.stdin is not None
+    daemon.stdin.write(RELU_TASK)
+    daemon.stdin.close()
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids.exists(), "the candidate never ran"
+    child = int(pids.read_text())
+    daemon.kill()
+    daemon.wait()
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the sandbox outlived the daemon that started it"
 
 
 def test_segfault_is_error_with_stack() -> None:

@@ -24,6 +24,7 @@ import math
 import os
 import random
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -59,6 +60,7 @@ def apply_limits(memory_kind: str, memory_mb: int) -> None:
     interpreter), "data" (RLIMIT_DATA: CUDA reserves terabytes of virtual address space,
     which RLIMIT_AS would refuse, but its reservations are not counted as data) or "none".
     """
+    die_with_parent()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     if memory_kind != "none" and memory_mb > 0:
@@ -68,6 +70,21 @@ def apply_limits(memory_kind: str, memory_mb: int) -> None:
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
         resource.setrlimit(which, (limit, limit))
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the daemon that started it dies: the
+    daemon's timeout is what bounds a candidate, so an orphan must not outlive it."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the daemon's process-group kill is the only guard
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def probe(device: str, memory_kind: str, memory_mb: int) -> int:
