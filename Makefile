@@ -22,6 +22,7 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy kernelflow events actors projections workflows
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/append_throughput.py

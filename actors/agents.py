@@ -68,9 +68,20 @@ class LLMAgent(Worker):
                 )
             return llm_called(request, response, dispatch_id=d.dispatch_id, cause=d.event.event_id)
         call = d.llm_calls[-1]
-        common = {"task_id": state.task_id, "cause": call.event_id, "agent": self.agent}
         try:
             fields = parse_output(workflow.agents[self.agent], call.response_text)
         except ParseError as exc:
-            return ParseFailed(**common, dispatch_id=d.dispatch_id, reason=str(exc))
-        return OutputParsed(**common, dispatch_id=d.dispatch_id, fields=fields)
+            return ParseFailed(
+                task_id=state.task_id,
+                cause=call.event_id,
+                agent=self.agent,
+                dispatch_id=d.dispatch_id,
+                reason=str(exc),
+            )
+        return OutputParsed(
+            task_id=state.task_id,
+            cause=call.event_id,
+            agent=self.agent,
+            dispatch_id=d.dispatch_id,
+            fields=fields,
+        )

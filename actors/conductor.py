@@ -73,6 +73,7 @@ class Conductor(Worker):
         if history.events:
             self.reply(job, {"ok": True, "task_id": task_id, "duplicate": True})
             return
+        event: TaskSubmitted | TaskRejected
         try:
             event = self.accepted(task_id, command, job)
             reply = {"ok": True, "task_id": task_id}

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats.errors
 import pykka
 from nats.aio.msg import Msg
-from nats.js import api
+from nats.js import JetStreamContext, api
 
 from actors.agents import LLMAgent
 from actors.bridge import Bridge
@@ -27,11 +29,12 @@ from actors.conductor import Conductor
 from actors.llm.base import LLMProvider
 from actors.verifier.actor import Verifier
 from actors.verifier.engine import VerifierConfig
-from actors.worker import Delivery, Job, Settlement
+from actors.worker import Delivery, Job, Settlement, Source
 from events import subjects
 from workflows.model import VERIFIER
 
 log = logging.getLogger("kernelflow.daemon")
+ActorRef = pykka.ActorRef[Any]  # refs are invariant in the actor type; pools mix kinds
 
 CONDUCTOR_ROLE = "conductor"
 DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
@@ -47,6 +50,8 @@ class DaemonConfig:
     # "in progress" heartbeats, so this can be short.
     ack_wait_s: float = 30.0
     llm: LLMProvider | None = None
+    # How long stop() lets actors finish the job they hold.
+    stop_timeout_s: float = 30.0
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
 
     def pool_size(self, role: str) -> int:
@@ -60,14 +65,14 @@ class _Feed:
     stream: str
     durable: str
     filters: list[str]
-    source: str
+    source: Source
 
 
 @dataclass
 class _Pool:
     role: str
-    actors: list[pykka.ActorRef]  # type: ignore[type-arg]
-    idle: asyncio.Queue  # type: ignore[type-arg]
+    actors: list[ActorRef]
+    idle: asyncio.Queue[ActorRef]
 
 
 class Daemon:
@@ -128,7 +133,7 @@ class Daemon:
                 )
         return feeds
 
-    def _factory(self, role: str) -> Callable[[], pykka.ActorRef]:  # type: ignore[type-arg]
+    def _factory(self, role: str) -> Callable[[], ActorRef]:
         bridge, config = self.bridge, self.config
         if role == CONDUCTOR_ROLE:
             return lambda: Conductor.start(bridge, config.llm)
@@ -163,7 +168,9 @@ class Daemon:
             asyncio.create_task(self._run_pump(pool, sub, feed.source), name=feed.durable)
         )
 
-    async def _run_pump(self, pool: _Pool, sub, source: str) -> None:  # type: ignore[no-untyped-def]
+    async def _run_pump(
+        self, pool: _Pool, sub: JetStreamContext.PullSubscription, source: Source
+    ) -> None:
         while True:
             free = [await pool.idle.get()]
             while not pool.idle.empty():
@@ -181,9 +188,9 @@ class Daemon:
             for actor in free[len(msgs) :]:
                 pool.idle.put_nowait(actor)
 
-    def _hand_over(self, pool: _Pool, actor, msg: Msg, source: str) -> None:  # type: ignore[no-untyped-def]
+    def _hand_over(self, pool: _Pool, actor: ActorRef, msg: Msg, source: Source) -> None:
         job = Job(
-            source=source,  # type: ignore[arg-type]
+            source=source,
             subject=msg.subject,
             data=msg.data,
             headers=dict(msg.headers or {}),
@@ -208,8 +215,8 @@ class Daemon:
                 await msg.in_progress()
 
     async def _settle(
-        self, pool: _Pool, actor, msg: Msg, heartbeat: asyncio.Task[None], how: Settlement
-    ) -> None:  # type: ignore[no-untyped-def]
+        self, pool: _Pool, actor: ActorRef, msg: Msg, heartbeat: asyncio.Task[None], how: Settlement
+    ) -> None:
         heartbeat.cancel()
         self._heartbeats.discard(heartbeat)
         try:
@@ -231,8 +238,13 @@ class Daemon:
 
         with contextlib.suppress(Exception):
             self.bridge.call(halt_pumps(), timeout=10)
-        for pool in self._pools.values():
-            for actor in pool.actors:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    actor.stop(block=True, timeout=30)
+        # Actors finish the job they hold (bounded by a deadline); what they cannot finish
+        # stays unacked and is redelivered, which the log makes safe.
+        stopping = [
+            actor.stop(block=False) for pool in self._pools.values() for actor in pool.actors
+        ]
+        deadline = time.monotonic() + self.config.stop_timeout_s
+        for future in stopping:
+            with contextlib.suppress(Exception):
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
         log.info("daemon stopped")

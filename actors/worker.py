@@ -20,13 +20,15 @@ from workflows.model import Workflow
 # How the pump settles a message once an actor is done with it: ack (done, whatever the
 # outcome), nak (could not finish: deliver again later).
 Settlement = Literal["ack", "nak"]
+# Which stream a job came from: publishers' commands or the event log.
+Source = Literal["command", "event"]
 
 
 @dataclass(frozen=True)
 class Job:
     """One message taken from a durable consumer, as data an actor thread may hold."""
 
-    source: Literal["command", "event"]
+    source: Source
     subject: str
     data: bytes
     headers: dict[str, str]
@@ -44,6 +46,8 @@ class Worker(pykka.ThreadingActor):
     """Base actor: handles one job at a time and always settles it, even on a bug."""
 
     role = "worker"
+    # A job that outlives stop() must not keep the process alive: it is redelivered.
+    use_daemon_thread = True
 
     def __init__(self, bridge: Bridge) -> None:
         super().__init__()

@@ -24,20 +24,20 @@ def encode(message: Event | Command | msgspec.Struct) -> bytes:
 
 def decode_event(data: bytes) -> Event:
     try:
-        return _event_decoder.decode(data)  # type: ignore[no-any-return]
+        return _event_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not a kernelflow event: {exc}") from exc
 
 
 def decode_command(data: bytes) -> Command:
     try:
-        return _command_decoder.decode(data)  # type: ignore[no-any-return]
+        return _command_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not a kernelflow command: {exc}") from exc
 
 
 def to_builtins(message: msgspec.Struct) -> dict[str, Any]:
-    return msgspec.to_builtins(message)  # type: ignore[no-any-return]
+    return msgspec.to_builtins(message)
 
 
 def json_schema(*, events: bool = False) -> dict[str, Any]:

@@ -202,7 +202,7 @@ class EventLog:
                 inactive_threshold=30.0,
             ),
         )
-        remaining = info.num_pending
+        remaining = info.num_pending or 0
         sub = await self._js.pull_subscribe_bind(consumer=info.name, stream=subjects.EVENTS_STREAM)
         try:
             while follow or remaining > 0:

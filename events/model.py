@@ -36,7 +36,7 @@ class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     v: int = SCHEMA_VERSION
 
 
-class SubmitTask(Command, tag="submit_task", kw_only=True):
+class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     """Submit a reference PyTorch model (KernelBench format) to be turned into a kernel.
 
     ``task_id`` is optional: a publisher that sets it can watch ``kf.ev.<task_id>.>`` right
@@ -57,7 +57,7 @@ class SubmitTask(Command, tag="submit_task", kw_only=True):
     metadata: dict[str, str] = {}
 
 
-class CancelTask(Command, tag="cancel_task", kw_only=True):
+class CancelTask(Command, tag="cancel_task", frozen=True, kw_only=True):
     task_id: TaskId
     reason: str = "cancelled by user"
 
@@ -119,7 +119,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
         return type(self).__struct_config__.tag  # type: ignore[return-value]
 
 
-class TaskSubmitted(Event, tag="task_submitted", kw_only=True):
+class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     task_name: str
     task_source: str
     workflow_name: str
@@ -131,16 +131,16 @@ class TaskSubmitted(Event, tag="task_submitted", kw_only=True):
     metadata: dict[str, str] = {}
 
 
-class TaskRejected(Event, tag="task_rejected", kw_only=True):
+class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):
     reason: str
     task_name: str = ""
 
 
-class TaskCancelled(Event, tag="task_cancelled", kw_only=True):
+class TaskCancelled(Event, tag="task_cancelled", frozen=True, kw_only=True):
     reason: str
 
 
-class TaskFinished(Event, tag="task_finished", kw_only=True):
+class TaskFinished(Event, tag="task_finished", frozen=True, kw_only=True):
     status: TaskStatus
     reason: str
     final_code: str | None = None
@@ -148,7 +148,7 @@ class TaskFinished(Event, tag="task_finished", kw_only=True):
     speedup: float | None = None
 
 
-class AgentDispatched(Event, tag="agent_dispatched", kw_only=True):
+class AgentDispatched(Event, tag="agent_dispatched", frozen=True, kw_only=True):
     """Work for an agent. Agents consume these from the log; the id is ``dispatch_id``."""
 
     agent: str
@@ -157,7 +157,7 @@ class AgentDispatched(Event, tag="agent_dispatched", kw_only=True):
     suggestion: str = ""
 
 
-class LLMCalled(Event, tag="llm_called", kw_only=True):
+class LLMCalled(Event, tag="llm_called", frozen=True, kw_only=True):
     agent: str
     dispatch_id: str
     provider: str
@@ -172,19 +172,19 @@ class LLMCalled(Event, tag="llm_called", kw_only=True):
     logprobs: list[float] | None = None
 
 
-class OutputParsed(Event, tag="output_parsed", kw_only=True):
+class OutputParsed(Event, tag="output_parsed", frozen=True, kw_only=True):
     agent: str
     dispatch_id: str
     fields: dict[str, Any]
 
 
-class ParseFailed(Event, tag="parse_failed", kw_only=True):
+class ParseFailed(Event, tag="parse_failed", frozen=True, kw_only=True):
     agent: str
     dispatch_id: str
     reason: str
 
 
-class AgentFailed(Event, tag="agent_failed", kw_only=True):
+class AgentFailed(Event, tag="agent_failed", frozen=True, kw_only=True):
     """The agent could not do its work (provider down, scripted responses exhausted...)."""
 
     agent: str
@@ -192,14 +192,14 @@ class AgentFailed(Event, tag="agent_failed", kw_only=True):
     error: str
 
 
-class VerificationCompleted(Event, tag="verification_completed", kw_only=True):
+class VerificationCompleted(Event, tag="verification_completed", frozen=True, kw_only=True):
     agent: str
     dispatch_id: str
     code: str
     report: VerificationReport
 
 
-class ConductorDecided(Event, tag="conductor_decided", kw_only=True):
+class ConductorDecided(Event, tag="conductor_decided", frozen=True, kw_only=True):
     after_agent: str
     options: list[str]
     mode: DecisionMode
@@ -222,8 +222,8 @@ AnyEvent = (
     | ConductorDecided
 )
 
-EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
-COMMAND_TYPES: tuple[type[Command], ...] = AnyCommand.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
+COMMAND_TYPES: tuple[type[Command], ...] = AnyCommand.__args__
 
 # Events after which the conductor must decide what happens next.
 DECISION_TRIGGERS: tuple[type[Event], ...] = (

@@ -158,8 +158,8 @@ def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
             last_action[e.dispatch_id] = step
             t.add_step(step)
         elif isinstance(e, OutputParsed):
-            if (step := last_action.get(e.dispatch_id)) is not None:
-                step.tool_args = dict(e.fields)
+            if (acted := last_action.get(e.dispatch_id)) is not None:
+                acted.tool_args = dict(e.fields)
         elif isinstance(e, ParseFailed | AgentFailed):
             reason = e.reason if isinstance(e, ParseFailed) else e.error
             t.add_step(

@@ -50,7 +50,7 @@ def parse_output(spec: AgentSpec, text: str) -> dict[str, Any]:
         wanted = _TYPES[f.field_type]
         if not isinstance(value, wanted) or (f.field_type in ("int", "float") and value is True):
             raise ParseError(f"field {f.name!r} must be {f.field_type}, got {type(value).__name__}")
-        if f.mandatory and f.field_type == "str" and not value.strip():
+        if f.mandatory and isinstance(value, str) and not value.strip():
             raise ParseError(f"mandatory field {f.name!r} is empty")
         fields[f.name] = value
     return fields
