@@ -22,6 +22,7 @@ from events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
+from projections.counters import repeat_counters
 from projections.task_state import CONDUCTOR, TaskState
 from workflows.model import FINISH, Workflow
 from workflows.rules import Outcome, Route, read_llm_decision, route
@@ -65,7 +66,8 @@ def outcome_of(state: TaskState) -> Outcome:
 
 
 def current_route(state: TaskState, workflow: Workflow) -> Route:
-    return route(workflow, state.history, outcome_of(state))
+    counters = repeat_counters(state.history, workflow.sequence_patterns)
+    return route(workflow, counters, outcome_of(state))
 
 
 def plan_next(state: TaskState, workflow: Workflow) -> Plan:

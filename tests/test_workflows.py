@@ -6,16 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from projections.counters import repeat_counters
 from workflows.loader import WorkflowError, available_workflows, load_workflow, parse_workflow
-from workflows.model import FINISH, AgentSpec, OutputField
+from workflows.model import FINISH, AgentSpec, OutputField, Workflow
 from workflows.parsing import ParseError, parse_output
-from workflows.rules import (
-    Outcome,
-    illegal_agents,
-    read_llm_decision,
-    route,
-    sequence_repeats,
-)
+from workflows.rules import Outcome, illegal_agents, read_llm_decision, route
+
+
+def counted(wf: Workflow, history: list[str]):  # type: ignore[no-untyped-def]
+    return repeat_counters(history, wf.sequence_patterns)
 
 
 def test_the_four_predefined_workflows_load() -> None:
@@ -94,14 +93,18 @@ def test_not_yaml_is_refused() -> None:
 
 def test_routing_of_the_default_workflow() -> None:
     wf, _ = load_workflow("default")
-    after_designer = route(wf, ["designer"], Outcome("designer"))
+    after_designer = route(wf, counted(wf, ["designer"]), Outcome("designer"))
     assert (after_designer.action, after_designer.chosen) == ("run", "coder")
     passed = route(
-        wf, ["designer", "coder", "verifier"], Outcome("verifier", verification_passed=True)
+        wf,
+        counted(wf, ["designer", "coder", "verifier"]),
+        Outcome("verifier", verification_passed=True),
     )
     assert (passed.action, passed.chosen) == ("finish", FINISH)
     failed = route(
-        wf, ["designer", "coder", "verifier"], Outcome("verifier", verification_passed=False)
+        wf,
+        counted(wf, ["designer", "coder", "verifier"]),
+        Outcome("verifier", verification_passed=False),
     )
     # finish is removed after a failure; verifier is under mandatory analysis.
     assert failed.action == "ask_llm" and failed.options == ("coder",)
@@ -109,31 +112,46 @@ def test_routing_of_the_default_workflow() -> None:
 
 def test_parse_failure_retries_only_an_agent_that_may_follow_itself() -> None:
     connect_all, _ = load_workflow("conductor_connect_all")
-    retry = route(connect_all, ["designer", "coder"], Outcome("coder", parse_failed=True))
+    retry = route(
+        connect_all,
+        counted(connect_all, ["designer", "coder"]),
+        Outcome("coder", parse_failed=True),
+    )
     assert (retry.mode, retry.chosen) == ("retry", "coder")
     # Twice in a row is coder's limit there: no third run, even to retry a parse failure.
     limited = route(
-        connect_all, ["designer", "coder", "coder"], Outcome("coder", parse_failed=True)
+        connect_all,
+        counted(connect_all, ["designer", "coder", "coder"]),
+        Outcome("coder", parse_failed=True),
     )
     assert limited.chosen != "coder" and "coder" not in limited.options
     default, _ = load_workflow("default")
-    no_self = route(default, ["designer", "coder"], Outcome("coder", parse_failed=True))
+    no_self = route(
+        default, counted(default, ["designer", "coder"]), Outcome("coder", parse_failed=True)
+    )
     assert (no_self.mode, no_self.chosen) == ("auto", "verifier")
 
 
 def test_limits_make_agents_illegal() -> None:
     wf, _ = load_workflow("conductor_connect_all")
     history = ["designer", "coder", "verifier", "coder", "verifier", "coder", "verifier"]
-    assert sequence_repeats(history, ("coder", "verifier")) == 3
-    assert "coder" in illegal_agents(wf, history)
-    assert set(illegal_agents(wf, ["coder"] * wf.max_step)) == set(wf.agents)
-    end = route(wf, ["designer"] * 9 + ["verifier"], Outcome("verifier", verification_passed=False))
+    assert counted(wf, history).sequence_repeats("coder_verifier") == 3
+    assert "coder" in illegal_agents(wf, counted(wf, history))
+    assert set(illegal_agents(wf, counted(wf, ["coder"] * wf.max_step))) == set(wf.agents)
+    end = route(
+        wf,
+        counted(wf, ["designer"] * 9 + ["verifier"]),
+        Outcome("verifier", verification_passed=False),
+    )
     assert end.action == "finish" and end.mode == "limit" and "max_step" in end.reason
 
 
 def test_agent_failure_ends_the_task() -> None:
     wf, _ = load_workflow("default")
-    assert route(wf, ["designer"], Outcome("designer", agent_failed=True)).action == "finish"
+    assert (
+        route(wf, counted(wf, ["designer"]), Outcome("designer", agent_failed=True)).action
+        == "finish"
+    )
 
 
 @given(
@@ -146,12 +164,16 @@ def test_a_routed_agent_never_breaks_a_limit(
 ) -> None:
     wf, _ = load_workflow("conductor_connect_all")
     last = history[-1]
-    r = route(wf, history, Outcome(last, parse_failed=parse_failed, verification_passed=passed))
+    r = route(
+        wf,
+        counted(wf, history),
+        Outcome(last, parse_failed=parse_failed, verification_passed=passed),
+    )
     if r.action == "run":
         assert r.chosen is not None
         nxt = [*history, r.chosen]
         assert len(nxt) <= wf.max_step
-        assert r.chosen not in illegal_agents(wf, history)
+        assert r.chosen not in illegal_agents(wf, counted(wf, history))
     for option in r.options:
         assert option == FINISH or option in wf.agents[last].possible_next
 

@@ -42,5 +42,9 @@ class Workflow:
     single_agent_limits: dict[str, int] = field(default_factory=dict)
     sequences: tuple[SequenceLimit, ...] = ()
 
+    @property
+    def sequence_patterns(self) -> dict[str, tuple[str, ...]]:
+        return {s.name: s.pattern for s in self.sequences}
+
     def single_agent_limit(self, agent: str) -> int:
         return self.single_agent_limits.get(agent, DEFAULT_SINGLE_AGENT_LIMIT)

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from workflows.model import FINISH, VERIFIER, Workflow
 
@@ -41,38 +41,28 @@ class Route:
     reason: str
 
 
-def consecutive_runs(history: Sequence[str], agent: str) -> int:
-    """How many times ``agent`` ran in a row at the end of ``history``."""
-    count = 0
-    for name in reversed(history):
-        if name != agent:
-            break
-        count += 1
-    return count
+class Counters(Protocol):
+    """The repeat-limit counters of a task (``projections.counters.RepeatCounters``)."""
+
+    @property
+    def step(self) -> int: ...
+
+    def consecutive(self, agent: str) -> int: ...
+
+    def sequence_repeats(self, name: str) -> int: ...
 
 
-def sequence_repeats(history: Sequence[str], pattern: Sequence[str]) -> int:
-    """How many back-to-back copies of ``pattern`` end ``history``."""
-    n, k = len(pattern), 0
-    while n and len(history) >= (k + 1) * n:
-        end = len(history) - k * n
-        if list(history[end - n : end]) != list(pattern):
-            break
-        k += 1
-    return k
-
-
-def illegal_agents(workflow: Workflow, history: Sequence[str]) -> dict[str, str]:
+def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, str]:
     """Agents the limits forbid to run next, each with the limit that forbids it."""
-    if len(history) >= workflow.max_step:
+    if counters.step >= workflow.max_step:
         return {a: f"max_step {workflow.max_step} reached" for a in workflow.agents}
     illegal: dict[str, str] = {}
     for agent in workflow.agents:
         limit = workflow.single_agent_limit(agent)
-        if consecutive_runs(history, agent) >= limit:
+        if counters.consecutive(agent) >= limit:
             illegal[agent] = f"{agent} ran {limit} times in a row (single_agent limit)"
     for seq in workflow.sequences:
-        if sequence_repeats(history, seq.pattern) >= seq.max_repeats:
+        if counters.sequence_repeats(seq.name) >= seq.max_repeats:
             illegal.setdefault(
                 seq.pattern[0],
                 f"sequence {seq.name} repeated {seq.max_repeats} times (max_repeats)",
@@ -80,12 +70,12 @@ def illegal_agents(workflow: Workflow, history: Sequence[str]) -> dict[str, str]
     return illegal
 
 
-def route(workflow: Workflow, history: Sequence[str], outcome: Outcome) -> Route:
-    """Decide what follows ``outcome``; ``history`` lists every agent run so far, in order."""
+def route(workflow: Workflow, counters: Counters, outcome: Outcome) -> Route:
+    """Decide what follows ``outcome``, given the counters of every agent run so far."""
     if outcome.agent_failed:
         return Route("finish", "auto", (), FINISH, f"{outcome.agent} could not complete its work")
     spec = workflow.agents[outcome.agent]
-    illegal = illegal_agents(workflow, history)
+    illegal = illegal_agents(workflow, counters)
     if (
         outcome.parse_failed
         and outcome.agent in spec.possible_next
