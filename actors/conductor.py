@@ -18,7 +18,7 @@ from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events import subjects
 from events.codec import MalformedMessage, decode_command
-from events.log import AppendConflict
+from events.log import AppendConflict, TaskHistory
 from events.model import (
     CancelTask,
     Event,
@@ -46,8 +46,7 @@ class Conductor(Worker):
     def handle(self, job: Job) -> Settlement:
         if job.source == "command":
             return self.on_command(job)
-        task_id = job.subject.split(".")[2]
-        self.advance(task_id)
+        self.advance(self.history_at(job))
         return "ack"
 
     # ------------------------------------------------------------------ commands
@@ -83,12 +82,13 @@ class Conductor(Worker):
             )
             reply = {"ok": False, "task_id": task_id, "error": str(exc)}
         try:
-            self.append(history, event)
+            history = self.append(history, event)
         except AppendConflict:
-            reply = {"ok": True, "task_id": task_id, "duplicate": True}
+            self.reply(job, {"ok": True, "task_id": task_id, "duplicate": True})
+            return
         self.reply(job, reply)
         if isinstance(event, TaskSubmitted):
-            self.advance(task_id)  # start right away; the trigger's delivery is then a no-op
+            self.advance(history)  # start right away; the trigger's delivery is then a no-op
 
     def accepted(self, task_id: str, command: SubmitTask, job: Job) -> TaskSubmitted:
         name = command.task_name or task_id
@@ -146,10 +146,10 @@ class Conductor(Worker):
 
     # ------------------------------------------------------------------ routing
 
-    def advance(self, task_id: str) -> None:
+    def advance(self, history: TaskHistory) -> None:
         """Append what the workflow says comes next, until an agent must work or the
         task is over."""
-        history = self.read(task_id)
+        task_id = history.task_id
         for _ in range(MAX_ROUNDS):
             state = state_of(history)
             if state.submitted is None:

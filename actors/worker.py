@@ -11,6 +11,7 @@ from typing import Literal
 import pykka
 
 from actors.bridge import Bridge
+from events.codec import decode_event
 from events.log import TaskHistory
 from events.model import Event
 from projections.task_state import TaskState, fold
@@ -75,6 +76,11 @@ class Worker(pykka.ThreadingActor):
 
     def read(self, task_id: str) -> TaskHistory:
         return self.bridge.call(self.bridge.log.read_task(task_id))
+
+    def history_at(self, job: Job) -> TaskHistory:
+        """The task's history up to at least the event this job carries."""
+        event = decode_event(job.data)
+        return self.bridge.call(self.bridge.log.history_through(event, job.stream_seq))
 
     def append(self, history: TaskHistory, *events: Event) -> TaskHistory:
         return self.bridge.call(self.bridge.log.append(history, events))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from nats.js import api
 
 from events import subjects
 from events.codec import decode_event, encode
-from events.model import Command, Event
+from events.model import TERMINAL_EVENTS, Command, Event
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
@@ -67,13 +68,17 @@ class StreamSettings:
     replicas: int = 1
     max_age_s: float = 0.0
     duplicate_window_s: float = 120.0
+    # Histories of unfinished tasks kept in memory to save re-reading them.
+    remembered_tasks: int = 512
 
 
 class EventLog:
     def __init__(self, nc: NATS, settings: StreamSettings | None = None) -> None:
+        # Not thread-safe: use one EventLog from one event loop (the bridge's).
         self._nc = nc
         self._js = nc.jetstream()
         self._settings = settings or StreamSettings()
+        self._known: OrderedDict[str, TaskHistory] = OrderedDict()
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
@@ -160,7 +165,7 @@ class EventLog:
                 raise AppendConflict(f"event {stamped.event_id} was already recorded")
             events.append(stamped)
             last = ack.seq
-        return TaskHistory(history.task_id, tuple(events), last)
+        return self._remember(TaskHistory(history.task_id, tuple(events), last))
 
     async def publish_command(
         self, command: Command, subject: str, headers: dict[str, str] | None = None
@@ -171,12 +176,35 @@ class EventLog:
     # ------------------------------------------------------------------ reading
 
     async def read_task(self, task_id: str) -> TaskHistory:
-        events: list[Event] = []
-        last = 0
-        async for stream_seq, event in self.read(subject=subjects.task_events(task_id)):
+        """The task's events, fetching only those after the history remembered for it."""
+        known = self._known.get(task_id)
+        events = list(known.events) if known is not None else []
+        last = known.last_stream_seq if known is not None else 0
+        async for stream_seq, event in self.read(
+            start_seq=last + 1, subject=subjects.task_events(task_id)
+        ):
             events.append(event)
             last = stream_seq
-        return TaskHistory(task_id, tuple(events), last)
+        return self._remember(TaskHistory(task_id, tuple(events), last))
+
+    async def history_through(self, event: Event, stream_seq: int) -> TaskHistory:
+        """The task's history up to at least ``event`` (just delivered from the stream at
+        ``stream_seq``): free when every event before it is remembered."""
+        known = self._known.get(event.task_id)
+        if known is not None and known.next_seq == event.seq:
+            return self._remember(TaskHistory(event.task_id, (*known.events, event), stream_seq))
+        return await self.read_task(event.task_id)
+
+    def _remember(self, history: TaskHistory) -> TaskHistory:
+        # A remembered history is never wrong, only possibly behind (the log only grows):
+        # reads fetch what came after it, and an append decided on a stale one is refused
+        # by the concurrency check. Finished tasks are not worth the memory.
+        self._known.pop(history.task_id, None)
+        if history.events and not isinstance(history.events[-1], TERMINAL_EVENTS):
+            self._known[history.task_id] = history
+            if len(self._known) > self._settings.remembered_tasks:
+                self._known.popitem(last=False)
+        return history
 
     async def read(
         self,

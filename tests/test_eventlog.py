@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import uuid
 
+import nats
 import pytest
 
 from events import subjects
@@ -104,3 +105,36 @@ def test_read_whole_log_from_a_position(event_log: EventLog) -> None:
 def test_event_for_another_task_is_refused(event_log: EventLog) -> None:
     with pytest.raises(ValueError, match="appended to"):
         event_log.run(event_log.append(TaskHistory("a"), [TaskCancelled(task_id="b", reason="x")]))
+
+
+def test_a_remembered_history_is_only_ever_behind(event_log: EventLog, nats_url: str) -> None:
+    """Two writers on one log: each keeps the histories it saw, and still never decides
+    on a stale one."""
+    other_nc = event_log.run(nats.connect(nats_url))
+    other = EventLog(other_nc)
+    task = new_task()
+    mine = event_log.run(
+        event_log.append(TaskHistory(task), [TaskCancelled(task_id=task, reason="1")])
+    )
+    theirs = event_log.run(other.read_task(task))
+    event_log.run(other.append(theirs, [TaskCancelled(task_id=task, reason="2")]))
+    with pytest.raises(AppendConflict):  # mine is behind now
+        event_log.run(event_log.append(mine, [TaskCancelled(task_id=task, reason="3")]))
+    caught_up = event_log.run(event_log.read_task(task))
+    assert [e.reason for e in caught_up.events] == ["1", "2"]  # type: ignore[attr-defined]
+    event_log.run(other_nc.close())
+
+
+def test_history_through_a_delivered_event(event_log: EventLog, nats_url: str) -> None:
+    task = new_task()
+    history = event_log.run(
+        event_log.append(TaskHistory(task), [TaskCancelled(task_id=task, reason="1")])
+    )
+    known = event_log.run(event_log.history_through(history.events[0], history.last_stream_seq))
+    assert known == history
+    nc = event_log.run(nats.connect(nats_url))
+    fresh = EventLog(nc)  # remembers nothing: must read the log
+    assert (
+        event_log.run(fresh.history_through(history.events[0], history.last_stream_seq)) == history
+    )
+    event_log.run(nc.close())
