@@ -11,22 +11,29 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 
 from events.log import EventLog, StreamSettings
+from events.model import Event
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
 
 
 class Bridge:
-    def __init__(self, nats_url: str, streams: StreamSettings | None = None) -> None:
+    def __init__(
+        self,
+        nats_url: str,
+        streams: StreamSettings | None = None,
+        after_append: Callable[[Event], None] | None = None,
+    ) -> None:
         self.nats_url = nats_url
         self.streams = streams or StreamSettings()
+        self._after_append = after_append
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="kf-nats-bridge", daemon=True)
         self._nc: NATS | None = None
@@ -68,7 +75,7 @@ class Bridge:
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
         )
-        self._log = EventLog(self._nc, self.streams)
+        self._log = EventLog(self._nc, self.streams, self._after_append)
         await self._log.ensure_streams()
 
     def stop(self, timeout_s: float = 10.0) -> None:

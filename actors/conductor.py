@@ -8,6 +8,7 @@ against one log; a conflict just means "someone else moved this task: reload".
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from actors.bridge import Bridge
@@ -109,6 +110,7 @@ class Conductor(Worker):
             backend=command.backend,
             group_id=command.group_id or f"g-{uuid.uuid4().hex[:12]}",
             candidate_code=command.candidate_code,
+            deadline_s=command.deadline_s,
             metadata=command.metadata,
         )
 
@@ -155,7 +157,7 @@ class Conductor(Worker):
             if state.submitted is None:
                 return
             workflow = workflow_of(state)
-            plan = plan_next(state, workflow)
+            plan = plan_next(state, workflow, now=time.time())
             if isinstance(plan, Idle):
                 return
             event = plan.event if isinstance(plan, Append) else self.ask(state, workflow, plan)

@@ -14,19 +14,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
 import pykka
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
+from nats.js import api
 
 from actors.agents import LLMAgent
 from actors.bridge import Bridge
 from actors.conductor import Conductor
 from actors.llm.base import LLMProvider
+from actors.pull import CreditPuller
 from actors.verifier.actor import Verifier
 from actors.verifier.engine import VerifierConfig
 from actors.worker import Delivery, Job, Settlement, Source
@@ -73,6 +73,7 @@ class _Pool:
     role: str
     actors: list[ActorRef]
     idle: asyncio.Queue[ActorRef]
+    puller: CreditPuller | None = None
 
 
 class Daemon:
@@ -81,7 +82,7 @@ class Daemon:
         self.config = config
         self._pools: dict[str, _Pool] = {}
         self._pumps: list[asyncio.Task[None]] = []
-        self._heartbeats: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,30 +164,19 @@ class Daemon:
                 deliver_policy=api.DeliverPolicy.ALL,
             ),
         )
-        sub = await js.pull_subscribe_bind(durable=feed.durable, stream=feed.stream)
-        self._pumps.append(
-            asyncio.create_task(self._run_pump(pool, sub, feed.source), name=feed.durable)
-        )
 
-    async def _run_pump(
-        self, pool: _Pool, sub: JetStreamContext.PullSubscription, source: Source
-    ) -> None:
-        while True:
-            free = [await pool.idle.get()]
-            while not pool.idle.empty():
-                free.append(pool.idle.get_nowait())
-            msgs: list[Msg] = []
-            try:
-                msgs = await sub.fetch(batch=len(free), timeout=1.0)
-            except nats.errors.TimeoutError:
-                pass  # nothing to do right now
-            except Exception as exc:  # NATS restarting or unreachable: keep the pump alive
-                log.warning("%s: fetch failed (%r); retrying", pool.role, exc)
-                await asyncio.sleep(0.5)
-            for msg, actor in zip(msgs, free, strict=False):
-                self._hand_over(pool, actor, msg, source)
-            for actor in free[len(msgs) :]:
-                pool.idle.put_nowait(actor)
+        def deliver(msg: Msg) -> None:
+            if pool.idle.empty():
+                # More than was asked for (a late answer to a request given up on after a
+                # reconnect): let JetStream deliver it again shortly.
+                self._in_background(msg.nak(delay=1.0))
+                return
+            self._hand_over(pool, pool.idle.get_nowait(), msg, feed.source)
+
+        pool.puller = CreditPuller(
+            self.bridge.nc, feed.stream, feed.durable, credit=pool.idle.qsize, deliver=deliver
+        )
+        self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
     def _hand_over(self, pool: _Pool, actor: ActorRef, msg: Msg, source: Source) -> None:
         job = Job(
@@ -197,8 +187,7 @@ class Daemon:
             stream_seq=msg.metadata.sequence.stream,
             deliveries=msg.metadata.num_delivered,
         )
-        heartbeat = asyncio.create_task(self._keep_in_progress(msg))
-        self._heartbeats.add(heartbeat)
+        heartbeat = self._in_background(self._keep_in_progress(msg))
         loop = self.bridge.loop
 
         def settle(how: Settlement) -> None:  # called on the actor's thread
@@ -207,6 +196,12 @@ class Daemon:
             )
 
         actor.tell(Delivery(job, settle))
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._background.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _keep_in_progress(self, msg: Msg) -> None:
         while True:
@@ -218,7 +213,6 @@ class Daemon:
         self, pool: _Pool, actor: ActorRef, msg: Msg, heartbeat: asyncio.Task[None], how: Settlement
     ) -> None:
         heartbeat.cancel()
-        self._heartbeats.discard(heartbeat)
         try:
             if how == "ack":
                 await msg.ack()
@@ -227,6 +221,8 @@ class Daemon:
         except Exception as exc:  # the message will be redelivered; the log makes that safe
             log.warning("%s: could not settle %s: %s", pool.role, msg.subject, exc)
         pool.idle.put_nowait(actor)
+        if pool.puller is not None:
+            pool.puller.credit_changed()
 
     def stop(self) -> None:
         """Stop taking work, let actors finish what they hold, then stop them."""

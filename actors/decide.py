@@ -70,7 +70,33 @@ def current_route(state: TaskState, workflow: Workflow) -> Route:
     return route(workflow, counters, outcome_of(state))
 
 
-def plan_next(state: TaskState, workflow: Workflow) -> Plan:
+def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) -> Plan:
+    """What the conductor does next; at ``now`` (epoch seconds), a task past its deadline
+    is finished instead of moved on."""
+    plan = _plan(state, workflow)
+    submitted = state.submitted
+    if (
+        now is None
+        or isinstance(plan, Idle)
+        or submitted is None
+        or submitted.deadline_s is None
+        or now < submitted.at + submitted.deadline_s
+    ):
+        return plan
+    checks = state.verifications
+    return Append(
+        TaskFinished(
+            task_id=state.task_id,
+            cause=state.last.event_id if state.last else "",
+            status="timeout",
+            reason=f"deadline of {submitted.deadline_s:g}s passed",
+            final_code=checks[-1].code if checks else None,
+            verdict=checks[-1].report.verdict if checks else None,
+        )
+    )
+
+
+def _plan(state: TaskState, workflow: Workflow) -> Plan:
     last = state.last
     if state.terminal is not None or last is None:
         return Idle("task is over" if state.terminal else "task not submitted")

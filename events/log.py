@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -73,12 +73,19 @@ class StreamSettings:
 
 
 class EventLog:
-    def __init__(self, nc: NATS, settings: StreamSettings | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        settings: StreamSettings | None = None,
+        after_append: Callable[[Event], None] | None = None,
+    ) -> None:
         # Not thread-safe: use one EventLog from one event loop (the bridge's).
         self._nc = nc
         self._js = nc.jetstream()
         self._settings = settings or StreamSettings()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
+        # Called with each event once it is recorded (fault injection in tests).
+        self._after_append = after_append
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
@@ -165,6 +172,8 @@ class EventLog:
                 raise AppendConflict(f"event {stamped.event_id} was already recorded")
             events.append(stamped)
             last = ack.seq
+            if self._after_append is not None:
+                self._after_append(stamped)
         return self._remember(TaskHistory(history.task_id, tuple(events), last))
 
     async def publish_command(

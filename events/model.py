@@ -23,7 +23,7 @@ TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 TaskId = Annotated[str, msgspec.Meta(pattern=TASK_ID_PATTERN)]
 
 Verdict = Literal["pass", "fail", "error", "timeout", "unsupported"]
-TaskStatus = Literal["success", "failed", "cancelled", "rejected"]
+TaskStatus = Literal["success", "failed", "cancelled", "rejected", "timeout"]
 DecisionMode = Literal["auto", "llm", "retry", "limit", "fallback"]
 
 
@@ -54,6 +54,8 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     group_id: str | None = None
     # Existing code to start from (the verifier_only workflow verifies it as is).
     candidate_code: str | None = None
+    # Wall-clock seconds the task may take from submission; checked at every decision.
+    deadline_s: float | None = None
     metadata: dict[str, str] = {}
 
 
@@ -128,6 +130,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     backend: str
     group_id: str
     candidate_code: str | None = None
+    deadline_s: float | None = None
     metadata: dict[str, str] = {}
 
 

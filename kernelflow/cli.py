@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import queue
 import signal
 import sys
@@ -25,19 +26,23 @@ from typing import Any
 import nats.errors
 
 from actors.bridge import Bridge
-from actors.daemon import DEFAULT_ROLES, Daemon, DaemonConfig
+from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
 from actors.llm import ProviderSpecError, make_provider
 from actors.verifier.engine import VerifierConfig
+from actors.worker import workflow_of
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
-from events.model import TERMINAL_EVENTS, Event, SubmitTask, TaskFinished
+from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
+from kernelflow.faults import ENV as FAULT_ENV
+from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
-from kernelflow.render import describe, trajectory_text
+from kernelflow.render import counters_text, counters_view, describe, trajectory_text, workflow_text
 from kernelflow.settings import Settings, SettingsError
+from projections.counters import repeat_counters
 from projections.task_state import TaskState, apply, fold
 from projections.trajectory import build_trajectory
-from workflows.loader import WorkflowError, resolve_workflow
+from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -56,7 +61,8 @@ class WaitTimeout(Exception):
 @contextlib.contextmanager
 def connected(settings: Settings) -> Iterator[Bridge]:
     with settings.nats() as url:
-        bridge = Bridge(url, StreamSettings(replicas=settings.replicas)).start()
+        streams = StreamSettings(replicas=settings.replicas)
+        bridge = Bridge(url, streams, after_append=crash_after(os.environ.get(FAULT_ENV))).start()
         try:
             yield bridge
         finally:
@@ -98,6 +104,7 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
     source = read_task_file(args.task)
     try:
         workflow_name, workflow_yaml = resolve_workflow(args.workflow)
+        parse_workflow(workflow_yaml, workflow_name, source=args.workflow)  # refuse it here
     except WorkflowError as exc:
         raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
@@ -109,7 +116,15 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
         workflow_yaml=workflow_yaml,
         backend=args.backend,
         candidate_code=candidate,
+        deadline_s=args.deadline,
     )
+
+
+def roles_for(command: SubmitTask) -> tuple[str, ...]:
+    """The conductor and every agent the task's workflow names: all that `run` must host."""
+    assert command.workflow_yaml is not None
+    workflow = parse_workflow(command.workflow_yaml, command.workflow)
+    return (CONDUCTOR_ROLE, *workflow.agents)
 
 
 def follow_task(
@@ -209,7 +224,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
     with connected(settings) as bridge:
-        daemon = start_daemon(bridge, settings, DEFAULT_ROLES, {})
+        daemon = start_daemon(bridge, settings, roles_for(command), {})
         try:
             bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
             if not args.json:
@@ -303,8 +318,68 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         history = bridge.call(bridge.log.read_task(args.task))
     if not history.events:
         raise UsageError(f"no task {args.task} in the log")
+    if args.view == "counters":
+        state = fold(args.task, history.events)
+        if state.submitted is None:
+            raise UsageError(f"task {args.task} was never accepted: no workflow to count for")
+        workflow = workflow_of(state)
+        counters = repeat_counters(state.history, workflow.sequence_patterns)
+        view = counters_view(counters, workflow)
+        print(json.dumps(view, indent=2) if args.json else counters_text(view))
+        return EXIT_OK
     trajectory = build_trajectory(args.task, history.events)
     print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    with connected(settings) as bridge:
+        answer = bridge.call(
+            request_reply(
+                bridge,
+                CancelTask(task_id=args.task_id, reason=args.reason),
+                subjects.CANCEL,
+                timeout_s=args.timeout,
+            ),
+            timeout=args.timeout + 5,
+        )
+    if answer is None:
+        raise WaitTimeout(f"no daemon answered within {args.timeout:g}s (is one running?)")
+    if not answer.get("ok"):
+        print(f"kernelflow: {answer.get('error')}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"cancelled {args.task_id}")
+    return EXIT_OK
+
+
+async def request_reply(
+    bridge: Bridge, command: Command, subject: str, timeout_s: float = 30.0
+) -> dict[str, Any] | None:
+    """Publish a command and wait for the daemon's answer on a private inbox."""
+    inbox = bridge.nc.new_inbox()
+    replies = await bridge.nc.subscribe(inbox, max_msgs=1)
+    try:
+        await bridge.log.publish_command(command, subject, {subjects.REPLY_HEADER: inbox})
+        try:
+            message = await replies.next_msg(timeout=timeout_s)
+        except nats.errors.TimeoutError:
+            return None
+        answer: dict[str, Any] = json.loads(message.data)
+        return answer
+    finally:
+        with contextlib.suppress(Exception):
+            await replies.unsubscribe()
+
+
+def cmd_workflow(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        workflow, _ = load_workflow(args.workflow)
+    except WorkflowError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.action == "validate":
+        print(f"{args.workflow}: ok ({len(workflow.agents)} agents, max_step {workflow.max_step})")
+    else:
+        print(workflow_text(workflow))
     return EXIT_OK
 
 
@@ -339,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", default="triton", choices=["triton", "cuda"])
         p.add_argument("--candidate", help="existing ModelNew module to start from (verifier_only)")
         p.add_argument("--task-id", help="task id to use (letters, digits, _ and -)")
+        p.add_argument(
+            "--deadline", type=float, help="seconds the task may take; checked at every decision"
+        )
         p.add_argument(
             "--timeout", type=float, default=None, help="give up waiting after this many seconds"
         )
@@ -376,9 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="rebuild a task's trajectory from the log")
     replay.add_argument("--task", required=True, help="task id")
-    replay.add_argument("--json", action="store_true", help="the Trajectory as JSON (to_dict)")
+    replay.add_argument(
+        "--view",
+        choices=["trajectory", "counters"],
+        default="trajectory",
+        help="the trajectory, or the workflow's repeat-limit counters",
+    )
+    replay.add_argument("--json", action="store_true", help="print JSON")
     with_connection(replay)
     replay.set_defaults(func=cmd_replay)
+
+    cancel = sub.add_parser("cancel", help="cancel a task that is still running")
+    cancel.add_argument("task_id")
+    cancel.add_argument("--reason", default="cancelled by user")
+    cancel.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a daemon")
+    with_connection(cancel)
+    cancel.set_defaults(func=cmd_cancel)
+
+    workflow = sub.add_parser("workflow", help="check or describe a workflow")
+    workflow.add_argument("action", choices=["validate", "show"])
+    workflow.add_argument("workflow", help="predefined workflow name or a YAML file")
+    workflow.set_defaults(func=cmd_workflow)
 
     schema = sub.add_parser("schema", help="JSON Schema of the commands publishers may send")
     schema.add_argument("--events", action="store_true", help="the events instead")

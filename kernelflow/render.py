@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from events.model import (
     AgentDispatched,
     AgentFailed,
@@ -16,7 +18,9 @@ from events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
+from projections.counters import RepeatCounters
 from projections.trajectory import Trajectory
+from workflows.model import Workflow
 
 
 def _first_line(text: str, limit: int = 100) -> str:
@@ -72,4 +76,63 @@ def trajectory_text(t: Trajectory) -> str:
         lines.append(
             f"{i:3d}. {s.step_type.value:<13} {who:<10}{mark} {_first_line(s.content, 80)}"
         )
+    return "\n".join(lines)
+
+
+def counters_view(counters: RepeatCounters, workflow: Workflow) -> dict[str, Any]:
+    """The repeat-limit counters next to the limits they are checked against."""
+    return {
+        "workflow": workflow.name,
+        "step": counters.step,
+        "max_step": workflow.max_step,
+        "consecutive": {
+            agent: {
+                "runs": counters.consecutive(agent),
+                "limit": workflow.single_agent_limit(agent),
+            }
+            for agent in workflow.agents
+        },
+        "sequences": {
+            s.name: {
+                "pattern": list(s.pattern),
+                "repeats": counters.sequence_repeats(s.name),
+                "max_repeats": s.max_repeats,
+            }
+            for s in workflow.sequences
+        },
+    }
+
+
+def counters_text(view: dict[str, Any]) -> str:
+    lines = [f"workflow {view['workflow']}: step {view['step']} of max_step {view['max_step']}"]
+    for agent, c in view["consecutive"].items():
+        lines.append(f"  {agent:<12} {c['runs']} in a row (single_agent limit {c['limit']})")
+    for name, seq in view["sequences"].items():
+        pattern = " → ".join(seq["pattern"])
+        lines.append(
+            f"  {name:<12} {seq['repeats']} x [{pattern}] (max_repeats {seq['max_repeats']})"
+        )
+    return "\n".join(lines)
+
+
+def workflow_text(workflow: Workflow) -> str:
+    lines = [
+        f"workflow {workflow.name}: start at {workflow.start_agent}, max_step {workflow.max_step}"
+    ]
+    for agent in workflow.agents.values():
+        fields = ", ".join(
+            f"{f.name}:{f.field_type}{'' if f.mandatory else '?'}" for f in agent.output_fields
+        )
+        mandatory = " [LLM analysis]" if agent.name in workflow.mandatory_llm_analysis else ""
+        lines.append(
+            f"  {agent.name:<12} → {', '.join(agent.possible_next) or '(nothing)'}{mandatory}"
+            + (f"   output: {fields}" if fields else "")
+        )
+    limits = [f"{a} ≤ {n} in a row" for a, n in workflow.single_agent_limits.items()]
+    limits += [
+        f"{s.name} [{' → '.join(s.pattern)}] ≤ {s.max_repeats} repeats" for s in workflow.sequences
+    ]
+    lines.append(
+        "  limits: " + ("; ".join(limits) if limits else "single_agent ≤ 3 in a row (default)")
+    )
     return "\n".join(lines)

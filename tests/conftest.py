@@ -28,6 +28,13 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[str]:
+    """A server of the test's own, for tests that leave unacked work behind on purpose."""
+    with EmbeddedNats(tmp_path / "nats") as server:
+        yield server.url
+
+
+@pytest.fixture
 def event_log(nats_url: str) -> Iterator[EventLog]:
     """An EventLog on its own event loop, for tests that talk to JetStream directly."""
     loop = asyncio.new_event_loop()

@@ -61,12 +61,28 @@ limitation_info:
         (("field_type: str", "field_type: string"), "field_type", "unknown type"),
         (("start_agent: coder\n", ""), "start_agent", "missing"),
         (
+            ("start_agent: coder", "start_agent: coder\nmandatory_llm_analysys: [coder]"),
+            "mandatory_llm_analysys",
+            "unknown key",
+        ),
+        (
+            ("    possible_next_agent: [verifier]", "    possible_next_agents: [verifier]"),
+            "agent_info.coder.possible_next_agents",
+            "unknown key",
+        ),
+        (
+            ("required: {max_step: 5}", "required: {max_step: 5}\n  optinal: {}"),
+            "limitation_info.optinal",
+            "unknown key",
+        ),
+        (("max_step: 5", "max_step: five"), "max_step", "positive integer"),
+        (
             (
                 "    possible_next_agent: [verifier]\n    output_format:",
                 "    possible_next_agent: [verifier]\n    output_formatx:",
             ),
-            "agent_info.coder.output_format",
-            "missing",
+            "agent_info.coder.output_formatx",
+            "unknown key",
         ),
     ],
 )
@@ -75,6 +91,31 @@ def test_validation_names_the_key_path(change: tuple[str, str], path: str, probl
         parse_workflow(VALID.replace(*change), "custom", source="custom.yaml")
     message = str(err.value)
     assert message.startswith("custom.yaml: ") and path in message and problem in message
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "agent_info: [coder]\nstart_agent: coder\nlimitation_info: {required: {max_step: 1}}",
+            "agent_info: must be a mapping, got list",
+        ),
+        (
+            "agent_info: {coder: {possible_next_agent: [finish]}}\nstart_agent: coder\n"
+            "limitation_info: {required: {max_step: 1}}",
+            "agent_info.coder.output_format: missing (only 'verifier' has none)",
+        ),
+        (
+            "agent_info: {verifier: {possible_next_agent: finish}}\nstart_agent: verifier\n"
+            "limitation_info: {required: {max_step: 1}}",
+            "agent_info.verifier.possible_next_agent: must be a list of agent names",
+        ),
+    ],
+)
+def test_structural_errors_name_the_key_path(text: str, message: str) -> None:
+    with pytest.raises(WorkflowError) as err:
+        parse_workflow(text, "w", source="w.yaml")
+    assert str(err.value) == f"w.yaml: {message}"
 
 
 def test_sequence_naming_an_unknown_agent_is_refused() -> None:

@@ -17,6 +17,7 @@ from workflows.model import FINISH, VERIFIER, AgentSpec, OutputField, SequenceLi
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FIELD_TYPES = {"str", "int", "float", "bool", "list", "dict"}
+_TOP_KEYS = {"agent_info", "start_agent", "mandatory_llm_analysis", "limitation_info"}
 
 
 class WorkflowError(ValueError):
@@ -81,8 +82,16 @@ class _Validator:
             raise self.fail(path, f"must be a positive integer, got {value!r}")
         return value
 
+    def known_keys(self, doc: dict[str, Any], path: str, allowed: set[str]) -> None:
+        # A misspelt key would otherwise be ignored silently and its limit never applied.
+        for key in doc:
+            if key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                raise self.fail(where, f"unknown key; expected one of {', '.join(sorted(allowed))}")
+
     def workflow(self, doc: Any, name: str) -> Workflow:
         doc = self.mapping(doc, "(document)")
+        self.known_keys(doc, "", _TOP_KEYS)
         for key in ("agent_info", "start_agent", "limitation_info"):
             if key not in doc:
                 raise self.fail(key, "missing required key")
@@ -108,6 +117,7 @@ class _Validator:
                 raise self.fail(f"mandatory_llm_analysis[{i}]", f"unknown agent {agent!r}")
 
         limits = self.mapping(doc["limitation_info"], "limitation_info")
+        self.known_keys(limits, "limitation_info", {"required", "optional"})
         required = self.mapping(limits.get("required"), "limitation_info.required")
         if "max_step" not in required:
             raise self.fail("limitation_info.required.max_step", "missing required key")
@@ -153,6 +163,7 @@ class _Validator:
     def agent(self, agent: str, spec: Any, known: set[str]) -> AgentSpec:
         path = f"agent_info.{agent}"
         spec = self.mapping(spec if spec is not None else {}, path)
+        self.known_keys(spec, path, {"possible_next_agent", "output_format"})
         nexts = self.name_list(spec.get("possible_next_agent") or [], f"{path}.possible_next_agent")
         for i, nxt in enumerate(nexts):
             if nxt != FINISH and nxt not in known:

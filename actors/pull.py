@@ -1,0 +1,87 @@
+"""Pull from a durable JetStream consumer with credit: messages are handed over the moment
+they arrive, and never more are asked for than there are idle actors to take them.
+
+(nats-py's ``fetch(batch=n)`` returns only once n messages arrived or the timeout passed,
+which adds up to a whole timeout of latency to every hand-over when work trickles in.)
+
+One pull request is outstanding at a time, for as many messages as ``credit()`` says;
+it ends when that many were delivered or the server says it expired (status 408), ran
+dry (404) or refused it (409). A request lost to a reconnect is given up after its
+expiry and asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+log = logging.getLogger("kernelflow.pull")
+
+_HEARTBEAT = "100"
+
+
+class CreditPuller:
+    def __init__(
+        self,
+        nc: NATS,
+        stream: str,
+        durable: str,
+        credit: Callable[[], int],
+        deliver: Callable[[Msg], None],
+        expires_s: float = 5.0,
+    ) -> None:
+        self._nc = nc
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._credit = credit
+        self._deliver = deliver
+        self._expires_s = expires_s
+        self._wanted = asyncio.Event()  # set when credit may have grown
+        self._request_over = asyncio.Event()
+        self._left = 0
+
+    def credit_changed(self) -> None:
+        """Call (on the loop) whenever an actor becomes idle."""
+        self._wanted.set()
+
+    async def run(self) -> None:
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, cb=self._on_message)
+        try:
+            while True:
+                n = self._credit()
+                if n <= 0:
+                    self._wanted.clear()
+                    await self._wanted.wait()
+                    continue
+                self._left = n
+                self._request_over.clear()
+                request = {"batch": n, "expires": int(self._expires_s * 1e9)}
+                try:
+                    await self._nc.publish(
+                        self._next_subject, json.dumps(request).encode(), reply=inbox
+                    )
+                except Exception as exc:  # NATS restarting: keep asking
+                    log.warning("pull request on %s failed: %r", self._next_subject, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._request_over.wait(), self._expires_s + 1.0)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _on_message(self, msg: Msg) -> None:
+        status = (msg.headers or {}).get("Status")
+        if status is None:
+            self._left -= 1
+            if self._left <= 0:
+                self._request_over.set()
+            self._deliver(msg)
+        elif status != _HEARTBEAT:
+            self._request_over.set()  # expired, no messages, or refused: ask anew

@@ -1,0 +1,114 @@
+"""How close the framework gets to free: many tasks at once through one daemon.
+
+    python bench/conductor_overhead.py [--tasks 200] [--delay 0.05]
+
+The scripted LLM answers after a fixed delay and the verifier is a no-op that passes
+every candidate, so the only costs left are the framework's: NATS round trips, folds,
+decisions, actor hand-offs. Ideal time = delay x LLM calls per task (designer, coder),
+as if the framework cost nothing. Decision latency is the time from an event that calls
+for a decision being recorded to the conductor's decision being recorded, from the log.
+Target (issue #3): total / ideal <= 1.25 and p99 decision latency <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+import actors.daemon
+from actors.bridge import Bridge
+from actors.daemon import Daemon, DaemonConfig
+from actors.llm.scripted import ScriptedProvider
+from actors.verifier.actor import Verifier
+from events import subjects
+from events.model import ConductorDecided, SubmitTask, VerificationReport
+from kernelflow.nats_server import EmbeddedNats
+from projections.task_state import fold
+
+REPO = Path(__file__).resolve().parent.parent
+LLM_CALLS_PER_TASK = 2  # designer and coder; a passing verification needs no LLM decision
+
+
+class NoopVerifier(Verifier):
+    """Passes every candidate at once: the benchmark measures the framework, not Triton."""
+
+    def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
+        return VerificationReport(verdict="pass", summary="no-op verifier", backend=backend)
+
+
+def _release(semaphore: threading.Semaphore):  # type: ignore[no-untyped-def]
+    async def on_finished(_msg) -> None:  # type: ignore[no-untyped-def]
+        semaphore.release()
+
+    return on_finished
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(tasks: int, delay: float, workdir: Path) -> None:
+    script = yaml.safe_load((REPO / "examples/scripted/relu.yaml").read_text())
+    for agent in ("designer", "coder"):
+        for entry in script[agent]:
+            entry["latency_s"] = delay
+    script_path = workdir / "script.yaml"
+    script_path.write_text(yaml.safe_dump(script))
+    task_source = (REPO / "examples/tasks/relu.py").read_text()
+
+    actors.daemon.Verifier = NoopVerifier  # type: ignore[misc]
+    with EmbeddedNats(workdir / "nats") as server:
+        bridge = Bridge(server.url).start()
+        config = DaemonConfig(
+            llm=ScriptedProvider(script_path),
+            # Every task may be waiting on the LLM at once: one agent actor per task.
+            pool_sizes={"designer": tasks, "coder": tasks, "conductor": 8, "verifier": 8},
+        )
+        daemon = Daemon(bridge, config).start()
+        ids = [f"bench-{i}" for i in range(tasks)]
+        finished = threading.Semaphore(0)
+        bridge.call(
+            bridge.nc.subscribe(f"{subjects.EVENTS_ROOT}.*.task_finished", cb=_release(finished))
+        )
+        started = time.perf_counter()
+        for task_id in ids:
+            command = SubmitTask(task_id=task_id, task_source=task_source, task_name="relu")
+            bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        for _ in ids:
+            assert finished.acquire(timeout=300), "tasks did not finish"
+        total = time.perf_counter() - started
+        latencies = []
+        for task_id in ids:
+            events = bridge.call(bridge.log.read_task(task_id)).events
+            assert fold(task_id, events).finished.status == "success"  # type: ignore[union-attr]
+            for before, event in itertools.pairwise(events):
+                if isinstance(event, ConductorDecided):
+                    latencies.append((event.at - before.at) * 1000)
+        daemon.stop()
+        bridge.stop()
+    ideal = delay * LLM_CALLS_PER_TASK
+    print(f"{tasks} tasks at once, LLM delay {delay * 1000:.0f} ms, no-op verifier")
+    print(f"measured total:  {total:8.3f} s   (first submit to last task_finished)")
+    print(f"ideal:           {ideal:8.3f} s   (delay x {LLM_CALLS_PER_TASK} LLM calls per task)")
+    print(f"ratio:           {total / ideal:8.2f}     (target <= 1.25)")
+    print(
+        f"decision latency over {len(latencies)} decisions: "
+        f"p50 {statistics.median(latencies):.1f} ms, p99 {quantile(latencies, 0.99):.1f} ms"
+        "   (target p99 <= 10 ms)"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--delay", type=float, default=0.05, help="LLM answer delay, seconds")
+    args = parser.parse_args()
+    main(args.tasks, args.delay, Path(tempfile.mkdtemp(prefix="kf-bench-")))

@@ -1,0 +1,84 @@
+"""Helpers for tests that drive `kernelflow daemon` processes against a NATS server."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import nats
+
+from events.log import EventLog
+from events.model import DISPATCH_RESULTS, AgentDispatched, ConductorDecided, Event, LLMCalled
+from projections.task_state import fold
+from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
+
+RELU_SCRIPT = "examples/scripted/relu.yaml"
+
+
+def start_daemon(
+    url: str, log: Path, *args: str, script: str | Path = RELU_SCRIPT, **env: str
+) -> subprocess.Popen[bytes]:
+    """A daemon process in its own session (so a test can SIGKILL its whole group)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*KERNELFLOW, "-v", "daemon", "--nats-url", url, "--llm", f"scripted:{script}", *args],
+            cwd=REPO,
+            env=cli_env(**env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def submit(url: str, task_id: str, *args: str, task: str = "examples/tasks/relu.py") -> None:
+    result = run_cli("submit", task, "--task-id", task_id, "--nats-url", url, *args)
+    assert result.returncode == 0, result.stderr
+
+
+def task_events(url: str, task_id: str) -> list[Event]:
+    async def read() -> list[Event]:
+        nc = await nats.connect(url)
+        try:
+            return list((await EventLog(nc).read_task(task_id)).events)
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def is_over(url: str, task_id: str) -> bool:
+    return fold(task_id, task_events(url, task_id)).terminal is not None
+
+
+def wait_for(
+    url: str, task_id: str, until: Callable[[list[Event]], bool], timeout_s: float
+) -> list[Event]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events = task_events(url, task_id)
+        if until(events):
+            return events
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; log has {[e.kind for e in task_events(url, task_id)]}")
+
+
+def wait_until_over(url: str, task_id: str, timeout_s: float = 120) -> list[Event]:
+    return wait_for(url, task_id, lambda ev: fold(task_id, ev).terminal is not None, timeout_s)
+
+
+def assert_each_step_once(events: list[Event]) -> None:
+    """Gap-free sequence; every dispatch once, with one result; every LLM call and every
+    decision once."""
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    dispatches = [e for e in events if isinstance(e, AgentDispatched)]
+    assert len({d.dispatch_id for d in dispatches}) == len(dispatches)
+    results = Counter(e.dispatch_id for e in events if isinstance(e, DISPATCH_RESULTS))  # type: ignore[attr-defined]
+    assert all(results[d.dispatch_id] == 1 for d in dispatches), results
+    calls = Counter(e.dispatch_id for e in events if isinstance(e, LLMCalled))
+    assert all(n == 1 for n in calls.values()), calls
+    decisions = Counter(e.cause for e in events if isinstance(e, ConductorDecided))
+    assert all(n == 1 for n in decisions.values()), decisions

@@ -1,0 +1,78 @@
+"""Conductors are stateless over the log: a stale one cannot double a step, and two
+daemons on one NATS share a batch of tasks without processing any step twice."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.bridge import Bridge
+from actors.conductor import Conductor
+from events.log import TaskHistory
+from events.model import AgentDispatched, ConductorDecided, TaskSubmitted
+from projections.task_state import fold
+from tests.daemons import (
+    assert_each_step_once,
+    start_daemon,
+    submit,
+    task_events,
+    wait_until_over,
+)
+from workflows.loader import load_workflow
+
+
+@pytest.fixture
+def bridge(nats_url: str) -> Iterator[Bridge]:
+    b = Bridge(nats_url).start()
+    yield b
+    b.stop()
+
+
+def test_a_stale_conductor_cannot_double_a_step(bridge: Bridge) -> None:
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+    _, text = load_workflow("default")
+    submitted = TaskSubmitted(
+        task_id=task_id,
+        task_name="relu",
+        task_source="class Model: ...",
+        workflow_name="default",
+        workflow_yaml=text,
+        backend="triton",
+        group_id="g",
+    )
+    seen_at_submit = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
+    # Two conductors (never started as actors: their logic is called directly) both
+    # handle the same trigger; the second decides on what is by then a stale history.
+    first, second = Conductor(bridge, llm=None), Conductor(bridge, llm=None)
+    first.advance(seen_at_submit)
+    second.advance(seen_at_submit)
+    events = bridge.call(bridge.log.read_task(task_id)).events
+    assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
+    assert isinstance(events[-1], AgentDispatched) and events[-1].agent == "designer"
+
+
+def test_two_daemons_share_a_batch(private_nats: str, tmp_path: Path) -> None:
+    logs = [tmp_path / "daemon-a.log", tmp_path / "daemon-b.log"]
+    daemons = [start_daemon(private_nats, log) for log in logs]
+    tasks = [f"batch-{i}" for i in range(6)]
+    try:
+        time.sleep(2)  # both daemons consuming before the batch arrives
+        for task_id in tasks:
+            submit(private_nats, task_id, "--workflow", "coder_only")
+        for task_id in tasks:
+            wait_until_over(private_nats, task_id, timeout_s=180)
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    for task_id in tasks:
+        events = task_events(private_nats, task_id)
+        assert fold(task_id, events).finished.status == "success"  # type: ignore[union-attr]
+        assert_each_step_once(events)
+    verified_by = [log.read_text().count("verifying a triton candidate") for log in logs]
+    assert sum(verified_by) == 2 * len(tasks)  # nothing verified twice...
+    assert all(n > 0 for n in verified_by)  # ...and both daemons took a share

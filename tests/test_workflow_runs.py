@@ -1,0 +1,204 @@
+"""Every predefined workflow and the documented custom ones, run end to end through the
+CLI; the lifecycle commands (cancel, deadline) and the workflow tools."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLES, REPO, run_cli
+from tests.daemons import start_daemon, submit
+
+RELU = "examples/tasks/relu.py"
+
+
+def relu_script() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
+
+
+def good_relu_kernel() -> str:
+    text = relu_script()["coder"][1]["text"]
+    return re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)  # type: ignore[union-attr]
+
+
+def run_json(*args: str, nats_url: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    run = run_cli("run", *args, "--json", "--nats-url", nats_url, "--out", str(tmp_path / "out"))
+    assert run.stdout, run.stderr
+    result = json.loads(run.stdout)
+    result["exit_code"] = run.returncode
+    return result  # type: ignore[no-any-return]
+
+
+def history(task_id: str, nats_url: str) -> list[str]:
+    replay = run_cli("replay", "--task", task_id, "--json", "--nats-url", nats_url)
+    steps = json.loads(replay.stdout)["steps"]
+    return [s["tool_name"] for s in steps if s["step_type"] in ("action", "action_result")]
+
+
+def test_coder_only(nats_url: str, tmp_path: Path) -> None:
+    result = run_json(
+        RELU,
+        "--workflow",
+        "coder_only",
+        "--llm",
+        "scripted:examples/scripted/relu.yaml",
+        nats_url=nats_url,
+        tmp_path=tmp_path,
+    )
+    assert (result["status"], result["exit_code"]) == ("success", 0)
+    assert history(result["task_id"], nats_url) == ["coder", "verifier", "coder", "verifier"]
+
+
+def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
+    script = relu_script()
+    # Every hand-over in this workflow has two options, so the conductor's LLM decides each.
+    script["conductor"] = [
+        {"text": json.dumps({"decision": d, "error_and_suggestion": "go on"})}
+        for d in ("coder", "verifier", "coder", "verifier")
+    ]
+    path = tmp_path / "connect_all.yaml"
+    path.write_text(yaml.safe_dump(script))
+    result = run_json(
+        RELU,
+        "--workflow",
+        "conductor_connect_all",
+        "--llm",
+        f"scripted:{path}",
+        nats_url=nats_url,
+        tmp_path=tmp_path,
+    )
+    assert result["status"] == "success"
+    assert history(result["task_id"], nats_url) == [
+        "designer",
+        "coder",
+        "verifier",
+        "coder",
+        "verifier",
+    ]
+    counters = run_cli(
+        "replay",
+        "--task",
+        result["task_id"],
+        "--view",
+        "counters",
+        "--json",
+        "--nats-url",
+        nats_url,
+    )
+    view = json.loads(counters.stdout)
+    assert view["step"] == 5 and view["max_step"] == 10
+    assert view["sequences"]["coder_verifier"] == {
+        "pattern": ["coder", "verifier"],
+        "repeats": 2,
+        "max_repeats": 3,
+    }
+    assert view["consecutive"]["verifier"]["runs"] == 1
+
+
+def test_verifier_only_checks_existing_code(nats_url: str, tmp_path: Path) -> None:
+    candidate = tmp_path / "kernel.py"
+    candidate.write_text(good_relu_kernel())
+    result = run_json(
+        RELU,
+        "--workflow",
+        "verifier_only",
+        "--candidate",
+        str(candidate),
+        nats_url=nats_url,
+        tmp_path=tmp_path,
+    )
+    assert (result["status"], result["steps"]) == ("success", 1)
+    assert result["final_code"] == candidate.read_text()
+
+
+def test_custom_agent_workflow(nats_url: str, tmp_path: Path) -> None:
+    result = run_json(
+        RELU,
+        "--workflow",
+        "examples/workflows/custom_optimizer.yaml",
+        "--llm",
+        "scripted:examples/scripted/relu_optimizer.yaml",
+        nats_url=nats_url,
+        tmp_path=tmp_path,
+    )
+    assert result["status"] == "success"
+    assert history(result["task_id"], nats_url) == ["coder", "optimizer", "verifier"]
+    assert "BLOCK_SIZE = 4096" in result["final_code"]  # the optimizer's rewrite was verified
+
+
+@pytest.mark.parametrize("workflow", ["custom_optimizer.yaml", "default_with_optimizer.yaml"])
+def test_documented_workflows_validate_and_show(workflow: str) -> None:
+    path = f"examples/workflows/{workflow}"
+    assert run_cli("workflow", "validate", path).returncode == 0
+    shown = run_cli("workflow", "show", path)
+    assert shown.returncode == 0 and "optimizer" in shown.stdout and "verifier" in shown.stdout
+
+
+def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (REPO / "workflows" / "default.yaml")
+        .read_text()
+        .replace("[finish, coder]", "[finish, codr]")
+    )
+    for args in (
+        ["workflow", "validate", str(bad)],
+        ["run", RELU, "--workflow", str(bad), "--llm", "scripted:x"],
+    ):
+        result = run_cli(*args, "--data-dir", str(tmp_path)) if args[0] == "run" else run_cli(*args)
+        assert result.returncode == 2
+        assert (
+            f"{bad}: agent_info.verifier.possible_next_agent[1]: unknown agent 'codr'"
+            in result.stderr
+        )
+
+
+def slow_script(tmp_path: Path, latency_s: float) -> Path:
+    script = relu_script()
+    for entry in script["coder"]:
+        entry["latency_s"] = latency_s
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(script))
+    return path
+
+
+def test_deadline_ends_a_task_with_its_own_status(nats_url: str, tmp_path: Path) -> None:
+    script = slow_script(tmp_path, 2.0)
+    result = run_json(
+        RELU, "--llm", f"scripted:{script}", "--deadline", "1", nats_url=nats_url, tmp_path=tmp_path
+    )
+    assert (result["status"], result["exit_code"]) == ("timeout", 1)
+    assert "deadline of 1s" in result["reason"]
+    assert result["steps"] == 2  # designer, then the slow coder; nothing after the deadline
+
+
+def test_cancel_a_running_task(nats_url: str, tmp_path: Path) -> None:
+    script = slow_script(tmp_path, 3.0)
+    daemon = start_daemon(nats_url, tmp_path / "daemon.log", script=script)
+    try:
+        submit(nats_url, "to-cancel")
+        time.sleep(1.5)  # the coder is inside its 3 s call
+        cancel = run_cli(
+            "cancel", "to-cancel", "--reason", "changed my mind", "--nats-url", nats_url
+        )
+        assert cancel.returncode == 0, cancel.stderr
+        again = run_cli("cancel", "to-cancel", "--nats-url", nats_url)
+        assert again.returncode == 1 and "already over" in again.stderr
+        time.sleep(3)  # the coder's answer arrives after the cancellation...
+        status = json.loads(run_cli("status", "to-cancel", "--json", "--nats-url", nats_url).stdout)
+        assert status["status"] == "cancelled" and status["reason"] == "changed my mind"
+        replay = json.loads(
+            run_cli("replay", "--task", "to-cancel", "--json", "--nats-url", nats_url).stdout
+        )
+        assert replay["steps"][-1]["step_type"] == "final_answer"  # ...and is not recorded
+        missing = run_cli("cancel", "no-such-task", "--nats-url", nats_url)
+        assert missing.returncode == 1 and "no task" in missing.stderr
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
