@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.errors
 
 from actors.bridge import Bridge
@@ -117,6 +118,7 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
         backend=args.backend,
         candidate_code=candidate,
         deadline_s=args.deadline,
+        group_id=getattr(args, "group", None),
     )
 
 
@@ -272,16 +274,30 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    if args.samples < 1:
+        raise UsageError(f"--samples {args.samples}: expected at least 1")
     command = submit_command(args)
+    commands = [command]
+    if args.samples > 1:
+        # Rollouts of one task submitted together form one GRPO group.
+        group = command.group_id or f"g-{uuid.uuid4().hex[:12]}"
+        commands = [
+            msgspec.structs.replace(command, task_id=f"{command.task_id}-{i}", group_id=group)
+            for i in range(1, args.samples + 1)
+        ]
+    codes = []
     with connected(settings) as bridge:
-        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
-        print(command.task_id, flush=True)
+        for c in commands:
+            bridge.call(bridge.log.publish_command(c, subjects.SUBMIT))
+            print(c.task_id, flush=True)
         if not args.wait:
             return EXIT_OK
-        state = follow_task(
-            bridge, command.task_id or "", lambda e: print(describe(e), flush=True), args.timeout
-        )
-    return exit_code_for(summary(state)["status"])
+        for c in commands:
+            state = follow_task(
+                bridge, c.task_id or "", lambda e: print(describe(e), flush=True), args.timeout
+            )
+            codes.append(exit_code_for(summary(state)["status"]))
+    return max(codes)
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -444,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_task(submit)
     with_connection(submit)
     submit.add_argument("--wait", action="store_true", help="follow the task until it is over")
+    submit.add_argument(
+        "--samples", type=int, default=1, help="submit N rollouts of the task as one group"
+    )
+    submit.add_argument("--group", help="group id (default: a new one per submission)")
     submit.set_defaults(func=cmd_submit)
 
     status = sub.add_parser("status", help="state of one task, or of every task in the log")

@@ -202,3 +202,39 @@ def test_cancel_a_running_task(nats_url: str, tmp_path: Path) -> None:
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
+    candidate = tmp_path / "kernel.py"
+    candidate.write_text(good_relu_kernel())
+    daemon = start_daemon(nats_url, tmp_path / "daemon.log", "--pool", "verifier=2")
+    try:
+        result = run_cli(
+            "submit",
+            RELU,
+            "--workflow",
+            "verifier_only",
+            "--candidate",
+            str(candidate),
+            "--samples",
+            "3",
+            "--task-id",
+            "sampled",
+            "--wait",
+            "--nats-url",
+            nats_url,
+        )
+        assert result.returncode == 0, result.stderr
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    ids = result.stdout.split()[:3]
+    assert ids == ["sampled-1", "sampled-2", "sampled-3"]
+    groups = {
+        json.loads(run_cli("replay", "--task", t, "--json", "--nats-url", nats_url).stdout)[
+            "metadata"
+        ]["group_id"]
+        for t in ids
+    }
+    assert len(groups) == 1
+    assert run_cli("submit", RELU, "--samples", "0", "--nats-url", nats_url).returncode == 2
