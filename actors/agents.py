@@ -8,7 +8,9 @@ redelivered dispatch resumes from the log: a recorded call is parsed, never made
 from __future__ import annotations
 
 from actors.bridge import Bridge
+from actors.llm import budgets_of
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from actors.llm.budget import task_budget_error
 from actors.prompts import agent_messages
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events.codec import decode_event
@@ -19,11 +21,12 @@ from workflows.parsing import ParseError, parse_output
 
 
 def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch | None:
-    """The dispatch if it is still the task's open one; None for stale or finished work."""
+    """The dispatch if it is still the task's open one; None for stale or finished work,
+    and for a dispatch in a log that was never a submitted task (nothing to work from)."""
     d = state.dispatch(dispatched.dispatch_id)
-    if state.terminal is not None or d is None or d.result is not None or d is not state.current:
+    if state.submitted is None or state.terminal is not None or d is None:
         return None
-    return d
+    return d if d.result is None and d is state.current else None
 
 
 class LLMAgent(Worker):
@@ -36,7 +39,7 @@ class LLMAgent(Worker):
     def handle(self, job: Job) -> Settlement:
         dispatched = decode_event(job.data)
         assert isinstance(dispatched, AgentDispatched)
-        history = self.read(dispatched.task_id)
+        history = self.history_at(job)
         while True:
             state = state_of(history)
             d = current_dispatch(state, dispatched)
@@ -50,6 +53,17 @@ class LLMAgent(Worker):
     def next_event(self, state: TaskState, d: Dispatch) -> Event:
         workflow = workflow_of(state)
         if not d.llm_calls:
+            # Checked before every call, from the calls the log holds: a redelivered
+            # dispatch sees exactly what the first attempt saw.
+            over_budget = task_budget_error(state, budgets_of(self.llm))
+            if over_budget is not None:
+                return AgentFailed(
+                    task_id=state.task_id,
+                    cause=d.event.event_id,
+                    agent=self.agent,
+                    dispatch_id=d.dispatch_id,
+                    error=over_budget,
+                )
             request = LLMRequest(
                 task_id=state.task_id,
                 agent=self.agent,

@@ -12,8 +12,10 @@ import time
 import uuid
 
 from actors.bridge import Bridge
-from actors.decide import Append, AskLLM, Idle, fallback_decision, plan_next
+from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
+from actors.llm import budgets_of, is_budget_error
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from actors.llm.budget import task_budget_error
 from actors.prompts import conductor_messages
 from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
@@ -171,6 +173,9 @@ class Conductor(Worker):
         """Ask the conductor's LLM to choose; the answer is recorded, then decided on."""
         if self.llm is None:
             return fallback_decision(state, plan, "no LLM provider configured")
+        over_budget = task_budget_error(state, budgets_of(self.llm))
+        if over_budget is not None:
+            return end_task(state, plan.decision_point, "budget_exceeded", over_budget)
         request = LLMRequest(
             task_id=state.task_id,
             agent=CONDUCTOR,
@@ -180,6 +185,8 @@ class Conductor(Worker):
         try:
             response = self.bridge.call(self.llm.complete(request))
         except LLMError as exc:
+            if is_budget_error(str(exc)):  # the daemon's per-run budget is spent
+                return end_task(state, plan.decision_point, "budget_exceeded", str(exc))
             return fallback_decision(state, plan, str(exc))
         return llm_called(
             request, response, dispatch_id=plan.decision_point, cause=plan.decision_point

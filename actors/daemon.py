@@ -50,6 +50,7 @@ class DaemonConfig:
     # "in progress" heartbeats, so this can be short.
     ack_wait_s: float = 30.0
     llm: LLMProvider | None = None
+    max_deliveries: int = 20
     # How long stop() lets actors finish the job they hold.
     stop_timeout_s: float = 30.0
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
@@ -161,6 +162,9 @@ class Daemon:
                 filter_subjects=feed.filters,
                 ack_policy=api.AckPolicy.EXPLICIT,
                 ack_wait=self.config.ack_wait_s,
+                # A message that keeps failing (or keeps killing its daemon) is given up
+                # after this many deliveries rather than retried forever.
+                max_deliver=self.config.max_deliveries,
                 deliver_policy=api.DeliverPolicy.ALL,
             ),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from actors.llm.base import is_budget_error
 from events.model import (
     DISPATCH_RESULTS,
     AgentDispatched,
@@ -19,6 +20,7 @@ from events.model import (
     LLMCalled,
     ParseFailed,
     TaskFinished,
+    TaskStatus,
     TaskSubmitted,
     VerificationCompleted,
 )
@@ -83,15 +85,12 @@ def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) ->
         or now < submitted.at + submitted.deadline_s
     ):
         return plan
-    checks = state.verifications
     return Append(
-        TaskFinished(
-            task_id=state.task_id,
+        end_task(
+            state,
             cause=state.last.event_id if state.last else "",
             status="timeout",
             reason=f"deadline of {submitted.deadline_s:g}s passed",
-            final_code=checks[-1].code if checks else None,
-            verdict=checks[-1].report.verdict if checks else None,
         )
     )
 
@@ -181,15 +180,32 @@ def fallback_decision(state: TaskState, plan: AskLLM, error: str) -> ConductorDe
     )
 
 
+def budget_error_of(state: TaskState) -> str | None:
+    """The error of the dispatch that just ended if it ended on a spent budget."""
+    d = state.current
+    if d is not None and isinstance(d.result, AgentFailed) and is_budget_error(d.result.error):
+        return d.result.error
+    return None
+
+
 def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
-    verifications = state.verifications
-    last_check = verifications[-1] if verifications else None
-    passed = last_check is not None and last_check.report.passed
+    checks = state.verifications
+    passed = bool(checks) and checks[-1].report.passed
+    over_budget = None if passed else budget_error_of(state)
+    if over_budget is not None:
+        return end_task(state, decision.event_id, "budget_exceeded", over_budget)
+    return end_task(state, decision.event_id, "success" if passed else "failed", decision.reason)
+
+
+def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> TaskFinished:
+    """The task's last event: its status, and the last verified code with its verdict."""
+    checks = state.verifications
+    last_check = checks[-1] if checks else None
     return TaskFinished(
         task_id=state.task_id,
-        cause=decision.event_id,
-        status="success" if passed else "failed",
-        reason=decision.reason,
+        cause=cause,
+        status=status,
+        reason=reason,
         final_code=last_check.code if last_check else None,
         verdict=last_check.report.verdict if last_check else None,
         speedup=last_check.report.speedup if last_check else None,

@@ -1,13 +1,22 @@
 """Prompts for the LLM agents and the conductor, built from a task's folded state.
 
-Templates live in ``actors/prompt_templates/<agent>.txt`` (``string.Template`` syntax, so
-code braces need no escaping); an agent without its own template uses the coder's.
+Each prompt is a system message — the static part: role, the verifier's rules, DSL
+guidance; the same for every task of a backend, so providers cache it — and a user
+message with the task, previous attempts, feedback and the answer format.
+
+Templates live in ``actors/prompt_templates``: ``<agent>.system.txt`` and ``<agent>.txt``
+(``string.Template`` syntax, so code braces need no escaping), and ``dsl_<backend>.txt``
+for the DSL guidance. An agent without its own templates uses the coder's. A file of the
+same name in ``KF_PROMPTS_DIR`` (or the LLM config's ``prompts_dir``) replaces the built-in.
 """
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
 from string import Template
 
 from events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
@@ -20,45 +29,90 @@ MAX_ERROR_CHARS = 2000
 _BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C (compiled with CuPy RawModule)"}
 
 
+_DEVICE_NOTES = {
+    "triton": (
+        "Kernels are checked on the GPU when one is present, otherwise with "
+        "TRITON_INTERPRET=1 on the CPU: use only features the interpreter supports "
+        "(no bf16) and launch on the inputs' device."
+    ),
+    "cuda": (
+        "Kernels are compiled and checked on the GPU; without one the verifier answers "
+        "'unsupported', so write code that runs unchanged on a CUDA device."
+    ),
+}
+
+
+def prompts_dir() -> Path | None:
+    """The override directory (``KF_PROMPTS_DIR``, else the LLM config's ``prompts_dir``)."""
+    raw = os.environ.get("KF_PROMPTS_DIR")
+    if raw:
+        return Path(raw)
+    from actors.llm.config import load_config
+
+    return load_config().prompts_dir
+
+
+def _find(name: str, fallback: str | None, override: Path | None) -> Traversable | None:
+    builtin = resources.files("actors") / "prompt_templates"
+    roots: list[Traversable] = [override, builtin] if override is not None else [builtin]
+    for candidate in (name, fallback):
+        if candidate is None:
+            continue
+        for root in roots:
+            path = root / candidate
+            if path.is_file():
+                return path
+    return None
+
+
 @cache
-def _template(name: str) -> Template:
-    root = resources.files("actors") / "prompt_templates"
-    path = root / f"{name}.txt"
-    if not path.is_file():
-        path = root / "coder.txt"
-    return Template(path.read_text(encoding="utf-8"))
+def _load(name: str, fallback: str | None, override: Path | None) -> Template:
+    path = _find(name, fallback, override)
+    return Template(path.read_text(encoding="utf-8") if path is not None else "")
+
+
+def _template(name: str, fallback: str | None = None) -> Template:
+    return _load(name, fallback, prompts_dir())
 
 
 def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[ChatMessage]:
     submitted = state.submitted
     assert submitted is not None
     backend = _BACKEND_NAMES.get(submitted.backend, submitted.backend)
-    text = _template(agent).safe_substitute(
-        backend_name=backend,
+    static = {
+        "backend_name": backend,
+        "device_note": _DEVICE_NOTES.get(submitted.backend, _DEVICE_NOTES["triton"]),
+        "extra_imports": ", cupy" if submitted.backend == "cuda" else "",
+        "dsl_guidance": _template(f"dsl_{submitted.backend}.txt").safe_substitute().strip(),
+    }
+    system = _template(f"{agent}.system.txt", "coder.system.txt").safe_substitute(static)
+    user = _template(f"{agent}.txt", "coder.txt").safe_substitute(
+        static,
         task_source=submitted.task_source.strip(),
         design=_design_section(state),
         feedback=_feedback_section(state, agent),
         output_format=_format_section(workflow.agents[agent]),
-        device_note=(
-            "Kernels are checked on the GPU when one is present, otherwise with "
-            "TRITON_INTERPRET=1 on the CPU: use only features the interpreter supports "
-            "(no bf16) and launch on the inputs' device."
-        ),
     )
-    return [ChatMessage(role="user", content=text)]
+    return _messages(system, user)
 
 
 def conductor_messages(
     state: TaskState, workflow: Workflow, options: tuple[str, ...], after_agent: str
 ) -> list[ChatMessage]:
-    text = _template("conductor").safe_substitute(
+    system = _template("conductor.system.txt").safe_substitute()
+    user = _template("conductor.txt").safe_substitute(
         workflow_name=workflow.name,
         history=" → ".join(state.history) or "(none)",
         after_agent=after_agent,
         latest_result=_latest_result(state),
         options=", ".join(options),
     )
-    return [ChatMessage(role="user", content=text)]
+    return _messages(system, user)
+
+
+def _messages(system: str, user: str) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content=system.strip())] if system.strip() else []
+    return [*messages, ChatMessage(role="user", content=user.strip() + "\n")]
 
 
 def _design_section(state: TaskState) -> str:
@@ -87,9 +141,10 @@ def _feedback_section(state: TaskState, agent: str) -> str:
 
 def _attempt(check: VerificationCompleted) -> str:
     report = check.report
-    errors = "\n".join(report.errors + report.mismatches)[:MAX_ERROR_CHARS]
+    # The verifier writes bounded feedback for the coder; older reports have only errors.
+    errors = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
     return (
-        f"## Previous attempt (dispatch {check.dispatch_id}): {report.verdict}\n"
+        f"## Previous attempt: {report.verdict}\n"
         f"{report.summary}\n"
         f"```python\n{check.code.strip()}\n```\n"
         + (f"Verifier feedback:\n```\n{errors}\n```" if errors else "")

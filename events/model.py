@@ -22,8 +22,21 @@ SCHEMA_VERSION = 1
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 TaskId = Annotated[str, msgspec.Meta(pattern=TASK_ID_PATTERN)]
 
-Verdict = Literal["pass", "fail", "error", "timeout", "unsupported"]
-TaskStatus = Literal["success", "failed", "cancelled", "rejected", "timeout"]
+# The verifier's verdicts. "fail" and "error" are legacy values: events recorded before the
+# finer vocabulary still decode, but the verifier no longer produces them.
+Verdict = Literal[
+    "pass",
+    "compile_error",
+    "runtime_error",
+    "timeout",
+    "mismatch",
+    "rejected_static",
+    "rejected_runtime",
+    "unsupported",
+    "fail",
+    "error",
+]
+TaskStatus = Literal["success", "failed", "cancelled", "rejected", "budget_exceeded", "timeout"]
 DecisionMode = Literal["auto", "llm", "retry", "limit", "fallback"]
 
 
@@ -73,11 +86,34 @@ AnyCommand = SubmitTask | CancelTask
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
+    # Prompt caching (Anthropic): tokens written to / read from the cache, not included in
+    # ``input_tokens``.
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     content: str
+
+
+class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
+    """GPU timing of candidate and baseline (milliseconds per call), measured interleaved."""
+
+    candidate_ms: dict[str, float] = {}  # quantiles: "p20", "median", "p80", "min", "mean"
+    baseline_ms: dict[str, float] = {}
+    baseline: str = "eager"  # what the speedup is measured against: "eager" | "compile"
+    reps: int = 0
+    flags: list[str] = []  # plausibility flags, e.g. "speedup above 10x: re-timed"
 
 
 class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +130,12 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
     device: str = ""
     backend: str = ""
     duration_s: float = 0.0
+    # Machine-readable reasons: "rule: explanation" lines (e.g. "torch_compute: ...").
+    reasons: list[str] = []
+    # Concise, bounded text written for the coder (key error lines, mismatch summary, rule).
+    feedback: str = ""
+    timing: TimingStats | None = None
+    shapes: list[dict[str, int]] = []  # the size overrides each checked shape set used
 
     @property
     def passed(self) -> bool:
@@ -173,6 +215,14 @@ class LLMCalled(Event, tag="llm_called", frozen=True, kw_only=True):
     latency_s: float = 0.0
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # Price of the call in USD from the configured price table (None: model not priced).
+    cost_usd: float | None = None
+    # Attempts that failed (429, overloaded, 5xx, timeout...) before the answer.
+    retries: int = 0
+    # The provider's id of the answering request (``request-id`` / ``x-request-id``).
+    request_id: str = ""
+    # The prompt as token ids, when the server returns them (vLLM ``return_token_ids``).
+    prompt_token_ids: list[int] | None = None
 
 
 class OutputParsed(Event, tag="output_parsed", frozen=True, kw_only=True):
@@ -211,6 +261,17 @@ class ConductorDecided(Event, tag="conductor_decided", frozen=True, kw_only=True
     suggestion: str = ""
 
 
+class RewardAssigned(Event, tag="reward_assigned", frozen=True, kw_only=True):
+    """The outcome reward of the task by one named, versioned reward function
+    (``projections.rewards``), recorded with its inputs so a re-export gives the same
+    numbers even if the function later changes (it then gets a new version)."""
+
+    reward_fn: str
+    version: int
+    value: float
+    inputs: dict[str, Any] = {}
+
+
 AnyEvent = (
     TaskSubmitted
     | TaskRejected
@@ -223,6 +284,7 @@ AnyEvent = (
     | AgentFailed
     | VerificationCompleted
     | ConductorDecided
+    | RewardAssigned
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__

@@ -28,13 +28,14 @@ import nats.errors
 
 from actors.bridge import Bridge
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
-from actors.llm import ProviderSpecError, make_provider
+from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.verifier.engine import VerifierConfig
 from actors.worker import workflow_of
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
+from kernelflow import verify_cmd
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
@@ -46,6 +47,10 @@ from projections.trajectory import build_trajectory
 from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+LLM_HELP = (
+    "LLM provider (env KF_LLM): anthropic[:MODEL] | openai:URL[#MODEL] | scripted:FILE | "
+    "record:DIR:SPEC | replay:DIR[#position]; default anthropic when ANTHROPIC_API_KEY is set"
+)
 
 
 class UsageError(Exception):
@@ -74,15 +79,16 @@ def start_daemon(
     bridge: Bridge, settings: Settings, roles: tuple[str, ...], pools: dict[str, int]
 ) -> Daemon:
     llm = None
-    if settings.llm:
-        try:
-            llm = make_provider(settings.llm)
-        except ProviderSpecError as exc:
-            raise UsageError(str(exc)) from exc
-    elif any(r not in ("conductor", "verifier") for r in roles):
+    try:
+        spec = settings.llm or default_llm_spec()
+        if spec:
+            llm = make_provider(spec)
+    except ProviderSpecError as exc:
+        raise UsageError(str(exc)) from exc
+    if llm is None and any(r not in (CONDUCTOR_ROLE, "verifier") for r in roles):
         raise UsageError(
-            "no LLM provider: pass --llm scripted:FILE (e.g. examples/scripted/relu.yaml) "
-            "or set KF_LLM"
+            "no LLM provider: pass --llm (e.g. scripted:examples/scripted/relu.yaml, "
+            "anthropic:MODEL, openai:URL), set KF_LLM, or set ANTHROPIC_API_KEY"
         )
     config = DaemonConfig(
         roles=roles,
@@ -414,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
+    verify_cmd.register(sub)
 
     def with_connection(p: argparse.ArgumentParser) -> None:
         p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
@@ -440,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one-shot: embedded NATS + in-process daemon, run one task")
     with_task(run)
     with_connection(run)
-    run.add_argument("--llm", help="LLM provider, e.g. scripted:FILE (env KF_LLM)")
+    run.add_argument("--llm", help=LLM_HELP)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--out", default="kernelflow-runs", help="where the kernel and trajectory go")
     run.set_defaults(func=cmd_run)
@@ -453,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_argument(
         "--pool", action="append", default=[], metavar="ROLE=N", help="actors for a role"
     )
-    daemon.add_argument("--llm", help="LLM provider, e.g. scripted:FILE (env KF_LLM)")
+    daemon.add_argument("--llm", help=LLM_HELP)
     daemon.set_defaults(func=cmd_daemon)
 
     submit = sub.add_parser("submit", help="publish a task for the daemons and print its id")

@@ -21,6 +21,7 @@ from events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RewardAssigned,
     SubmitTask,
     TaskCancelled,
     TaskFinished,
@@ -77,7 +78,7 @@ EVENT_SAMPLES = [
         dispatch_id="t-1:d3",
         code="c",
         report=VerificationReport(
-            verdict="fail", summary="s", errors=["e"], max_abs_err=0.5, mismatches=["[0, 1]"]
+            verdict="mismatch", summary="s", errors=["e"], max_abs_err=0.5, mismatches=["[0, 1]"]
         ),
     ),
     ConductorDecided(
@@ -88,6 +89,14 @@ EVENT_SAMPLES = [
         chosen="coder",
         reason="r",
         suggestion="s",
+    ),
+    RewardAssigned(
+        task_id=T,
+        cause="t-1:9",
+        reward_fn="speedup",
+        version=1,
+        value=1.5,
+        inputs={"status": "success", "speedup": 1.5, "cap": 10.0},
     ),
 ]
 

@@ -26,8 +26,9 @@ from workflows.loader import load_workflow
 
 
 @pytest.fixture
-def bridge(nats_url: str) -> Iterator[Bridge]:
-    b = Bridge(nats_url).start()
+def bridge(private_nats: str) -> Iterator[Bridge]:
+    # Its own server: the task is left waiting on a designer no daemon here will run.
+    b = Bridge(private_nats).start()
     yield b
     b.stop()
 

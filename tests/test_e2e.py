@@ -40,7 +40,7 @@ def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path)
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["status"] == "success"
-    assert result["verifications"] == ["fail", "pass"]
+    assert result["verifications"] == ["mismatch", "pass"]
     assert result["steps"] == 5
     assert "class ModelNew" in result["final_code"]
     assert Path(result["kernel_path"]).read_text() == result["final_code"]
@@ -197,7 +197,7 @@ def test_malformed_command_is_answered_and_daemon_keeps_working(
     assert reply == {"ok": True, "task_id": task_id}
     state = _wait_until_over(daemon, task_id)
     assert state.finished is not None and state.finished.status == "failed"
-    assert state.verifications[0].report.verdict == "error"
+    assert state.verifications[0].report.verdict == "compile_error"
 
 
 def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> None:

@@ -8,9 +8,24 @@ from typing import Any, Protocol
 
 from events.model import ChatMessage, LLMCalled, Usage
 
+# An AgentFailed whose error starts with this ended because a token or cost budget is
+# spent; the conductor then finishes the task with status "budget_exceeded".
+BUDGET_EXHAUSTED = "budget exhausted:"
+
 
 class LLMError(RuntimeError):
     """The provider could not answer (after its own retries)."""
+
+
+class BudgetExceeded(LLMError):
+    """A token or cost budget is spent; the message starts with ``BUDGET_EXHAUSTED``."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"{BUDGET_EXHAUSTED} {detail}")
+
+
+def is_budget_error(error: str) -> bool:
+    return error.startswith(BUDGET_EXHAUSTED)
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,13 @@ class LLMResponse:
     latency_s: float = 0.0
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # The parameters the call was really made with (model, temperature, max_tokens...),
+    # recorded on top of the request's own. Never credentials.
+    params: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float | None = None
+    retries: int = 0
+    request_id: str = ""
+    prompt_token_ids: list[int] | None = None
 
 
 class LLMProvider(Protocol):
@@ -54,11 +76,15 @@ def llm_called(
         provider=response.provider,
         model=response.model,
         messages=request.messages,
-        params=request.params,
+        params={**request.params, **response.params},
         response_text=response.text,
         stop_reason=response.stop_reason,
         usage=response.usage,
         latency_s=response.latency_s,
         token_ids=response.token_ids,
         logprobs=response.logprobs,
+        cost_usd=response.cost_usd,
+        retries=response.retries,
+        request_id=response.request_id,
+        prompt_token_ids=response.prompt_token_ids,
     )

@@ -35,7 +35,7 @@ class Verifier(Worker):
     def handle(self, job: Job) -> Settlement:
         dispatched = decode_event(job.data)
         assert isinstance(dispatched, AgentDispatched)
-        history = self.read(dispatched.task_id)
+        history = self.history_at(job)
         report: VerificationReport | None = None
         while True:
             state = state_of(history)
@@ -63,9 +63,11 @@ class Verifier(Worker):
     def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
         if code is None:
             return VerificationReport(
-                verdict="error",
+                verdict="compile_error",
                 summary="no candidate code to verify: the previous agent produced none",
                 errors=["Produce a complete module defining class ModelNew."],
+                reasons=["no_code: the previous agent produced no code"],
+                feedback="Produce a complete module defining class ModelNew.",
                 backend=backend,
             )
         self.log.info("verifying a %s candidate (%d bytes)", backend, len(code))

@@ -1,10 +1,14 @@
 """Parent side of the verifier: run one candidate in a sandboxed child process.
 
 This module runs inside the daemon and never imports or executes candidate code (nor torch:
-initialising CUDA here would break forking and tie the daemon to the GPU). Each
-verification gets a private temp dir, a fresh ``python -I sandbox_child.py`` in its own
-session (process group), resource limits, no network when the machine allows it, a wall
-clock timeout that kills the whole group, and bounded output capture.
+initialising CUDA here would break forking and tie the daemon to the GPU). Before anything
+runs, the candidate passes the static reward-hack gate (:mod:`actors.verifier.gate`).
+Then each verification gets a private temp dir and a sandbox process: by default forked
+from a warm worker (``sandbox_child.py --serve``, torch and triton already imported, CUDA
+never initialised) that lives in its own network namespace when the machine allows it;
+the sandbox gets resource limits, its own PID namespace and the ``nobody`` user where
+possible, a wall-clock timeout that kills its whole process group, and bounded output.
+``VerifierConfig(warm=False)`` starts a fresh ``python -I sandbox_child.py`` instead.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import functools
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -23,18 +28,29 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from actors.verifier.gate import check_candidate
 from actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,
     check_task_source,
+    size_constants,
 )
 from events.model import VerificationReport
 
-__all__ = ["SUPPORTED_BACKENDS", "VerifierConfig", "detect_device", "verify"]
+__all__ = [
+    "SUPPORTED_BACKENDS",
+    "VerifierConfig",
+    "auto_shape_sets",
+    "detect_device",
+    "feedback_text",
+    "shutdown_workers",
+    "verify",
+]
 
 SANDBOX_CHILD = Path(__file__).with_name("sandbox_child.py")
 SUPPORTED_BACKENDS = frozenset({"triton", "cuda"})
@@ -68,6 +84,18 @@ class VerifierConfig:
     max_output_bytes: int = 64_000
     python: str = sys.executable
     tolerances: dict[str, tuple[float, float]] | None = None  # None: DEFAULT_TOLERANCES
+    # Size overrides of the task's module-level int constants, one dict per shape set;
+    # None: automatic (the task's sizes, capped on the CPU, plus a perturbed set that
+    # catches shape-specialised code). ``({},)`` checks the task's own sizes only.
+    shapes: tuple[dict[str, int], ...] | None = None
+    cpu_max_size: int = 1024  # on the CPU, larger size constants are scaled down
+    static_gate: bool = True  # the AST reward-hack gate (disable only to test the sandbox)
+    warm: bool = True  # fork from a warm worker instead of starting a fresh interpreter
+    device: str | None = None  # "cpu" / "cuda" to require one; None: whatever is here
+    timing: bool = True  # on a GPU: time candidate vs baseline
+    timing_reps: int = 50
+    baseline: str = "eager"  # or "compile" (torch.compile of the reference)
+    feedback_chars: int = 2000
 
 
 DEFAULT_CONFIG = VerifierConfig()
@@ -145,7 +173,9 @@ def _sandbox_plan(python: str, device: str, memory_mb: int) -> _SandboxPlan:
     """
     prefixes: list[tuple[str, ...]] = []
     if shutil.which("unshare"):
-        prefixes += [("unshare", "--net", "--map-root-user"), ("unshare", "--net")]
+        # As real root, plain --net keeps the sandbox able to drop to `nobody`.
+        pair = [("unshare", "--net", "--map-root-user"), ("unshare", "--net")]
+        prefixes += pair[::-1] if os.geteuid() == 0 else pair
     prefixes.append(())
     kinds = ("as", "none") if device == "cpu" else ("data", "none")
     env = _base_env(tempfile.gettempdir())
@@ -210,8 +240,9 @@ def _drain(stream: object, buf: _TailBuffer) -> None:
 
 @dataclass
 class _Outcome:
-    returncode: int | None  # None: killed on timeout
+    returncode: int | None  # None: killed on timeout; negative: killed by that signal
     output: str
+    supervisor_lost: bool = False  # the sandbox's parent process was killed from inside
 
 
 def _run_child(
@@ -285,7 +316,211 @@ def _describe_exit(returncode: int) -> str:
     return f"the sandbox process exited with status {returncode} before reporting a result"
 
 
+# --------------------------------------------------------------------------- warm worker
+
+
+class _WorkerLost(Exception):
+    """The warm worker died or stopped answering; it is replaced by a fresh one."""
+
+
+class _WarmWorker:
+    """A pre-started ``sandbox_child.py --serve`` process: torch and triton imported, CUDA
+    untouched. It forks one sandbox per job; one job at a time."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], home: str) -> None:
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=home,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self.stderr = _TailBuffer(16_000)
+        threading.Thread(target=_drain, args=(self.proc.stderr, self.stderr), daemon=True).start()
+        self.pending = b""
+        ready = self._read_line(_PROBE_TIMEOUT_S)
+        if not ready.get("ready"):
+            self.close()
+            raise _WorkerLost("the warm worker did not start: " + self.stderr.text()[-2000:])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _read_line(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _WorkerLost("the warm worker stopped answering")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise _WorkerLost("the warm worker exited: " + self.stderr.text()[-2000:])
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise _WorkerLost(f"the warm worker said something odd: {line[:200]!r}") from exc
+        return value if isinstance(value, dict) else {}
+
+    def run(self, workdir: str, nonce: str, timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        line = json.dumps({"workdir": workdir, "nonce": nonce, "timeout_s": timeout_s})
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise _WorkerLost(f"the warm worker is gone: {exc}") from exc
+        # The worker enforces the timeout itself; the grace covers killing and reaping.
+        return self._read_line(timeout_s + 30.0)
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+_WORKERS: dict[tuple[str, str, tuple[str, ...]], _WarmWorker] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def _worker_for(python: str, device: str, plan: _SandboxPlan) -> _WarmWorker:
+    key = (python, device, plan.prefix)
+    with _WORKERS_LOCK:
+        worker = _WORKERS.get(key)
+        if worker is not None and worker.alive():
+            return worker
+        if worker is not None:
+            worker.close()
+        home = tempfile.gettempdir()
+        env = _base_env(home)
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        cmd = [*plan.prefix, python, "-I", str(SANDBOX_CHILD), "--serve", device]
+        worker = _WarmWorker(cmd, env, home)
+        _WORKERS[key] = worker
+        return worker
+
+
+def _discard_worker(worker: _WarmWorker) -> None:
+    with _WORKERS_LOCK:
+        for key, value in list(_WORKERS.items()):
+            if value is worker:
+                del _WORKERS[key]
+    worker.close()
+
+
+def shutdown_workers() -> None:
+    """Stop every warm worker of this process (they also die with it)."""
+    with _WORKERS_LOCK:
+        workers = list(_WORKERS.values())
+        _WORKERS.clear()
+    for worker in workers:
+        worker.close()
+
+
+def _run_warm(
+    python: str, device: str, plan: _SandboxPlan, workdir: str, nonce: str, config: VerifierConfig
+) -> _Outcome:
+    for attempt in range(2):
+        worker = _worker_for(python, device, plan)
+        with worker.lock:
+            try:
+                reply = worker.run(workdir, nonce, config.timeout_s)
+            except _WorkerLost:
+                _discard_worker(worker)
+                if attempt == 0 and not Path(workdir, "output.log").exists():
+                    continue  # died before this job started: try once more on a fresh one
+                raise
+        if reply.get("outcome") == "spawn_error":
+            raise OSError(str(reply.get("error")))
+        output = _read_tail(Path(workdir, "output.log"), config.max_output_bytes)
+        if reply.get("outcome") == "timeout":
+            return _Outcome(None, output)
+        code = -int(reply["signal"]) if "signal" in reply else int(reply.get("code", 0))
+        return _Outcome(code, output, bool(reply.get("intermediate_lost")))
+    raise AssertionError("unreachable")
+
+
+def _read_tail(path: Path, limit: int) -> str:
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    dropped = max(0, size - limit)
+    body = data.decode(errors="replace")
+    return f"[... {dropped} bytes dropped ...]\n{body}" if dropped else body
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def auto_shape_sets(task_source: str, device: str, cpu_max_size: int) -> list[dict[str, int]]:
+    """Shape sets for a task: its own sizes (scaled down on the CPU: a constant above
+    ``cpu_max_size`` becomes a smaller, non-power-of-two one), then every size of at least
+    4 shrunk to about two thirds plus one, so code written for one shape fails."""
+    consts = size_constants(task_source)
+    if not consts:
+        return [{}]
+    first: dict[str, int] = {}
+    if device == "cpu":
+        for name, value in consts.items():
+            if value > cpu_max_size:
+                first[name] = cpu_max_size - cpu_max_size // 10 + 3
+    current = {**consts, **first}
+    second = {name: v * 2 // 3 + 1 for name, v in current.items() if v >= 4}
+    return [first, second] if second else [first]
+
+
 # --------------------------------------------------------------------------- verify
+
+
+_VERDICT_ADVICE = {
+    "compile_error": "The module or a kernel does not compile; fix the error below.",
+    "runtime_error": "The candidate crashed while running; fix the error below.",
+    "timeout": "The candidate did not finish in time (endless loop, or far too slow).",
+    "mismatch": "The kernel runs but its results differ from the reference.",
+    "rejected_static": "The code breaks a verifier rule; the kernel itself must do the work.",
+    "rejected_runtime": "The candidate broke a rule while running; see the reason below.",
+    "unsupported": "This backend cannot run on this device.",
+}
+
+
+def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
+    """A concise text for the coder: verdict, rule(s) broken, key error lines, mismatches."""
+    if report.passed:
+        return f"pass: {report.summary}"[:limit]
+    parts = [f"Verdict: {report.verdict}. {_VERDICT_ADVICE.get(report.verdict, '')}"]
+    parts.append(report.summary)
+    if report.reasons and report.verdict.startswith("rejected"):
+        parts.append("Rules broken:\n" + "\n".join(f"- {r}" for r in report.reasons[:8]))
+    if report.mismatches:
+        parts.append("First mismatching positions:\n" + "\n".join(report.mismatches[:5]))
+    shown = set(report.reasons) | {report.summary}
+    body = "\n".join(e for e in report.errors if e and e not in shown)
+    if body:
+        lines = body.splitlines()
+        if len(lines) > 20:
+            lines = ["...", *lines[-20:]]
+        parts.append("\n".join(lines))
+    text = "\n".join(p for p in parts if p)
+    return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
 
 
 def verify(
@@ -302,30 +537,67 @@ def verify(
     started = time.perf_counter()
     device = detect_device(config.python)
 
-    def report(verdict: str, summary: str, errors: list[str] | None = None) -> VerificationReport:
-        return VerificationReport(
-            verdict=verdict,  # type: ignore[arg-type]
-            summary=summary,
-            errors=errors if errors is not None else [summary],
+    def finish(report: VerificationReport) -> VerificationReport:
+        return msgspec.structs.replace(
+            report,
             device=device,
             backend=backend,
             duration_s=time.perf_counter() - started,
+            feedback=feedback_text(report, config.feedback_chars),
+        )
+
+    def report(
+        verdict: str,
+        summary: str,
+        errors: list[str] | None = None,
+        reasons: list[str] | None = None,
+    ) -> VerificationReport:
+        return finish(
+            VerificationReport(
+                verdict=verdict,  # type: ignore[arg-type]
+                summary=summary,
+                errors=errors if errors is not None else [summary],
+                reasons=reasons if reasons is not None else [f"{verdict}: {summary}"],
+            )
         )
 
     try:
         check_candidate_source(candidate_source)
     except CandidateError as exc:
-        return report("error", str(exc))
-    if backend == "cuda" and device != "cuda":
-        return report("unsupported", "backend 'cuda' is unsupported on this device (no CUDA GPU)")
+        return report("compile_error", str(exc))
     if backend not in SUPPORTED_BACKENDS:
         supported = ", ".join(sorted(SUPPORTED_BACKENDS))
         return report("unsupported", f"backend {backend!r} is unsupported (supported: {supported})")
+    if config.device == "cuda" and device != "cuda":
+        return report("unsupported", "device 'cuda' is unsupported here (no CUDA GPU)")
+    if backend == "cuda" and device != "cuda":
+        return report("unsupported", "backend 'cuda' is unsupported on this device (no CUDA GPU)")
+    if config.device == "cpu" and device != "cpu":
+        # A GPU machine asked to check on the CPU: the interpreter covers Triton only.
+        if backend != "triton":
+            return report("unsupported", f"backend {backend!r} cannot run on the CPU")
+        device = "cpu"
     try:
         check_task_source(task_source, "task.py")
     except TaskFileError as exc:
-        return report("error", str(exc))
+        return report("runtime_error", str(exc), reasons=[f"task_error: {exc}"])
+    if config.static_gate:
+        violations = check_candidate(candidate_source, backend=backend, task_source=task_source)
+        if violations:
+            first = violations[0]
+            return report(
+                "rejected_static",
+                f"static check: {first.rule} at line {first.line}: {first.message}"
+                + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
+                errors=[v.text() for v in violations[:10]],
+                reasons=[v.text() for v in violations],
+            )
 
+    shapes = (
+        [dict(s) for s in config.shapes]
+        if config.shapes is not None
+        else auto_shape_sets(task_source, device, config.cpu_max_size)
+    )
     plan = _sandbox_plan(config.python, device, config.memory_mb)
     workdir = tempfile.mkdtemp(prefix="kf-verify-")
     try:
@@ -337,59 +609,94 @@ def verify(
             "trials": config.trials,
             "seed": config.seed,
             "device": device,
+            "backend": backend,
+            "shapes": shapes,
+            "auto_shapes": config.shapes is None,
             "tolerances": config.tolerances or DEFAULT_TOLERANCES,
             "memory_kind": plan.memory_kind,
             "memory_mb": config.memory_mb,
+            "timing": config.timing,
+            "timing_reps": config.timing_reps,
+            "baseline": config.baseline,
         }
         Path(workdir, "job.json").write_text(json.dumps(job))
-        env = _base_env(workdir)
-        env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the numpy interpreter
-        cmd = [*plan.prefix, config.python, "-I", str(SANDBOX_CHILD), workdir]
         nonce = secrets.token_hex(16)
         try:
-            outcome = _run_child(
-                cmd, workdir, env, config.timeout_s, config.max_output_bytes, nonce
-            )
-        except OSError as exc:
-            return report("error", f"could not start the sandbox: {exc}")
-
-        if outcome.returncode is None:
-            summary = (
-                f"timeout: verification exceeded the {config.timeout_s:g} s limit and was killed"
-            )
-            errors = [
-                summary + " (an endless loop in forward() or in the kernel, or a kernel far "
-                "too slow for the input size?)"
-            ]
-            if outcome.output.strip():
-                errors.append("last output:\n" + _tail(outcome.output, workdir, 10))
-            return report("timeout", summary, errors)
-
-        result_path = Path(workdir, "result.json")
-        raw = result_path.read_bytes() if result_path.is_file() else b""
-        parsed: VerificationReport | None = None
-        if raw:
-            try:
-                if msgspec.json.decode(raw, type=_Signed).nonce == nonce:
-                    parsed = msgspec.json.decode(raw, type=VerificationReport)
-            except msgspec.DecodeError:
-                parsed = None
-        if parsed is None:
-            if raw:
-                summary = "the sandbox wrote an invalid or unsigned result (candidate tampering?)"
+            if config.warm:
+                outcome = _run_warm(config.python, device, plan, workdir, nonce, config)
             else:
-                summary = _describe_exit(outcome.returncode)
-            errors = [summary]
-            if outcome.output.strip():
-                errors.append("output of the sandbox (tail):\n" + _tail(outcome.output, workdir))
-            return report("error", summary, errors)
-        return msgspec.structs.replace(
-            parsed,
-            device=device,
-            backend=backend,
-            duration_s=time.perf_counter() - started,
-        )
+                env = _base_env(workdir)
+                env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
+                if device == "cpu":
+                    env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the numpy interpreter
+                cmd = [*plan.prefix, config.python, "-I", str(SANDBOX_CHILD), workdir]
+                outcome = _run_child(
+                    cmd, workdir, env, config.timeout_s, config.max_output_bytes, nonce
+                )
+        except (OSError, _WorkerLost) as exc:
+            return report("runtime_error", f"could not run the sandbox: {exc}")
+        return finish(_interpret(outcome, workdir, nonce, config))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _interpret(
+    outcome: _Outcome, workdir: str, nonce: str, config: VerifierConfig
+) -> VerificationReport:
+    """Turn what the sandbox left behind into a report."""
+    if outcome.returncode is None:
+        summary = f"timeout: verification exceeded the {config.timeout_s:g} s limit and was killed"
+        errors = [
+            summary + " (an endless loop in forward() or in the kernel, or a kernel far "
+            "too slow for the input size?)"
+        ]
+        if outcome.output.strip():
+            errors.append("last output:\n" + _tail(outcome.output, workdir, 10))
+        return VerificationReport(
+            verdict="timeout", summary=summary, errors=errors, reasons=[f"timeout: {summary}"]
+        )
+    result_path = Path(workdir, "result.json")
+    try:
+        raw = result_path.read_bytes() if result_path.is_file() else b""
+    except OSError:
+        raw = b""
+    parsed: VerificationReport | None = None
+    if raw:
+        try:
+            if msgspec.json.decode(raw, type=_Signed).nonce == nonce:
+                parsed = msgspec.json.decode(raw, type=VerificationReport)
+        except msgspec.DecodeError:
+            parsed = None
+    if parsed is not None and outcome.returncode == 0:
+        return parsed
+    tail = (
+        ["output of the sandbox (tail):\n" + _tail(outcome.output, workdir)]
+        if outcome.output.strip()
+        else []
+    )
+    if raw and parsed is None:
+        summary = "the sandbox wrote an invalid or unsigned result (candidate tampering?)"
+        return VerificationReport(
+            verdict="rejected_runtime",
+            summary=summary,
+            errors=[summary, *tail],
+            reasons=[f"tampering: {summary}"],
+        )
+    if outcome.supervisor_lost:
+        summary = (
+            "the candidate killed the process supervising it (os.kill of its parent or its "
+            "process group?)"
+        )
+        return VerificationReport(
+            verdict="rejected_runtime",
+            summary=summary,
+            errors=[summary, *tail],
+            reasons=[f"hostile: {summary}"],
+        )
+    summary = _describe_exit(outcome.returncode)
+    return VerificationReport(
+        verdict="runtime_error",
+        summary=summary,
+        errors=[summary, *tail],
+        reasons=[f"crash: {summary}"],
+    )

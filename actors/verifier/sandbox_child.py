@@ -1,22 +1,30 @@
 """Sandboxed verification of one candidate kernel against a KernelBench reference.
 
-Run as ``python -I sandbox_child.py WORKDIR`` by :mod:`actors.verifier.engine`, never
-imported by the daemon. Standalone on purpose (stdlib + torch/triton/numpy only): with
-``-I`` nothing from the kernelflow checkout is importable, and candidate code must never
-share a process with the daemon.
+Never imported by the daemon. Standalone on purpose (stdlib + torch/triton/numpy only):
+run with ``python -I``, nothing from the kernelflow checkout is importable, and candidate
+code never shares a process with the daemon. Three modes:
 
-Protocol: the parent writes ``WORKDIR/job.json`` and sends a one-line nonce on stdin; this
-script writes ``WORKDIR/result.json`` (the fields of ``VerificationReport`` plus the nonce,
-so a candidate cannot forge a verdict just by writing that file) and exits 0. Anything else
-(a crash, a timeout, no result) is turned into a verdict by the parent.
+``sandbox_child.py --serve DEVICE``
+    The warm worker: imports torch and triton once (never initialising CUDA), prints a
+    ``{"ready": ...}`` line, then for every job line on stdin
+    (``{"workdir", "nonce", "timeout_s"}``) forks a fresh sandbox, waits for it with the
+    timeout, kills its whole process group, and answers one status line on stdout. The
+    fork goes through an intermediate process that moves the sandbox into a new PID
+    namespace when the machine allows it: the sandbox is PID 1 there, sees no process
+    outside it, and everything it starts dies with it.
+``sandbox_child.py WORKDIR``
+    One fresh process for one job (the nonce comes on stdin): the naive, slower path.
+``sandbox_child.py --probe DEVICE MEMORY_KIND MEMORY_MB``
+    Applies the limits, imports torch and triton, prints ``ok``.
 
-``python -I sandbox_child.py --probe DEVICE MEMORY_KIND MEMORY_MB`` applies the same limits,
-imports torch and triton (and touches the GPU for DEVICE=cuda) and prints ``ok``: the parent
-uses it once to find out which isolation settings work on this machine.
+A job reads ``WORKDIR/job.json`` and writes ``WORKDIR/result.json``: the fields of
+``VerificationReport`` plus the nonce, so a candidate cannot forge a verdict by writing the
+file. Anything else (a crash, a timeout, no result) is turned into a verdict by the parent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib.util
 import json
@@ -24,9 +32,11 @@ import math
 import os
 import random
 import resource
+import select
 import signal
 import statistics
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -44,21 +54,107 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 TIMING_WARMUP = 5
 TIMING_REPS = 50
 FILE_SIZE_LIMIT = 64 * 1024 * 1024
+NOBODY = 65534
+NPROC_LIMIT = 256  # threads count too; generous for torch, fatal for a fork bomb
+CLONE_NEWPID = 0x20000000
+PLAUSIBLE_SPEEDUP = 10.0
+
+# ATen ops a candidate's forward may run outside its kernels: allocation, views, copies,
+# dtype/device moves. Anything else is PyTorch computing in the kernel's place.
+GLUE_OPS = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "zeros",
+    "zeros_like",
+    "new_zeros",
+    "ones",
+    "ones_like",
+    "new_ones",
+    "full",
+    "full_like",
+    "new_full",
+    "fill_",
+    "zero_",
+    "arange",
+    "scalar_tensor",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "as_strided",
+    "expand",
+    "permute",
+    "transpose",
+    "t",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "narrow",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "flatten",
+    "unflatten",
+    "alias",
+    "detach",
+    "clone",
+    "contiguous",
+    "copy_",
+    "_to_copy",
+    "to",
+    "cat",
+    "stack",
+    "constant_pad_nd",
+    "_local_scalar_dense",
+    "is_same_size",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_contiguous",
+    "resize_",
+    "set_",
+    "view_as",
+    "expand_as",
+    "movedim",
+    "_reshape_alias",
+}
 
 
 # --------------------------------------------------------------------------- limits
 
 
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies: the parent's timeout is
+    what bounds a candidate, so an orphan must not outlive it."""
+    parent = os.getppid()
+    try:
+        _libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the process-group kill is the only guard
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def apply_limits(memory_kind: str, memory_mb: int) -> None:
     """Limit this process before any untrusted code runs.
 
-    Set here rather than in a ``preexec_fn``: the daemon is multi-threaded and
-    ``preexec_fn`` is not fork-safe there. Soft and hard limits are both lowered so the
-    candidate cannot raise them again (short of privileges the sandbox drops when it can).
-
+    Soft and hard limits are both lowered so the candidate cannot raise them again.
     ``memory_kind`` is "as" (address space: exact, fine for CPU torch and the Triton
     interpreter), "data" (RLIMIT_DATA: CUDA reserves terabytes of virtual address space,
-    which RLIMIT_AS would refuse, but its reservations are not counted as data) or "none".
+    which RLIMIT_AS would refuse) or "none".
     """
     die_with_parent()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -72,19 +168,112 @@ def apply_limits(memory_kind: str, memory_mb: int) -> None:
         resource.setrlimit(which, (limit, limit))
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the daemon that started it dies: the
-    daemon's timeout is what bounds a candidate, so an orphan must not outlive it."""
-    parent = os.getppid()
+def drop_privileges(workdir: Path) -> bool:
+    """As real root (not in a user namespace that maps only root), become ``nobody``: the
+    candidate then cannot signal the daemon or the worker, cannot write anywhere but its
+    work dir (and world-writable dirs), and RLIMIT_NPROC stops fork bombs. Returns whether
+    the drop happened; elsewhere the PID namespace and the timeout contain a candidate."""
+    if os.geteuid() != 0 or not all(
+        _open_to_others(Path(p)) for p in {sys.base_prefix, sys.prefix, *sys.path} if p
+    ):
+        # As nobody the interpreter could not load its own (lazily imported) modules.
+        return False
     try:
-        import ctypes
+        for root, dirs, files in os.walk(workdir):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(root, name), NOBODY, NOBODY)
+        os.chown(workdir, NOBODY, NOBODY)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    except OSError:
+        return False
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
+    return True
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return  # not Linux: the daemon's process-group kill is the only guard
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
+
+def _open_to_others(path: Path) -> bool:
+    """Whether a user other than the owner can reach and read ``path``."""
+    import stat
+
+    try:
+        path = path.resolve()
+        if not path.exists():
+            return True
+        for part in [path, *path.parents]:
+            mode = part.stat().st_mode
+            if not mode & stat.S_IXOTH or (part == path and not mode & stat.S_IROTH):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+def enter_pids_cgroup(limit: int) -> Path | None:
+    """Move this process into a fresh pids cgroup capped at ``limit`` tasks (threads
+    included), so a fork bomb hits a wall even where RLIMIT_NPROC cannot apply (root).
+    Returns the cgroup dir (removed by the worker afterwards), or None if not allowed."""
+    for root in PIDS_CGROUPS:
+        if not (root / "cgroup.procs").exists():
+            continue
+        if root.name != "pids" and "pids" not in _read(root / "cgroup.subtree_control"):
+            continue
+        group = root / f"kf-sandbox-{os.getpid()}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(limit))
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+            return group
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    return None
+
+
+def remove_pids_cgroup(pid: int) -> None:
+    for root in PIDS_CGROUPS:
+        group = root / f"kf-sandbox-{pid}"
+        if group.exists():
+            for _ in range(50):  # the last tasks may take a moment to leave
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+def sweep_pids_cgroups() -> None:
+    """Remove leftover sandbox cgroups whose intermediate process is gone (a cgroup can
+    stay busy for a moment after its last task was reaped)."""
+    for root in PIDS_CGROUPS:
+        for group in root.glob("kf-sandbox-*"):
+            try:
+                os.kill(int(group.name.rsplit("-", 1)[1]), 0)
+                continue  # still running (ours or another worker's)
+            except (ValueError, ProcessLookupError):
+                pass
+            except PermissionError:
+                continue
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def confine(workdir: Path, job: dict[str, Any]) -> None:
+    os.chdir(workdir)
+    os.environ["HOME"] = os.environ["TMPDIR"] = str(workdir)
+    os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton" / "cache")
+    drop_privileges(workdir)
+    apply_limits(job.get("memory_kind", "as"), int(job.get("memory_mb", 0)))
 
 
 def probe(device: str, memory_kind: str, memory_mb: int) -> int:
@@ -104,22 +293,27 @@ def probe(device: str, memory_kind: str, memory_mb: int) -> int:
 
 
 class VerificationFailure(Exception):
-    """The candidate ran but produced wrong results; carries the report fields."""
+    """The candidate ran but its results (or behaviour) are not acceptable."""
 
-    def __init__(self, summary: str, errors: list[str], **fields: Any) -> None:
+    def __init__(
+        self,
+        summary: str,
+        errors: list[str],
+        *,
+        verdict: str = "mismatch",
+        rule: str = "mismatch",
+        **fields: Any,
+    ) -> None:
         super().__init__(summary)
         self.summary = summary
         self.errors = errors
+        self.verdict = verdict
+        self.rule = rule
         self.fields = fields
 
 
-class CandidateCrashed(Exception):
-    """An exception escaped candidate code (import, construction or forward)."""
-
-    def __init__(self, stage: str, exc: BaseException) -> None:
-        super().__init__(stage)
-        self.stage = stage
-        self.exc = exc
+def rejected(rule: str, message: str) -> VerificationFailure:
+    return VerificationFailure(message, [message], verdict="rejected_runtime", rule=rule)
 
 
 def _finite(x: float | None) -> float | None:
@@ -267,12 +461,10 @@ def compare_tensor(
 
     if type(got) is not torch.Tensor:
         # Tensor subclasses and lazy wrappers can fake comparisons; demand a plain tensor.
-        raise VerificationFailure(
-            f"{name}: expected a torch.Tensor, got {type(got).__name__}",
-            [
-                f"{name} must be a plain torch.Tensor, got {type(got).__module__}."
-                f"{type(got).__qualname__}"
-            ],
+        raise rejected(
+            "output_type",
+            f"{name} must be a plain torch.Tensor, got {type(got).__module__}."
+            f"{type(got).__qualname__}",
         )
     if got.shape != expected.shape:
         raise VerificationFailure(
@@ -373,54 +565,347 @@ def compare_outputs(
     return max_abs, max_rel
 
 
+# --------------------------------------------------------------------------- runtime guards
+
+
+def os_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def child_processes() -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            text = Path(f"/proc/self/task/{tid}/children").read_text().split()
+            kids.extend(int(k) for k in text)
+    except OSError:
+        pass
+    return kids
+
+
+class Launches:
+    """Counts Triton kernel launches (compiled or interpreted) and tells the op guard to
+    look away while a launch runs (the interpreter copies tensors around)."""
+
+    count = 0
+    depth = 0
+
+    @classmethod
+    def install(cls) -> None:
+        classes: list[Any] = []
+        try:
+            from triton.runtime.jit import JITFunction
+
+            classes.append(JITFunction)
+        except ImportError:
+            return
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:
+            pass
+        for klass in classes:
+            original = klass.run
+            if getattr(original, "_kf_counted", False):
+                continue
+
+            def run(self: Any, *args: Any, _orig: Any = original, **kwargs: Any) -> Any:
+                cls.count += 1
+                cls.depth += 1
+                try:
+                    return _orig(self, *args, **kwargs)
+                finally:
+                    cls.depth -= 1
+
+            run._kf_counted = True  # type: ignore[attr-defined]
+            klass.run = run
+
+
+def make_op_guard() -> Any:
+    """A TorchDispatchMode that records every non-glue ATen op run outside a kernel launch:
+    PyTorch computing in the kernel's place, whatever Python spelling reached it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpGuard(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bad: dict[str, int] = {}
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if Launches.depth == 0:
+                name = func.overloadpacket.__name__
+                if name not in GLUE_OPS and name.rstrip("_") not in GLUE_OPS:
+                    self.bad[name] = self.bad.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    return OpGuard()
+
+
+def storages(value: Any) -> list[tuple[int, int]]:
+    """(start, end) byte ranges of the storages behind every tensor leaf of ``value``."""
+    import torch
+
+    spans = []
+    for _, t in flatten(value, "x"):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            st = t.untyped_storage()
+            if st.nbytes():
+                spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return spans
+
+
+def overlaps(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+
+
+def check_output_storage(got: Any, inputs: Any, model: Any) -> None:
+    import torch
+
+    for name, t in flatten(got, "output"):
+        if not isinstance(t, torch.Tensor):
+            continue
+        if type(t) is not torch.Tensor:
+            raise rejected(
+                "output_type",
+                f"{name} must be a plain torch.Tensor, got {type(t).__module__}."
+                f"{type(t).__qualname__} (tensor subclasses and lazy tensors are not allowed)",
+            )
+        if t.is_meta or getattr(t, "_is_zerotensor", lambda: False)():
+            raise rejected("output_type", f"{name} is a meta/zero tensor without data")
+        mine = storages(t)
+        if overlaps(mine, storages(inputs)):
+            raise rejected(
+                "output_aliasing",
+                f"{name} shares memory with an input: outputs must have their own storage",
+            )
+        params = (
+            [p for p in model.parameters()] + [b for b in model.buffers()]
+            if hasattr(model, "parameters")
+            else []
+        )
+        if overlaps(mine, storages(params)):
+            raise rejected(
+                "output_aliasing",
+                f"{name} shares memory with a parameter or buffer of ModelNew",
+            )
+
+
+def poison(value: Any, keep: Any) -> None:
+    """Overwrite the reference's outputs (memory the allocator may hand to the candidate
+    next) and a few fresh blocks of the same sizes with NaN / all-ones bits, so a candidate
+    that returns uninitialised memory cannot pick up the reference's result."""
+    import torch
+
+    keep_spans = storages(keep)
+    for _, t in flatten(value, "x"):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        with torch.no_grad():
+            if not overlaps(storages(t), keep_spans):
+                fill_poison(t)
+            for _ in range(2):
+                junk = torch.empty_like(t)
+                fill_poison(junk)
+                del junk
+
+
+def fill_poison(t: Any) -> None:
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype.is_signed:
+        t.fill_(-1)
+    else:
+        t.fill_(1)
+
+
+def run_candidate(model: Any, inputs: Any, device: str, baseline_threads: int) -> Any:
+    """One guarded forward call: ops, launches, threads and processes are all watched."""
+    import torch
+
+    guard = make_op_guard()
+    Launches.count = 0
+    with torch.no_grad(), guard:
+        got = model(*inputs)
+    if device == "cuda":
+        torch.cuda.synchronize()  # device-wide: work on side streams is finished too
+    if guard.bad:
+        ops = ", ".join(f"{k}" for k in sorted(guard.bad)[:6])
+        raise rejected(
+            "torch_compute",
+            f"forward() ran PyTorch compute ops outside the kernel: {ops} (only allocation, "
+            "views, reshapes and copies may surround the kernel)",
+        )
+    if Launches.count == 0 and LAUNCH_CHECK[0]:
+        raise rejected(
+            "no_kernel_launch",
+            "forward() launched no Triton kernel: the kernel must do the work",
+        )
+    threads = os_threads()
+    if threads > baseline_threads:
+        raise rejected(
+            "threads",
+            f"forward() left {threads - baseline_threads} extra thread(s) running "
+            "(work escaping the timer or the check)",
+        )
+    kids = child_processes()
+    if kids:
+        raise rejected("processes", f"forward() started {len(kids)} child process(es)")
+    return got
+
+
+LAUNCH_CHECK = [True]
+
+
 # --------------------------------------------------------------------------- timing
 
 
-def time_cuda(ref: Any, cand: Any, inputs: list[Any]) -> float | None:
-    """Median reference time / median candidate time, with CUDA events.
+def quantiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
 
-    Deliberately simple (the full harness with L2 flushes and quantiles lives elsewhere):
-    warm-up, then reference and candidate interleaved so clock and thermal drift hit both.
-    """
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(p * (len(ordered) - 1))))]
+
+    return {
+        "min": ordered[0],
+        "p20": q(0.2),
+        "median": statistics.median(ordered),
+        "p80": q(0.8),
+        "mean": statistics.fmean(ordered),
+    }
+
+
+def time_cuda(
+    ref: Any, cand: Any, inputs: list[Any], reps: int, baseline: Any = None
+) -> dict[str, Any]:
+    """Candidate and baseline timed interleaved with CUDA events: warm-up, an L2 flush
+    before every repetition, device-wide sync before each end event is read."""
     import torch
 
+    base = baseline if baseline is not None else ref
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
     ref_in, cand_in = clone(inputs), clone(inputs)
     with torch.no_grad():
         for _ in range(TIMING_WARMUP):
-            ref(*ref_in)
+            base(*ref_in)
             cand(*cand_in)
         torch.cuda.synchronize()
-        ref_ms: list[float] = []
+        base_ms: list[float] = []
         cand_ms: list[float] = []
-        for _ in range(TIMING_REPS):
-            for model, args, sink in ((ref, ref_in, ref_ms), (cand, cand_in, cand_ms)):
+        for i in range(reps):
+            order = ((base, ref_in, base_ms), (cand, cand_in, cand_ms))
+            for model, args, sink in order if i % 2 == 0 else order[::-1]:
+                flush.zero_()  # evict the L2 cache: no rep profits from the previous one
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()
                 start.record()
                 model(*args)
                 end.record()
-                torch.cuda.synchronize()  # device-wide: work on side streams is counted
+                torch.cuda.synchronize()  # device-wide: side-stream work is counted
                 sink.append(start.elapsed_time(end))
-    ref_med, cand_med = statistics.median(ref_ms), statistics.median(cand_ms)
-    if cand_med <= 0:
-        return None
-    return ref_med / cand_med
+    return {"candidate_ms": quantiles(cand_ms), "baseline_ms": quantiles(base_ms)}
+
+
+def copy_bandwidth_gbs() -> float:
+    """Achievable device memory bandwidth (GB/s), measured with a large copy."""
+    import torch
+
+    n = 128 * 1024 * 1024 // 4
+    a = torch.empty(n, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000 / 5
+    return 2 * a.nbytes / seconds / 1e9
+
+
+def tensor_bytes(value: Any) -> int:
+    import torch
+
+    return sum(t.nbytes for _, t in flatten(value, "x") if isinstance(t, torch.Tensor))
+
+
+def timing_report(
+    ref: Any, cand: Any, inputs: list[Any], expected: Any, job: dict[str, Any]
+) -> tuple[float | None, dict[str, Any]]:
+    """Speedup over eager (or torch.compile) PyTorch, with plausibility flags: a speedup
+    above 10x, or a candidate moving its bytes faster than the device's copy bandwidth,
+    is re-timed with more repetitions and flagged."""
+    reps = int(job.get("timing_reps", TIMING_REPS))
+    baseline_kind = str(job.get("baseline", "eager"))
+    baseline = None
+    if baseline_kind == "compile":
+        import torch
+
+        baseline = torch.compile(ref)
+    stats = time_cuda(ref, cand, inputs, reps, baseline)
+    flags: list[str] = []
+    speedup = stats["baseline_ms"]["median"] / max(stats["candidate_ms"]["median"], 1e-9)
+    moved = tensor_bytes(inputs) + tensor_bytes(expected)
+    bandwidth = copy_bandwidth_gbs()
+    implied = moved / (stats["candidate_ms"]["median"] / 1000) / 1e9
+    suspicious = speedup > PLAUSIBLE_SPEEDUP or implied > 1.5 * bandwidth
+    if suspicious:
+        stats = time_cuda(ref, cand, inputs, reps * 4, baseline)
+        speedup = stats["baseline_ms"]["median"] / max(stats["candidate_ms"]["median"], 1e-9)
+        implied = moved / (stats["candidate_ms"]["median"] / 1000) / 1e9
+        if speedup > PLAUSIBLE_SPEEDUP:
+            flags.append(f"implausible speedup {speedup:.1f}x (> {PLAUSIBLE_SPEEDUP:g}x): re-timed")
+        if implied > 1.5 * bandwidth:
+            flags.append(
+                f"candidate moves its inputs and outputs at {implied:.0f} GB/s, above the "
+                f"device's measured copy bandwidth ({bandwidth:.0f} GB/s)"
+            )
+    return speedup, {**stats, "baseline": baseline_kind, "reps": reps, "flags": flags}
 
 
 # --------------------------------------------------------------------------- main check
+
+
+def classify_exception(exc: BaseException) -> str:
+    names = {type(e).__name__ for e in exception_chain(exc)}
+    if names & {"CompilationError", "CompileException", "NVRTCError", "SyntaxError"}:
+        return "compile_error"
+    return "runtime_error"
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
 
 
 def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     device: str = job.get("device", "cpu")
+    backend: str = job.get("backend", "triton")
     trials = max(1, int(job.get("trials", 3)))
     seed = int(job.get("seed", 0))
+    shape_sets: list[dict[str, int]] = list(job.get("shapes") or [{}])
+    auto_shapes = bool(job.get("auto_shapes", False))
     tolerances = dict(DEFAULT_TOLERANCES)
     for key, value in (job.get("tolerances") or {}).items():
         tolerances[key] = (float(value[0]), float(value[1]))
     tolerances.setdefault("float64", tolerances["float32"])
+    LAUNCH_CHECK[0] = backend == "triton"
+    Launches.install()
 
     if device == "cuda":
         # Full-precision fp32 reference: TF32 would loosen it beyond the tolerances.
@@ -429,15 +914,19 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
 
     tag = f"{os.getpid()}_{time.monotonic_ns()}"
     wd = str(workdir)
-    base = {"device": device, "trials": 0}
+    base: dict[str, Any] = {"device": device, "trials": 0, "shapes": []}
+    notes: list[str] = []
 
-    def error(summary: str, lines: list[str], trials_done: int = 0) -> dict[str, Any]:
+    def failed(
+        verdict: str, summary: str, lines: list[str], reason: str, trials_done: int = 0
+    ) -> dict[str, Any]:
         # One feedback entry: the (trimmed) traceback reads best as a single block.
         return {
             **base,
-            "verdict": "error",
+            "verdict": verdict,
             "summary": summary,
             "errors": ["\n".join(lines)],
+            "reasons": [reason],
             "trials": trials_done,
         }
 
@@ -445,24 +934,59 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
     try:
         task = load_module(workdir / job["task_file"], f"kf_task_{tag}")
     except BaseException as exc:
-        return error("the reference task failed to import", format_exception(exc, wd))
+        tb = format_exception(exc, wd)
+        return failed(
+            "runtime_error", "the reference task failed to import", tb, "task_error: " + tb[-1]
+        )
+    if backend == "cuda":
+        try:
+            import cupy
+
+            cupy.cuda.runtime.getDeviceCount()
+        except BaseException as exc:
+            msg = f"backend 'cuda' needs a working CuPy here: {type(exc).__name__}: {exc}"
+            return failed("unsupported", msg, [msg], "unsupported: " + msg)
     try:
         cand_mod = load_module(workdir / job["candidate_file"], f"kf_candidate_{tag}")
     except BaseException as exc:
         tb = format_exception(exc, wd)
-        return error(f"candidate failed to import: {tb[-1] if tb else type(exc).__name__}", tb)
+        last = tb[-1] if tb else type(exc).__name__
+        return failed("compile_error", f"candidate failed to import: {last}", tb, "import: " + last)
     model_cls = getattr(task, "Model", None)
     new_cls = getattr(cand_mod, "ModelNew", None)
     if model_cls is None:
-        return error("the reference task defines no Model", ["task.py defines no Model"])
+        return failed(
+            "runtime_error",
+            "the reference task defines no Model",
+            ["no Model"],
+            "task_error: no Model",
+        )
     if new_cls is None:
         msg = "candidate module defines no ModelNew after import"
-        return error(msg, [msg])
+        return failed("compile_error", msg, [msg], "no_modelnew: " + msg)
 
+    defaults = {name: getattr(task, name) for s in shape_sets for name in s if hasattr(task, name)}
+    usable: list[dict[str, int]] = []
     max_abs = max_rel = 0.0
     ref_model = cand_model = None
     inputs: list[Any] = []
-    for trial in range(trials):
+    expected: Any = None
+    baseline_threads = 0
+    n_runs = max(trials, len(shape_sets))
+    skipped: set[int] = set()
+    done = 0
+    for trial in range(n_runs):
+        set_index = trial % len(shape_sets)
+        if set_index in skipped:
+            continue
+        shapes = shape_sets[set_index]
+        for name, value in defaults.items():
+            setattr(task, name, value)
+        for name, value in shapes.items():
+            setattr(task, name, value)
+        label = f"trial {trial + 1}/{n_runs}" + (
+            f" (shapes {', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes else ""
+        )
         trial_seed = seed * 1_000_003 + trial
         stage = "reference"
         try:
@@ -471,6 +995,17 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
             seed_all(trial_seed)
             ref_model = model_cls(*task.get_init_inputs())
             ref_model = ref_model.to(device).eval()
+            seed_all(trial_seed + 7919)  # a different stream for the inputs
+            inputs = list(to_device(task.get_inputs(), device))
+            ref_in, cand_in = clone(inputs), clone(inputs)
+            with torch.no_grad():
+                ref_out = ref_model(*ref_in)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            expected = clone(ref_out)
+            poison(ref_out, ref_in)
+            del ref_out
+            baseline_threads = max(baseline_threads, os_threads())
             stage = "ModelNew(...) construction"
             seed_all(trial_seed)
             cand_model = new_cls(*task.get_init_inputs())
@@ -478,27 +1013,46 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
                 cand_model = cand_model.to(device)
             if hasattr(cand_model, "eval"):
                 cand_model = cand_model.eval()
-            stage = "reference"
-            seed_all(trial_seed + 7919)  # a different stream for the inputs
-            inputs = list(to_device(task.get_inputs(), device))
-            ref_in, cand_in = clone(inputs), clone(inputs)
-            with torch.no_grad():
-                expected = ref_model(*ref_in)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                stage = "ModelNew.forward"
-                got = cand_model(*cand_in)
-                if device == "cuda":
-                    # Asynchronous kernel faults surface here: still the candidate's.
-                    torch.cuda.synchronize()
+            baseline_threads = max(baseline_threads, os_threads())
+            stage = "ModelNew.forward"
+            got = run_candidate(cand_model, cand_in, device, baseline_threads)
+        except VerificationFailure as failure:
+            return {
+                **base,
+                "verdict": failure.verdict,
+                "trials": trial + 1,
+                "summary": f"{label}: {failure.summary}",
+                "errors": failure.errors,
+                "reasons": [f"{failure.rule}: {failure.summary}"],
+                "shapes": [*usable, shapes],
+            }
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             tb = format_exception(exc, wd)
             last = tb[-1] if tb else type(exc).__name__
             if stage == "reference":
-                return error(f"the reference model failed in trial {trial + 1}: {last}", tb, trial)
-            return error(f"candidate raised in {stage} (trial {trial + 1}): {last}", tb, trial)
+                if auto_shapes and set_index > 0:
+                    skipped.add(set_index)
+                    notes.append(f"shape set {shapes} skipped: the reference fails there ({last})")
+                    continue
+                return failed(
+                    "runtime_error",
+                    f"the reference model failed ({label}): {last}",
+                    tb,
+                    "task_error: " + last,
+                    trial,
+                )
+            verdict = classify_exception(exc)
+            if any(isinstance(e, BlockingIOError) for e in exception_chain(exc)):
+                verdict, reason = "rejected_runtime", "processes: process limit reached: " + last
+            elif isinstance(exc, MemoryError) or "alloc" in last.lower():
+                reason = "memory: " + last
+            else:
+                reason = f"{'compile' if verdict == 'compile_error' else 'exception'}: {last}"
+            return failed(
+                verdict, f"candidate raised in {stage} ({label}): {last}", tb, reason, trial
+            )
 
         try:
             # Kernels must not write to their inputs. Compared with the reference's inputs
@@ -507,39 +1061,76 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
                 zip(flatten(ref_in, "input"), flatten(cand_in, "input"), strict=True)
             ):
                 if isinstance(before[1], torch.Tensor) and not same_values(before[1], after[1]):
-                    msg = (
-                        f"input mutation: the candidate modified input #{i} in place "
-                        "(the reference does not); kernels must not write to their inputs"
+                    raise rejected(
+                        "input_mutation",
+                        f"input mutation: the candidate modified input #{i} in place (the "
+                        "reference does not); kernels must not write to their inputs",
                     )
-                    raise VerificationFailure(msg, [msg])
+            check_output_storage(got, cand_in, cand_model)
             a, r = compare_outputs(expected, got, tolerances)
+            # A second call on fresh copies of the same inputs must agree with the first
+            # and return new memory: no state or cached results carried between calls.
+            again_in = clone(inputs)
+            got2 = run_candidate(cand_model, again_in, device, baseline_threads)
+            check_output_storage(got2, again_in, cand_model)
+            if overlaps(storages(got2), storages(got)):
+                raise rejected(
+                    "second_run",
+                    "the second forward() call returned the memory of the first call's "
+                    "output (a cached or reused result); allocate a new output per call",
+                )
+            try:
+                compare_outputs(got, got2, tolerances)
+            except VerificationFailure as drift:
+                raise rejected(
+                    "second_run",
+                    "a second forward() call on the same inputs disagrees with the first: "
+                    + drift.summary,
+                ) from None
         except VerificationFailure as failure:
-            fields = {
+            return {
+                **base,
+                "verdict": failure.verdict,
                 "max_abs_err": _finite(failure.fields.get("max_abs_err")),
                 "max_rel_err": _finite(failure.fields.get("max_rel_err")),
                 "mismatches": failure.fields.get("mismatches", []),
-            }
-            return {
-                **base,
-                **fields,
-                "verdict": "fail",
                 "trials": trial + 1,
-                "summary": f"trial {trial + 1}/{trials}: {failure.summary}",
+                "summary": f"{label}: {failure.summary}",
                 "errors": failure.errors,
+                "reasons": [f"{failure.rule}: {failure.summary}"],
+                "shapes": [*usable, shapes],
             }
-        max_abs, max_rel = max(max_abs, a), max(max_rel, r)
-
-    speedup: float | None = None
-    notes: list[str] = []
-    # Interpreted Triton on CPU has no meaningful timing: speedup stays null there.
-    if device == "cuda":
-        try:
-            speedup = _finite(time_cuda(ref_model, cand_model, inputs))
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            notes = ["timing failed: " + " | ".join(format_exception(exc, wd)[-3:])]
-    summary = f"all {trials} trial(s) match the reference (max abs err {_fmt(max_abs)})"
+            tb = format_exception(exc, wd)
+            last = tb[-1] if tb else type(exc).__name__
+            return failed(
+                classify_exception(exc),
+                f"candidate raised in its second forward() call ({label}): {last}",
+                tb,
+                "exception: " + last,
+                trial,
+            )
+        if shapes not in usable:
+            usable.append(shapes)
+        done += 1
+        max_abs, max_rel = max(max_abs, a), max(max_rel, r)
+
+    speedup: float | None = None
+    timing: dict[str, Any] | None = None
+    # Interpreted Triton on CPU has no meaningful timing: speedup stays null there.
+    if device == "cuda" and job.get("timing", True):
+        try:
+            speedup, timing = timing_report(ref_model, cand_model, inputs, expected, job)
+            speedup = _finite(speedup)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            notes.append("timing failed: " + " | ".join(format_exception(exc, wd)[-3:]))
+    summary = f"all {done} trial(s) match the reference (max abs err {_fmt(max_abs)})"
+    if len(usable) > 1:
+        summary += f" on {len(usable)} shape sets"
     if speedup is not None:
         summary += f"; speedup {speedup:.2f}x"
     return {
@@ -547,18 +1138,160 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
         "verdict": "pass",
         "summary": summary,
         "errors": notes,
+        "reasons": [f"flag: {f}" for f in (timing or {}).get("flags", [])],
         "max_abs_err": _finite(max_abs),
         "max_rel_err": _finite(max_rel),
-        "trials": trials,
+        "trials": done,
         "speedup": speedup,
+        "timing": timing,
+        "shapes": usable,
     }
+
+
+def execute(workdir: Path, nonce: str) -> None:
+    """Run the job of ``workdir`` in this (already confined) process; never returns."""
+    job: dict[str, Any] = {}
+    started = time.perf_counter()
+    me = os.getpid()
+    try:
+        job = json.loads((workdir / "job.json").read_text())
+        confine(workdir, job)
+        result = run_job(workdir, job)
+    except BaseException as exc:  # a bug here must still produce a readable verdict
+        result = {
+            "verdict": "runtime_error",
+            "summary": f"verifier internal error: {exc!r}",
+            "errors": ["\n".join(format_exception(exc, str(workdir)))],
+            "reasons": [f"internal: {exc!r}"],
+            "device": str(job.get("device") or ""),
+        }
+    if os.getpid() != me:  # a process the candidate forked: only the sandbox reports
+        os._exit(0)
+    result["duration_s"] = time.perf_counter() - started
+    result["nonce"] = nonce
+    try:
+        (workdir / "result.json").write_text(json.dumps(result, allow_nan=False))
+    except BaseException:
+        os._exit(70)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip atexit handlers and interpreter teardown: candidate code may have registered
+    # some (to rewrite result.json, or to hang).
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------- warm worker
+
+
+def fork_sandbox(job: dict[str, Any], status_w: int) -> int:
+    """Fork the intermediate process; returns its pid (also its process group id).
+
+    The intermediate starts a session, moves its future children into a new PID namespace
+    when allowed, forks the sandbox and reports the sandbox's wait status on ``status_w``.
+    """
+    workdir = Path(job["workdir"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # intermediate
+        os.setsid()
+        die_with_parent()
+        pidns = _libc().unshare(CLONE_NEWPID) == 0
+        enter_pids_cgroup(NPROC_LIMIT)
+        child = os.fork()
+        if child == 0:  # the sandbox
+            os.close(status_w)
+            log = os.open(workdir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.closerange(3, 4096)  # nothing of the worker's pipes stays reachable
+            sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+            faulthandler.enable()
+            execute(workdir, str(job["nonce"]))
+        _, status = os.waitpid(child, 0)
+        os.write(status_w, json.dumps({"status": status, "pidns": pidns}).encode())
+        os._exit(0)
+    except BaseException:
+        os._exit(71)
+
+
+def serve(device: str) -> int:
+    """The warm worker loop (see the module docstring)."""
+    die_with_parent()
+    os.environ.setdefault("OMP_NUM_THREADS", "4")
+    import numpy  # noqa: F401
+    import torch
+    import torch._dynamo  # entering a TorchDispatchMode imports it lazily: 2+ s
+    import torch.utils._python_dispatch
+    import triton
+    import triton.language
+
+    with contextlib.suppress(ImportError):
+        import triton.runtime.interpreter
+    del torch, triton
+    out = sys.stdout
+    print(json.dumps({"ready": True, "pid": os.getpid()}), file=out, flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        timeout = float(job.get("timeout_s", 300.0))
+        started = time.monotonic()
+        status_r, status_w = os.pipe()
+        try:
+            pid = fork_sandbox(job, status_w)
+        except OSError as exc:
+            os.close(status_r)
+            os.close(status_w)
+            print(json.dumps({"outcome": "spawn_error", "error": str(exc)}), file=out, flush=True)
+            continue
+        os.close(status_w)
+        timed_out = False
+        deadline = started + timeout
+        delay = 0.002
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        # Before reaping: the group id cannot be reused while the leader is a zombie.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        _, istatus = os.waitpid(pid, 0)
+        remove_pids_cgroup(pid)
+        sweep_pids_cgroups()
+        report: dict[str, Any] = {"outcome": "timeout" if timed_out else "done"}
+        ready, _, _ = select.select([status_r], [], [], 0)
+        raw = os.read(status_r, 4096) if ready else b""
+        os.close(status_r)
+        if raw:
+            info = json.loads(raw)
+            status = int(info["status"])
+            report["pidns"] = bool(info["pidns"])
+        else:  # the intermediate itself was killed (by the candidate, or on timeout)
+            status = istatus
+            report["intermediate_lost"] = True
+        if os.WIFSIGNALED(status):
+            report["signal"] = os.WTERMSIG(status)
+        else:
+            report["code"] = os.WEXITSTATUS(status)
+        report["duration_s"] = time.monotonic() - started
+        print(json.dumps(report), file=out, flush=True)
+    return 0
 
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] == "--probe":
         return probe(argv[2], argv[3], int(argv[4]))
+    if len(argv) == 3 and argv[1] == "--serve":
+        return serve(argv[2])
     if len(argv) != 2:
-        print("usage: sandbox_child.py WORKDIR", file=sys.stderr)
+        print("usage: sandbox_child.py WORKDIR | --serve DEVICE | --probe ...", file=sys.stderr)
         return 2
     # Candidate prints must survive a crash (os._exit, segfault) to be shown as feedback.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -566,27 +1299,8 @@ def main(argv: list[str]) -> int:
     faulthandler.enable()
     # Read before anything untrusted runs; the nonce then only lives in this frame.
     nonce = sys.stdin.readline().strip()
-    workdir = Path(argv[1]).resolve()
-    job = json.loads((workdir / "job.json").read_text())
-    apply_limits(job.get("memory_kind", "as"), int(job.get("memory_mb", 0)))
-    started = time.perf_counter()
-    try:
-        result = run_job(workdir, job)
-    except BaseException as exc:  # a bug here must still produce a readable verdict
-        result = {
-            "verdict": "error",
-            "summary": f"verifier internal error: {exc!r}",
-            "errors": ["\n".join(format_exception(exc, str(workdir)))],
-            "device": str(job.get("device") or ""),
-        }
-    result["duration_s"] = time.perf_counter() - started
-    result["nonce"] = nonce
-    (workdir / "result.json").write_text(json.dumps(result, allow_nan=False))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip atexit handlers and interpreter teardown: candidate code may have registered
-    # some (to rewrite result.json, or to hang).
-    os._exit(0)
+    execute(Path(argv[1]).resolve(), nonce)
+    return 0
 
 
 if __name__ == "__main__":

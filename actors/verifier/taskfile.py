@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["CandidateError", "TaskFileError", "check_candidate_source", "check_task_source"]
+__all__ = [
+    "CandidateError",
+    "TaskFileError",
+    "check_candidate_source",
+    "check_task_source",
+    "size_constants",
+]
 
 # What a KernelBench-format task must define at module level.
 _TASK_NAMES: tuple[tuple[str, str], ...] = (
@@ -110,3 +116,29 @@ def check_candidate_source(source: str) -> None:
             "candidate code defines no top-level `class ModelNew(nn.Module)`; it must define "
             "ModelNew with the same __init__ arguments and forward() inputs as Model"
         )
+
+
+def size_constants(source: str) -> dict[str, int]:
+    """Module-level ``NAME = <int>`` assignments of a task (its size knobs), in order.
+
+    Booleans are not sizes; names starting with an underscore are private and left alone.
+    """
+    tree = _parse(source, "<task>")
+    if isinstance(tree, str):
+        return {}
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if (
+            isinstance(target, ast.Name)
+            and not target.id.startswith("_")
+            and isinstance(value, ast.Constant)
+            and type(value.value) is int
+        ):
+            found[target.id] = value.value
+    return found

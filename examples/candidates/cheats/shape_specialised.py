@@ -1,0 +1,20 @@
+# expect: mismatch mismatch
+# Assumes rows of 1000 (the task's default dim): covers 16 x 1000, not other shapes.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(x.numel() // 1000,)](x, y, x.numel(), BLOCK=1024)
+        return y

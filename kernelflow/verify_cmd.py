@@ -1,0 +1,151 @@
+"""``kernelflow verify``: check one candidate against one task, no NATS involved.
+
+Exit codes: 0 the verdict is ``pass``; 1 any other verdict; 2 unusable input (unreadable
+file, not Python, no ``Model``/``ModelNew``, bad ``--shapes``, a task whose reference fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actors.verifier.engine import VerifierConfig, verify
+from actors.verifier.taskfile import (
+    CandidateError,
+    TaskFileError,
+    check_candidate_source,
+    check_task_source,
+)
+
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+__all__ = ["parse_shapes", "register", "run_verify"]
+
+
+class _BadInput(Exception):
+    pass
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``verify`` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "verify",
+        help="verify a candidate kernel against a task (sandboxed; no NATS)",
+        description="Check CANDIDATE.py (class ModelNew) against TASK.py (KernelBench "
+        "format). Exit 0 on pass, 1 on any other verdict, 2 on unusable input.",
+    )
+    p.add_argument("--task", required=True, help="task file (class Model, get_inputs, ...)")
+    p.add_argument("--candidate", required=True, help="candidate file (class ModelNew)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--backend", choices=["triton", "cuda"], default="triton")
+    p.add_argument(
+        "--shapes",
+        action="append",
+        default=None,
+        metavar="NAME=INT,...",
+        help="one shape set: overrides of the task's module-level int constants "
+        "(repeat the flag, or separate sets with ';'); default: automatic",
+    )
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per verification")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_verify)
+
+
+def parse_shapes(values: list[str] | None) -> tuple[dict[str, int], ...] | None:
+    if not values:
+        return None
+    sets: list[dict[str, int]] = []
+    for value in values:
+        for chunk in value.split(";"):
+            chunk = chunk.strip()
+            if not chunk:
+                continue
+            shape: dict[str, int] = {}
+            for item in chunk.split(","):
+                name, sep, number = item.partition("=")
+                name = name.strip()
+                if not sep or not name.isidentifier():
+                    raise _BadInput(f"--shapes {value!r}: expected NAME=INT[,NAME=INT...]")
+                try:
+                    shape[name] = int(number)
+                except ValueError:
+                    raise _BadInput(
+                        f"--shapes {value!r}: {number.strip()!r} is not an int"
+                    ) from None
+            sets.append(shape)
+    return tuple(sets) or None
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _BadInput(f"{what} file {path}: cannot read it ({reason})") from None
+
+
+def run_verify(args: argparse.Namespace, settings: object = None) -> int:
+    try:
+        task = _read(args.task, "task")
+        candidate = _read(args.candidate, "candidate")
+        try:
+            check_task_source(task, args.task)
+        except TaskFileError as exc:
+            raise _BadInput(str(exc)) from None
+        try:
+            check_candidate_source(candidate)
+        except CandidateError as exc:
+            # Not Python or no ModelNew: the candidate file cannot be verified at all.
+            raise _BadInput(f"candidate file {args.candidate}: {exc}") from None
+        shapes = parse_shapes(args.shapes)
+        if args.trials < 1 or args.timeout <= 0:
+            raise _BadInput("--trials must be >= 1 and --timeout > 0")
+    except _BadInput as exc:
+        print(f"kernelflow verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    config = VerifierConfig(
+        trials=args.trials, timeout_s=args.timeout, shapes=shapes, device=args.device
+    )
+    report = verify(task, candidate, backend=args.backend, config=config)
+    task_broken = any(r.startswith("task_error") for r in report.reasons)
+    if args.json:
+        timing = msgspec.to_builtins(report.timing) if report.timing is not None else None
+        out = {
+            "correct": report.passed,
+            "verdict": report.verdict,
+            "reasons": list(report.reasons),
+            "summary": report.summary,
+            "max_abs_error": report.max_abs_err,
+            "max_rel_error": report.max_rel_err,
+            "mismatches": list(report.mismatches),
+            "timing": timing,
+            "speedup": report.speedup,
+            "device": report.device,
+            "backend": report.backend,
+            "shapes": report.shapes,
+            "trials": report.trials,
+            "duration_s": round(report.duration_s, 3),
+            "feedback": report.feedback,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        print(
+            f"{report.verdict.upper()} on {report.device} ({report.backend}) in "
+            f"{report.duration_s:.1f}s: {report.summary}"
+        )
+        if not report.passed:
+            print(report.feedback)
+    if task_broken:
+        print(
+            f"kernelflow verify: task file {args.task}: the reference fails: {report.summary}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    return EXIT_PASS if report.passed else EXIT_FAIL

@@ -1,0 +1,409 @@
+"""Local HTTP servers that speak the Anthropic Messages API and the OpenAI
+chat-completions API (as vLLM serves it), error bodies and headers included.
+
+They listen on 127.0.0.1 on a free port, in a background thread, and are driven by the
+tests: ``fail_next(...)`` queues what the next requests get (an HTTP error with its real
+error body and ``retry-after``, a hang, a garbled body); everything else gets an answer
+from ``responder`` after ``delay_s``. Every request is kept for inspection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import zlib
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+Responder = Callable[[dict[str, Any]], str]
+
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass
+class Failure:
+    status: int = 0  # HTTP status of an error answer
+    retry_after: str | None = None
+    hang_s: float = 0.0  # wait this long before answering normally
+    malformed: bool = False  # 200 with a body that is not the API's JSON
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+def token_ids(text: str) -> list[int]:
+    """A stand-in tokenizer: one id per whitespace-separated word."""
+    return [zlib.crc32(w.encode()) % 50_000 for w in text.split()]
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # listen backlog: a burst of connections must not wait a SYN retry
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients closing keep-alive connections are normal, not worth a traceback
+
+
+class FakeLLMServer:
+    api = ""
+
+    def __init__(self, responder: Responder | None = None, *, api_key: str | None = None):
+        self.responder: Responder = responder or (lambda body: "hello from the fake server")
+        self.api_key = api_key
+        self.delay_s = 0.0
+        self.failures: deque[Failure] = deque()
+        self.seen: list[Seen] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # TCP_NODELAY, as production servers set it
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                owner._handle(self, "POST")
+
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeLLMServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def fail_next(self, *failures: Failure) -> None:
+        self.failures.extend(failures)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(handler.headers.get("content-length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            self._send(handler, 400, self.error_body(400, "request body is not JSON"))
+            return
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        with self._lock:
+            self.seen.append(Seen(handler.path, headers, body))
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            failure = self.failures.popleft() if self.failures else None
+        try:
+            auth_error = self.check_auth(headers)
+            if auth_error is not None:
+                self._send(handler, 401, self.error_body(401, auth_error))
+                return
+            if failure is not None and failure.status:
+                extra = {"retry-after": failure.retry_after} if failure.retry_after else {}
+                self._send(handler, failure.status, self.error_body(failure.status), extra)
+                return
+            if failure is not None and failure.hang_s:
+                time.sleep(failure.hang_s)
+            if failure is not None and failure.malformed:
+                self._send(handler, 200, b'{"id": "oops", "content": [{"type": "te')
+                return
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            status, answer = self.answer(method, handler.path, body)
+            self._send(handler, status, json.dumps(answer).encode(), self.answer_headers())
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _send(
+        self,
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        payload: bytes,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(payload)))
+            for k, v in (headers or {}).items():
+                handler.send_header(k, v)
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout): as a real server, carry on
+
+    # ------------------------------------------------------------------ per API
+
+    def check_auth(self, headers: dict[str, str]) -> str | None:
+        raise NotImplementedError
+
+    def error_body(self, status: int, message: str | None = None) -> bytes:
+        raise NotImplementedError
+
+    def answer_headers(self) -> dict[str, str]:
+        return {}
+
+    def answer(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class FakeAnthropic(FakeLLMServer):
+    """``POST /v1/messages`` as api.anthropic.com answers it (non-streaming)."""
+
+    api = "anthropic"
+
+    def __init__(self, responder: Responder | None = None, *, api_key: str | None = None):
+        super().__init__(responder, api_key=api_key)
+        self.cached_prefixes: set[str] = set()
+
+    def check_auth(self, headers: dict[str, str]) -> str | None:
+        if "anthropic-version" not in headers:
+            return "anthropic-version header is required"
+        # The SDK sends the key as x-api-key or (newer versions) as a bearer token.
+        keys = {headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer ")}
+        if self.api_key is not None and self.api_key not in keys:
+            return "invalid x-api-key"
+        return None
+
+    def error_body(self, status: int, message: str | None = None) -> bytes:
+        kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        text = message or {
+            429: "Number of request tokens has exceeded your per-minute rate limit",
+            529: "Overloaded",
+            500: "Internal server error",
+        }.get(status, kind)
+        body = {
+            "type": "error",
+            "error": {"type": kind, "message": text},
+            "request_id": f"req_err{self.next_id():06d}",
+        }
+        return json.dumps(body).encode()
+
+    def answer_headers(self) -> dict[str, str]:
+        return {"request-id": f"req_{self.next_id():06d}"}
+
+    def answer(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if method != "POST" or path.rstrip("/") != "/v1/messages":
+            return 404, {"type": "error", "error": {"type": "not_found_error", "message": path}}
+        for key in ("model", "max_tokens", "messages"):
+            if key not in body:
+                return 400, {
+                    "type": "error",
+                    "error": {"type": "invalid_request_error", "message": f"{key}: Field required"},
+                }
+        system = body.get("system") or []
+        if isinstance(system, str):
+            system = [{"type": "text", "text": system}]
+        cached = "".join(b["text"] for b in system if "cache_control" in b)
+        prompt_words = sum(len(b["text"].split()) for b in system) + sum(
+            len(str(m["content"]).split()) for m in body["messages"]
+        )
+        write = read = 0
+        if cached:
+            words = len(cached.split())
+            with self._lock:
+                if cached in self.cached_prefixes:
+                    read = words
+                else:
+                    self.cached_prefixes.add(cached)
+                    write = words
+        text = self.responder(body)
+        return 200, {
+            "id": f"msg_{self.next_id():08d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt_words - write - read,
+                "output_tokens": len(text.split()),
+                "cache_creation_input_tokens": write,
+                "cache_read_input_tokens": read,
+            },
+        }
+
+
+class FakeOpenAI(FakeLLMServer):
+    """``/v1/chat/completions`` and ``/v1/models`` as vLLM serves them, with its token-id
+    extensions; ``strict=True`` refuses unknown parameters the way api.openai.com does."""
+
+    api = "openai"
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        api_key: str | None = None,
+        model: str = "policy-7b",
+        strict: bool = False,
+    ):
+        super().__init__(responder, api_key=api_key)
+        self.model = model
+        self.strict = strict
+
+    def check_auth(self, headers: dict[str, str]) -> str | None:
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            return "Incorrect API key provided"
+        return None
+
+    def error_body(self, status: int, message: str | None = None) -> bytes:
+        kinds = {429: "rate_limit_exceeded", 401: "invalid_api_key", 400: "invalid_request_error"}
+        body = {
+            "error": {
+                "message": message or f"error {status}",
+                "type": kinds.get(status, "server_error"),
+                "param": None,
+                "code": None,
+            }
+        }
+        return json.dumps(body).encode()
+
+    def answer_headers(self) -> dict[str, str]:
+        return {"x-request-id": f"oa-{self.next_id():06d}"}
+
+    def answer(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if method == "GET" and path.rstrip("/") == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
+            return 404, json.loads(self.error_body(404, f"no route {path}"))
+        if self.strict:
+            unknown = set(body) - {
+                "model",
+                "messages",
+                "max_tokens",
+                "temperature",
+                "logprobs",
+                "top_logprobs",
+            }
+            if unknown:
+                message = f"Unrecognized request argument supplied: {sorted(unknown)[0]}"
+                return 400, json.loads(self.error_body(400, message))
+        text = self.responder(body)
+        prompt = " ".join(str(m["content"]) for m in body["messages"])
+        ids = token_ids(text)
+        words = text.split()
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }
+        if body.get("logprobs"):
+            as_ids = body.get("return_tokens_as_token_ids")
+            choice["logprobs"] = {
+                "content": [
+                    {
+                        "token": f"token_id:{i}" if as_ids else w,
+                        "logprob": -0.01 * (n % 7),
+                        "bytes": list(w.encode()),
+                        "top_logprobs": [],
+                    }
+                    for n, (i, w) in enumerate(zip(ids, words, strict=True))
+                ]
+            }
+        answer: dict[str, Any] = {
+            "id": f"chatcmpl-{self.next_id():08d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt.split()),
+                "completion_tokens": len(words),
+                "total_tokens": len(prompt.split()) + len(words),
+            },
+        }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = ids
+            answer["prompt_token_ids"] = token_ids(prompt)
+        return 200, answer
+
+
+class ScriptedAnswers:
+    """Answers from a scripted-responses file (examples/scripted/*.yaml): the agent is read
+    from the system prompt ("You are the coder ..."), and its n-th request gets entry n."""
+
+    def __init__(self, path: Path) -> None:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        self.script = {
+            agent: [e if isinstance(e, str) else e["text"] for e in entries]
+            for agent, entries in doc.items()
+        }
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        system = body.get("system") or [
+            {"text": m["content"]} for m in body.get("messages", []) if m["role"] == "system"
+        ]
+        text = system if isinstance(system, str) else " ".join(b["text"] for b in system)
+        agent = next((a for a in self.script if f"You are the {a}" in text), None)
+        if agent is None:
+            return "I do not know which agent you are."
+        with self._lock:
+            n = self.calls[agent]
+            self.calls[agent] += 1
+        entries = self.script[agent]
+        return entries[min(n, len(entries) - 1)]
+
+
+def main() -> None:
+    """Serve one fake API in its own process (the benchmark's server):
+    ``python -m tests.fake_llm_servers anthropic|openai [--delay S] [--api-key K]``;
+    prints the URL, serves until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("api", choices=["anthropic", "openai"])
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--api-key")
+    args = parser.parse_args()
+    kind = FakeAnthropic if args.api == "anthropic" else FakeOpenAI
+    with kind(api_key=args.api_key) as server:
+        server.delay_s = args.delay
+        print(server.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Prompts (system/user split, overrides, backend guidance), configuration and budgets as
+pure functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.decide import finish_event
+from actors.llm.budget import task_budget_error
+from actors.llm.config import Budgets, ProviderSpecError, load_config
+from actors.prompts import agent_messages, conductor_messages
+from events.model import (
+    AgentDispatched,
+    AgentFailed,
+    ConductorDecided,
+    Event,
+    LLMCalled,
+    TaskSubmitted,
+    Usage,
+)
+from projections.task_state import fold
+from tests.conftest import EXAMPLES
+from workflows.loader import load_workflow
+
+WORKFLOW, WORKFLOW_YAML = load_workflow("default")
+
+
+def events(backend: str = "triton", *more: Event) -> list[Event]:
+    base: list[Event] = [
+        TaskSubmitted(
+            task_id="t1",
+            seq=1,
+            task_name="relu",
+            task_source=(EXAMPLES / "tasks" / "relu.py").read_text(),
+            workflow_name="default",
+            workflow_yaml=WORKFLOW_YAML,
+            backend=backend,
+            group_id="g",
+        ),
+        AgentDispatched(task_id="t1", seq=2, agent="designer", step=1, dispatch_id="t1:d1"),
+    ]
+    return base + list(more)
+
+
+def test_prompts_split_static_system_part_from_the_task() -> None:
+    messages = agent_messages(fold("t1", events()), WORKFLOW, "coder")
+    assert [m.role for m in messages] == ["system", "user"]
+    system, user = messages[0].content, messages[1].content
+    assert "Rules the verifier enforces" in system and "@triton.jit" in system
+    assert "def get_inputs" in user and "def get_inputs" not in system
+    # The static part is the same for another task: providers can cache it.
+    other = agent_messages(fold("t2", [e for e in events()]), WORKFLOW, "designer")
+    assert other[0].content != system and "You are the designer" in other[0].content
+    cuda = agent_messages(fold("t1", events("cuda")), WORKFLOW, "coder")[0].content
+    assert "RawModule" in cuda and "cupy" in cuda and "@triton.jit" not in cuda
+    conductor = conductor_messages(fold("t1", events()), WORKFLOW, ("coder", "finish"), "coder")
+    assert '"decision"' in conductor[0].content and "coder, finish" in conductor[1].content
+
+
+def test_prompts_dir_overrides_a_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "coder.system.txt").write_text("House rules for $backend_name.\n")
+    monkeypatch.setenv("KF_PROMPTS_DIR", str(tmp_path))
+    messages = agent_messages(fold("t1", events()), WORKFLOW, "coder")
+    assert messages[0].content == "House rules for Triton."
+    assert "class Model" in messages[1].content  # the user part is still the built-in one
+
+
+def test_config_file_and_env_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "llm.yaml"
+    path.write_text(
+        "provider: anthropic:claude-a\nmax_tokens: 2000\n"
+        "agents: {coder: {temperature: 0.7}}\n"
+        "limits: {max_concurrency: 3}\nbudgets: {task_tokens: 100}\n"
+        "prices: {my-model: {input: 1, output: 2}}\n"
+    )
+    env = {"KF_LLM_CONFIG": str(path), "KF_LLM_CONCURRENCY": "5", "KF_AGENT_CODER_LLM": "x:y"}
+    config = load_config(env)
+    assert config.limits.max_concurrency == 5 and config.budgets.task_tokens == 100
+    coder = config.for_agent("coder", env)
+    assert (coder.provider, coder.temperature, coder.max_tokens) == ("x:y", 0.7, 2000)
+    assert config.for_agent("designer", env).provider == "anthropic:claude-a"
+    assert config.prices["my-model"].input == 1
+    path.write_text("limits: {max_concurency: 3}\n")
+    with pytest.raises(ProviderSpecError, match=r"limits.max_concurency: unknown key"):
+        load_config(env)
+    with pytest.raises(ProviderSpecError, match="KF_BUDGET_TASK_USD"):
+        load_config({"KF_BUDGET_TASK_USD": "lots"})
+
+
+def call(tokens: int, cost: float | None, seq: int) -> LLMCalled:
+    return LLMCalled(
+        task_id="t1",
+        seq=seq,
+        agent="designer",
+        dispatch_id="t1:d1",
+        provider="p",
+        model="m",
+        messages=[],
+        response_text="",
+        usage=Usage(input_tokens=tokens, cache_read_input_tokens=1),
+        cost_usd=cost,
+    )
+
+
+def test_task_budget_is_a_fold_of_the_recorded_calls() -> None:
+    state = fold("t1", events("triton", call(50, 0.01, 3), call(49, 0.02, 4)))
+    assert task_budget_error(state, Budgets()) is None
+    assert task_budget_error(state, Budgets(task_tokens=102)) is None
+    assert "101 tokens of its 101" in str(task_budget_error(state, Budgets(task_tokens=101)))
+    assert "$0.0300" in str(task_budget_error(state, Budgets(task_cost_usd=0.03)))
+
+
+def test_budget_failure_finishes_with_its_own_status() -> None:
+    error = task_budget_error(
+        fold("t1", events("triton", call(500, None, 3))), Budgets(task_tokens=10)
+    )
+    assert error is not None
+    failed = AgentFailed(task_id="t1", seq=4, agent="designer", dispatch_id="t1:d1", error=error)
+    decided = ConductorDecided(
+        task_id="t1", seq=5, after_agent="designer", options=[], mode="auto", chosen="finish",
+        reason="designer could not complete its work",
+    )  # fmt: skip
+    finished = finish_event(fold("t1", events("triton", failed, decided)), decided)
+    assert finished.status == "budget_exceeded" and finished.reason == error
+    other = AgentFailed(task_id="t1", seq=4, agent="designer", dispatch_id="t1:d1", error="down")
+    assert finish_event(fold("t1", events("triton", other, decided)), decided).status == "failed"
