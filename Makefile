@@ -26,6 +26,9 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/append_throughput.py
+	$(BIN)/python bench/conductor_overhead.py
+	$(BIN)/python bench/verify_speed.py
+	$(BIN)/python bench/llm_gateway.py
 
 clean:
 	rm -rf $(VENV) kernelflow-runs .pytest_cache
