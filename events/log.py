@@ -200,6 +200,8 @@ class EventLog:
         """The task's history up to at least ``event`` (just delivered from the stream at
         ``stream_seq``): free when every event before it is remembered."""
         known = self._known.get(event.task_id)
+        if known is not None and known.next_seq > event.seq:
+            return known  # this process recorded or read the event already
         if known is not None and known.next_seq == event.seq:
             return self._remember(TaskHistory(event.task_id, (*known.events, event), stream_seq))
         return await self.read_task(event.task_id)
