@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 
 from actors.bridge import Bridge
 from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
@@ -27,9 +28,11 @@ from events.model import (
     Event,
     SubmitTask,
     TaskCancelled,
+    TaskFinished,
     TaskRejected,
     TaskSubmitted,
 )
+from projections.rewards import pending_reward_events, reward_events
 from projections.task_state import CONDUCTOR, TaskState
 from workflows.loader import WorkflowError, load_workflow, parse_workflow
 from workflows.model import Workflow
@@ -158,16 +161,25 @@ class Conductor(Worker):
             state = state_of(history)
             if state.submitted is None:
                 return
+            if late := pending_reward_events(state):  # a conductor died after the finish
+                history = self._append_or_reload(history, late)
+                continue
             workflow = workflow_of(state)
             plan = plan_next(state, workflow, now=time.time())
             if isinstance(plan, Idle):
                 return
             event = plan.event if isinstance(plan, Append) else self.ask(state, workflow, plan)
-            try:
-                history = self.append(history, event)
-            except AppendConflict:
-                history = self.read(task_id)
+            # The outcome rewards follow the finish they score (if this conductor dies in
+            # between, the next visit records them: see pending_reward_events above).
+            rewards = reward_events(state, event) if isinstance(event, TaskFinished) else []
+            history = self._append_or_reload(history, [event, *rewards])
         raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
+
+    def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
+        try:
+            return self.append(history, *events)
+        except AppendConflict:
+            return self.read(history.task_id)  # someone moved the task on: decide again
 
     def ask(self, state: TaskState, workflow: Workflow, plan: AskLLM) -> Event:
         """Ask the conductor's LLM to choose; the answer is recorded, then decided on."""

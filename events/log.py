@@ -7,8 +7,8 @@ Invariants (what every caller may rely on):
   reloads and decides again (optimistic concurrency on the task's subjects);
 - each event has the deterministic ``Nats-Msg-Id`` ``<task_id>:<seq>``, so a re-sent
   publish is recognised by the server and never recorded twice;
-- nothing is appended after a task's terminal event (callers check the fold; see
-  ``projections.task_state``).
+- nothing is appended after a task's terminal event but the rewards that score it
+  (callers check the fold; see ``projections.task_state`` and ``projections.rewards``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from nats.js import api
 
 from events import subjects
 from events.codec import decode_event, encode
-from events.model import TERMINAL_EVENTS, Command, Event
+from events.model import TERMINAL_EVENTS, Command, Event, RewardAssigned
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
@@ -211,7 +211,7 @@ class EventLog:
         # reads fetch what came after it, and an append decided on a stale one is refused
         # by the concurrency check. Finished tasks are not worth the memory.
         self._known.pop(history.task_id, None)
-        if history.events and not isinstance(history.events[-1], TERMINAL_EVENTS):
+        if history.events and not _ended(history.events):
             self._known[history.task_id] = history
             if len(self._known) > self._settings.remembered_tasks:
                 self._known.popitem(last=False)
@@ -262,6 +262,13 @@ class EventLog:
             # server tidy when many reads happen in a row.
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._js.delete_consumer(subjects.EVENTS_STREAM, info.name))
+
+
+def _ended(events: Sequence[Event]) -> bool:
+    for event in reversed(events):
+        if not isinstance(event, RewardAssigned):  # rewards follow the end they score
+            return isinstance(event, TERMINAL_EVENTS)
+    return False
 
 
 def _stream_seq(msg: Msg) -> int:

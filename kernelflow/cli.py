@@ -30,18 +30,16 @@ from actors.bridge import Bridge
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.verifier.engine import VerifierConfig
-from actors.worker import workflow_of
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
-from kernelflow import verify_cmd
+from kernelflow import offline_cmd, verify_cmd
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
-from kernelflow.render import counters_text, counters_view, describe, trajectory_text, workflow_text
+from kernelflow.render import describe, workflow_text
 from kernelflow.settings import Settings, SettingsError
-from projections.counters import repeat_counters
 from projections.task_state import TaskState, apply, fold
 from projections.trajectory import build_trajectory
 from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
@@ -224,10 +222,8 @@ def write_outputs(state: TaskState, out_dir: Path, events: list[Event]) -> dict[
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     command = submit_command(args)
     started = time.monotonic()
-    events: list[Event] = []
 
     def progress(event: Event) -> None:
-        events.append(event)
         if not args.json:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
@@ -240,6 +236,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             state = follow_task(bridge, command.task_id or "", progress, args.timeout)
         finally:
             daemon.stop()
+        # Read back once the daemon stopped: what follows the finish (its rewards) is in.
+        events = list(bridge.call(bridge.log.read_task(state.task_id)).events)
     result = summary(state) | write_outputs(state, Path(args.out), events)
     if args.json:
         print(json.dumps(result))
@@ -333,25 +331,6 @@ async def _all_task_summaries(bridge: Bridge) -> list[dict[str, Any]]:
         history = await bridge.log.read_task(task_id)
         rows.append(summary(fold(task_id, history.events)))
     return rows
-
-
-def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    with connected(settings) as bridge:
-        history = bridge.call(bridge.log.read_task(args.task))
-    if not history.events:
-        raise UsageError(f"no task {args.task} in the log")
-    if args.view == "counters":
-        state = fold(args.task, history.events)
-        if state.submitted is None:
-            raise UsageError(f"task {args.task} was never accepted: no workflow to count for")
-        workflow = workflow_of(state)
-        counters = repeat_counters(state.history, workflow.sequence_patterns)
-        view = counters_view(counters, workflow)
-        print(json.dumps(view, indent=2) if args.json else counters_text(view))
-        return EXIT_OK
-    trajectory = build_trajectory(args.task, history.events)
-    print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
-    return EXIT_OK
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
@@ -479,18 +458,6 @@ def build_parser() -> argparse.ArgumentParser:
     with_connection(status)
     status.set_defaults(func=cmd_status)
 
-    replay = sub.add_parser("replay", help="rebuild a task's trajectory from the log")
-    replay.add_argument("--task", required=True, help="task id")
-    replay.add_argument(
-        "--view",
-        choices=["trajectory", "counters"],
-        default="trajectory",
-        help="the trajectory, or the workflow's repeat-limit counters",
-    )
-    replay.add_argument("--json", action="store_true", help="print JSON")
-    with_connection(replay)
-    replay.set_defaults(func=cmd_replay)
-
     cancel = sub.add_parser("cancel", help="cancel a task that is still running")
     cancel.add_argument("task_id")
     cancel.add_argument("--reason", default="cancelled by user")
@@ -506,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="JSON Schema of the commands publishers may send")
     schema.add_argument("--events", action="store_true", help="the events instead")
     schema.set_defaults(func=cmd_schema)
+    offline_cmd.register(sub)
     return parser
 
 

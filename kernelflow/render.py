@@ -12,6 +12,7 @@ from events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RewardAssigned,
     TaskCancelled,
     TaskFinished,
     TaskRejected,
@@ -61,6 +62,8 @@ def describe(event: Event) -> str:
         return f"rejected: {e.reason}"
     if isinstance(e, TaskCancelled):
         return f"cancelled: {e.reason}"
+    if isinstance(e, RewardAssigned):
+        return f"reward {e.reward_fn}@{e.version}: {e.value:g}"
     return e.kind
 
 

@@ -13,6 +13,7 @@ from events.model import (
     Event,
     LLMCalled,
     OutputParsed,
+    RewardAssigned,
     TaskFinished,
     TaskSubmitted,
     VerificationCompleted,
@@ -48,6 +49,8 @@ class TaskState:
     decisions: list[ConductorDecided] = field(default_factory=list)
     # LLM calls the conductor made, keyed by the id of the event it was deciding after.
     conductor_calls: dict[str, LLMCalled] = field(default_factory=dict)
+    # The outcome rewards recorded after the finish, by reward function name.
+    rewards: dict[str, RewardAssigned] = field(default_factory=dict)
     events_seen: int = 0
 
     @property
@@ -106,6 +109,8 @@ def apply(state: TaskState, event: Event) -> TaskState:
             state.conductor_calls[event.dispatch_id] = event
         elif (d := state.dispatch(event.dispatch_id)) is not None:
             d.llm_calls.append(event)
+    elif isinstance(event, RewardAssigned):
+        state.rewards[event.reward_fn] = event
     elif isinstance(event, DISPATCH_RESULTS):
         d = state.dispatch(event.dispatch_id)  # type: ignore[attr-defined]
         if d is not None:

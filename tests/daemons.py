@@ -12,7 +12,14 @@ from pathlib import Path
 import nats
 
 from events.log import EventLog
-from events.model import DISPATCH_RESULTS, AgentDispatched, ConductorDecided, Event, LLMCalled
+from events.model import (
+    DISPATCH_RESULTS,
+    AgentDispatched,
+    ConductorDecided,
+    Event,
+    LLMCalled,
+    RewardAssigned,
+)
 from projections.task_state import fold
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
 
@@ -71,8 +78,8 @@ def wait_until_over(url: str, task_id: str, timeout_s: float = 120) -> list[Even
 
 
 def assert_each_step_once(events: list[Event]) -> None:
-    """Gap-free sequence; every dispatch once, with one result; every LLM call and every
-    decision once."""
+    """Gap-free sequence; every dispatch once, with one result; every LLM call, every
+    decision and every reward once."""
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     dispatches = [e for e in events if isinstance(e, AgentDispatched)]
     assert len({d.dispatch_id for d in dispatches}) == len(dispatches)
@@ -82,3 +89,5 @@ def assert_each_step_once(events: list[Event]) -> None:
     assert all(n == 1 for n in calls.values()), calls
     decisions = Counter(e.cause for e in events if isinstance(e, ConductorDecided))
     assert all(n == 1 for n in decisions.values()), decisions
+    rewards = Counter(e.reward_fn for e in events if isinstance(e, RewardAssigned))
+    assert all(n == 1 for n in rewards.values()), rewards

@@ -253,9 +253,10 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     daemon.stdin.write(RELU_TASK)
     daemon.stdin.close()
     deadline = time.monotonic() + 60
-    while not pids.exists() and time.monotonic() < deadline:
+    # The file appears before its content does: wait for the whole pid.
+    while not (pids.exists() and pids.read_text().isdigit()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pids.exists(), "the candidate never ran"
+    assert pids.exists() and pids.read_text().isdigit(), "the candidate never ran"
     child = int(pids.read_text())
     daemon.kill()
     daemon.wait()

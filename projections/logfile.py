@@ -1,0 +1,173 @@
+"""The exported log file: a portable, self-checking copy of (part of) the event log.
+
+Format (JSON lines, UTF-8; optionally gzip-compressed by the tools when the name ends in
+``.gz``):
+
+    line 1      header   {"format": "kernelflow-log", "version": 1, "schema": 1,
+                          "filter": {...}}
+    lines 2..n  records  one event each, exactly as on the wire (``events.codec.encode``)
+    last line   trailer  {"end": "kernelflow-log", "records": N, "sha256": "<hex>"}
+
+``sha256`` is taken over the bytes of the header and record lines, newlines included. A
+file is valid only if the trailer is present, the count and digest match, and every
+task's events are in order (``seq`` 1, 2, 3... with no gap). Records are in log order, so
+importing them in file order preserves every task's order. Nothing in the file depends on
+when it was written: the same log exports to the same bytes.
+
+This module is pure: it turns events into lines and lines back into events; the tools
+open the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+
+from events.codec import MalformedMessage, decode_event, encode
+from events.model import SCHEMA_VERSION, Event
+
+FORMAT = "kernelflow-log"
+VERSION = 1
+
+
+class CorruptLogFile(ValueError):
+    """The file is not a complete, unmodified kernelflow log export."""
+
+
+class Header(msgspec.Struct, frozen=True, kw_only=True):
+    format: str
+    version: int
+    schema: int = SCHEMA_VERSION
+    filter: dict[str, str] = {}
+
+
+class Trailer(msgspec.Struct, frozen=True, kw_only=True):
+    end: str
+    records: int
+    sha256: str
+
+
+class LogWriter:
+    """Build an export line by line: ``header()``, ``record(event)`` for each event in
+    log order, then ``trailer()``."""
+
+    def __init__(self, filter: dict[str, str] | None = None) -> None:
+        self._hash = hashlib.sha256()
+        self._filter = dict(sorted((filter or {}).items()))
+        self.records = 0
+
+    def header(self) -> bytes:
+        line = msgspec.json.encode(Header(format=FORMAT, version=VERSION, filter=self._filter))
+        self._hash.update(line + b"\n")
+        return line + b"\n"
+
+    def record(self, event: Event) -> bytes:
+        line = encode(event) + b"\n"
+        self._hash.update(line)
+        self.records += 1
+        return line
+
+    def trailer(self) -> bytes:
+        t = Trailer(end=FORMAT, records=self.records, sha256=self._hash.hexdigest())
+        return msgspec.json.encode(t) + b"\n"
+
+
+@dataclass
+class FileSummary:
+    header: Header
+    records: int
+    sha256: str
+    tasks: dict[str, int] = field(default_factory=dict)  # task id → events in the file
+
+
+def _line_no_newline(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\n") else line
+
+
+def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[tuple[int, Event]]:
+    """Yield ``(record number, event)`` from an export's lines, checking as it goes; the
+    digest can only be checked at the end, so a caller that must not act on a corrupt
+    file runs ``verify`` first. Raises ``CorruptLogFile`` naming the line."""
+    it = iter(lines)
+    h = hashlib.sha256()
+    try:
+        first = next(it)
+    except StopIteration:
+        raise CorruptLogFile(f"{name}: empty file, not a kernelflow log export") from None
+    try:
+        header = msgspec.json.decode(_line_no_newline(first), type=Header)
+    except msgspec.DecodeError as exc:
+        raise CorruptLogFile(f"{name}: line 1 is not a kernelflow log header ({exc})") from None
+    if header.format != FORMAT:
+        raise CorruptLogFile(f"{name}: format {header.format!r}, expected {FORMAT!r}")
+    if header.version > VERSION:
+        raise CorruptLogFile(
+            f"{name}: file version {header.version} is newer than this kernelflow ({VERSION})"
+        )
+    h.update(first if first.endswith(b"\n") else first + b"\n")
+    last_seq: dict[str, int] = {}
+    count = 0
+    line_no = 1
+    for raw in it:
+        line_no += 1
+        body = _line_no_newline(raw)
+        if body.startswith(b'{"end":'):
+            try:
+                trailer = msgspec.json.decode(body, type=Trailer)
+            except msgspec.DecodeError as exc:
+                raise CorruptLogFile(f"{name}: line {line_no}: bad trailer ({exc})") from None
+            if trailer.records != count:
+                raise CorruptLogFile(
+                    f"{name}: trailer says {trailer.records} records, the file has {count}"
+                )
+            if trailer.sha256 != h.hexdigest():
+                raise CorruptLogFile(
+                    f"{name}: SHA-256 mismatch: the file was modified or damaged "
+                    f"(expected {trailer.sha256}, got {h.hexdigest()})"
+                )
+            for extra in it:
+                if extra.strip():
+                    raise CorruptLogFile(f"{name}: data after the trailer (line {line_no + 1})")
+            return
+        h.update(body + b"\n")
+        try:
+            event = decode_event(body)
+        except MalformedMessage as exc:
+            raise CorruptLogFile(f"{name}: line {line_no}: {exc}") from None
+        expected = last_seq.get(event.task_id, 0) + 1
+        if event.seq != expected:
+            raise CorruptLogFile(
+                f"{name}: line {line_no}: task {event.task_id} event seq {event.seq}, "
+                f"expected {expected} (events out of order or missing)"
+            )
+        last_seq[event.task_id] = event.seq
+        count += 1
+        yield count, event
+    raise CorruptLogFile(f"{name}: no trailer: the file is truncated ({count} records read)")
+
+
+def verify(lines: Iterable[bytes], *, name: str = "log file") -> FileSummary:
+    """Check a whole export; return what it holds (raises ``CorruptLogFile``)."""
+    tasks: dict[str, int] = {}
+    h = hashlib.sha256()
+    records = 0
+    header: Header | None = None
+
+    def tee() -> Iterator[bytes]:
+        nonlocal header
+        for i, line in enumerate(lines):
+            if i == 0:
+                with contextlib.suppress(msgspec.DecodeError):  # read_events says why
+                    header = msgspec.json.decode(_line_no_newline(line), type=Header)
+            if not line.startswith(b'{"end":'):
+                h.update(line if line.endswith(b"\n") else line + b"\n")
+            yield line
+
+    for records, event in read_events(tee(), name=name):  # noqa: B007
+        tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
+    assert header is not None
+    return FileSummary(header, records, h.hexdigest(), tasks)

@@ -1,0 +1,349 @@
+"""Metrics: per-task and run-wide numbers, folded from the log in one streaming pass.
+
+``MetricsProjection`` is a read model: it applies events in log order, remembers the
+position (stream sequence, or record number in an exported file) of the last one it
+applied and ignores anything at or before it, so it can be stopped, snapshotted
+(``snapshot`` / ``restore``: JSON) and resumed from its position without counting an
+event twice. It keeps one small ``TaskMetrics`` per task and a few numbers per
+dispatch, never the events themselves.
+
+``run_metrics`` summarises a set of tasks. Definitions (all over tasks that *ended*:
+finished, cancelled or rejected; running tasks are only counted):
+
+- correctness rate: tasks whose last verification passed (status ``success``) / ended;
+- ``fast_p``: tasks that are correct and faster than ``p`` * the baseline / ended
+  (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup;
+- geometric-mean speedup: over correct tasks with a measured speedup;
+- verdict distribution: every verification of every task;
+- per-agent latency: seconds from an agent's dispatch to its result (``at`` stamps), and
+  the LLM latency each call recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from events.model import (
+    AgentDispatched,
+    AgentFailed,
+    ConductorDecided,
+    Event,
+    LLMCalled,
+    OutputParsed,
+    ParseFailed,
+    RewardAssigned,
+    TaskCancelled,
+    TaskFinished,
+    TaskRejected,
+    TaskSubmitted,
+    VerificationCompleted,
+)
+from projections.rewards import RewardInput
+
+DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+RUNNING = "running"
+
+
+class TaskMetrics(msgspec.Struct, kw_only=True):
+    task_id: str
+    task_name: str = ""
+    workflow: str = ""
+    group_id: str = ""
+    backend: str = ""
+    status: str = RUNNING
+    submitted_at: float | None = None
+    ended_at: float | None = None
+    events: int = 0
+    last_seq: int = 0  # the task's own sequence of the newest event applied
+    steps: int = 0
+    llm_calls: int = 0
+    llm_calls_by_agent: dict[str, int] = {}
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = None
+    llm_retries: int = 0
+    llm_latency_s: float = 0.0
+    models: list[str] = []
+    parse_failures: int = 0
+    agent_failures: int = 0
+    decisions_by_mode: dict[str, int] = {}
+    verdicts: list[str] = []
+    best_speedup: float | None = None  # best speedup of a passing verification
+    final_verdict: str | None = None
+    final_speedup: float | None = None
+    rewards: dict[str, float] = {}  # recorded rewards, "name@version" → value
+
+    @property
+    def ended(self) -> bool:
+        return self.status != RUNNING
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "success"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cached_tokens
+
+    @property
+    def wall_s(self) -> float | None:
+        if self.submitted_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.submitted_at
+
+    @property
+    def verifications(self) -> int:
+        return len(self.verdicts)
+
+    def reward_input(self) -> RewardInput:
+        status = "unfinished" if self.status == RUNNING else self.status
+        return RewardInput(
+            status=status,
+            verdict=self.final_verdict,
+            speedup=self.final_speedup,
+            verdicts=tuple(self.verdicts),
+        )
+
+
+def _bump(counts: dict[str, int], key: str, n: int = 1) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+class MetricsState(msgspec.Struct, kw_only=True):
+    position: int = 0
+    tasks: dict[str, TaskMetrics] = {}
+    # task id → dispatch id → [agent, dispatched at]: dispatches still waiting for a result.
+    open_dispatches: dict[str, dict[str, tuple[str, float]]] = {}
+    agent_latency_s: dict[str, list[float]] = {}
+    llm_latency_s: dict[str, list[float]] = {}
+
+
+class MetricsProjection:
+    """The metrics read model. ``apply(position, event)`` returns False for an event at or
+    before the position already applied (a redelivery)."""
+
+    def __init__(self, state: MetricsState | None = None) -> None:
+        self.state = state or MetricsState()
+
+    @property
+    def position(self) -> int:
+        return self.state.position
+
+    @property
+    def tasks(self) -> dict[str, TaskMetrics]:
+        return self.state.tasks
+
+    def snapshot(self) -> bytes:
+        return msgspec.json.encode(self.state)
+
+    @classmethod
+    def restore(cls, data: bytes) -> MetricsProjection:
+        return cls(msgspec.json.decode(data, type=MetricsState))
+
+    def apply(self, position: int, event: Event) -> bool:
+        st = self.state
+        if position <= st.position:
+            return False
+        st.position = position
+        t = st.tasks.get(event.task_id)
+        if t is None:
+            t = st.tasks[event.task_id] = TaskMetrics(task_id=event.task_id)
+        if event.seq <= t.last_seq:
+            return False  # the same event again (e.g. imported twice under new positions)
+        t.events += 1
+        t.last_seq = event.seq
+        if isinstance(event, TaskSubmitted):
+            t.task_name = event.task_name
+            t.workflow = event.workflow_name
+            t.group_id = event.group_id
+            t.backend = event.backend
+            t.submitted_at = event.at
+        elif isinstance(event, AgentDispatched):
+            t.steps += 1
+            st.open_dispatches.setdefault(event.task_id, {})[event.dispatch_id] = (
+                event.agent,
+                event.at,
+            )
+        elif isinstance(event, LLMCalled):
+            t.llm_calls += 1
+            _bump(t.llm_calls_by_agent, event.agent)
+            u = event.usage
+            t.input_tokens += u.input_tokens
+            t.output_tokens += u.output_tokens
+            t.cached_tokens += u.cache_creation_input_tokens + u.cache_read_input_tokens
+            if event.cost_usd is not None:
+                t.cost_usd = (t.cost_usd or 0.0) + event.cost_usd
+            t.llm_retries += event.retries
+            t.llm_latency_s += event.latency_s
+            if event.model and event.model not in t.models:
+                t.models = sorted([*t.models, event.model])
+            st.llm_latency_s.setdefault(event.agent, []).append(event.latency_s)
+        elif isinstance(event, OutputParsed | ParseFailed | AgentFailed | VerificationCompleted):
+            if isinstance(event, ParseFailed):
+                t.parse_failures += 1
+            elif isinstance(event, AgentFailed):
+                t.agent_failures += 1
+            elif isinstance(event, VerificationCompleted):
+                r = event.report
+                t.verdicts.append(r.verdict)
+                if r.passed and r.speedup is not None:
+                    t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
+            opened = st.open_dispatches.get(event.task_id, {}).pop(event.dispatch_id, None)
+            if opened is not None:
+                agent, at = opened
+                st.agent_latency_s.setdefault(agent, []).append(max(0.0, event.at - at))
+        elif isinstance(event, ConductorDecided):
+            _bump(t.decisions_by_mode, event.mode)
+        elif isinstance(event, RewardAssigned):
+            t.rewards[f"{event.reward_fn}@{event.version}"] = event.value
+        elif isinstance(event, TaskFinished):
+            t.status = event.status
+            t.ended_at = event.at
+            t.final_verdict = event.verdict
+            t.final_speedup = event.speedup
+            st.open_dispatches.pop(event.task_id, None)
+        elif isinstance(event, TaskCancelled | TaskRejected):
+            t.status = "cancelled" if isinstance(event, TaskCancelled) else "rejected"
+            t.ended_at = event.at
+            if isinstance(event, TaskRejected) and event.task_name and not t.task_name:
+                t.task_name = event.task_name
+            st.open_dispatches.pop(event.task_id, None)
+        return True
+
+    def apply_all(self, events: Iterable[tuple[int, Event]]) -> MetricsProjection:
+        for position, event in events:
+            self.apply(position, event)
+        return self
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+class LatencyStats(msgspec.Struct, frozen=True, kw_only=True):
+    count: int
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    max_s: float
+
+
+def latency_stats(values: Sequence[float]) -> LatencyStats:
+    xs = sorted(values)
+    if not xs:
+        return LatencyStats(count=0, mean_s=0.0, p50_s=0.0, p90_s=0.0, max_s=0.0)
+
+    def q(p: float) -> float:
+        return xs[min(len(xs) - 1, math.ceil(p * len(xs)) - 1)]
+
+    return LatencyStats(
+        count=len(xs), mean_s=math.fsum(xs) / len(xs), p50_s=q(0.5), p90_s=q(0.9), max_s=xs[-1]
+    )
+
+
+class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    tasks: int
+    ended: int
+    running: int
+    statuses: dict[str, int]
+    correct: int
+    correctness_rate: float | None
+    fast_p: dict[str, float | None]
+    geomean_speedup: float | None
+    speedups_measured: int
+    verdicts: dict[str, int]
+    verifications: int
+    llm_calls: int
+    total_tokens: int
+    cost_usd: float | None
+    mean_steps: float | None
+    mean_wall_s: float | None
+    rewards_mean: dict[str, float]
+    agent_latency: dict[str, LatencyStats] = {}
+    llm_latency: dict[str, LatencyStats] = {}
+
+
+def fast_p(tasks: Sequence[TaskMetrics], p: float) -> float | None:
+    ended = [t for t in tasks if t.ended]
+    if not ended:
+        return None
+    hits = sum(
+        1
+        for t in ended
+        if t.correct and (p == 0 or (t.final_speedup is not None and t.final_speedup > p))
+    )
+    return hits / len(ended)
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    logs = [math.log(v) for v in values if v > 0]
+    return math.exp(math.fsum(logs) / len(logs)) if logs else None
+
+
+def run_metrics(
+    tasks: Iterable[TaskMetrics],
+    *,
+    fast_ps: Sequence[float] = DEFAULT_FAST_P,
+    agent_latency_s: dict[str, list[float]] | None = None,
+    llm_latency_s: dict[str, list[float]] | None = None,
+) -> RunMetrics:
+    ts = sorted(tasks, key=lambda t: t.task_id)
+    ended = [t for t in ts if t.ended]
+    correct = [t for t in ended if t.correct]
+    statuses: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
+    reward_sums: dict[str, list[float]] = {}
+    for t in ts:
+        _bump(statuses, t.status)
+        for v in t.verdicts:
+            _bump(verdicts, v)
+        for name, value in t.rewards.items():
+            reward_sums.setdefault(name, []).append(value)
+    speedups = [t.final_speedup for t in correct if t.final_speedup is not None]
+    costs = [t.cost_usd for t in ts if t.cost_usd is not None]
+    walls = [w for t in ended if (w := t.wall_s) is not None]
+    return RunMetrics(
+        tasks=len(ts),
+        ended=len(ended),
+        running=len(ts) - len(ended),
+        statuses=dict(sorted(statuses.items())),
+        correct=len(correct),
+        correctness_rate=len(correct) / len(ended) if ended else None,
+        fast_p={f"fast_{p:g}": fast_p(ts, p) for p in fast_ps},
+        geomean_speedup=geomean(speedups),
+        speedups_measured=len(speedups),
+        verdicts=dict(sorted(verdicts.items())),
+        verifications=sum(verdicts.values()),
+        llm_calls=sum(t.llm_calls for t in ts),
+        total_tokens=sum(t.total_tokens for t in ts),
+        cost_usd=math.fsum(costs) if costs else None,
+        mean_steps=(sum(t.steps for t in ended) / len(ended)) if ended else None,
+        mean_wall_s=(math.fsum(walls) / len(walls)) if walls else None,
+        rewards_mean={k: math.fsum(v) / len(v) for k, v in sorted(reward_sums.items())},
+        agent_latency={a: latency_stats(v) for a, v in sorted((agent_latency_s or {}).items())},
+        llm_latency={a: latency_stats(v) for a, v in sorted((llm_latency_s or {}).items())},
+    )
+
+
+def projection_metrics(
+    projection: MetricsProjection, fast_ps: Sequence[float] = DEFAULT_FAST_P
+) -> RunMetrics:
+    st = projection.state
+    return run_metrics(
+        st.tasks.values(),
+        fast_ps=fast_ps,
+        agent_latency_s=st.agent_latency_s,
+        llm_latency_s=st.llm_latency_s,
+    )
+
+
+def by_workflow(
+    tasks: Iterable[TaskMetrics], fast_ps: Sequence[float] = DEFAULT_FAST_P
+) -> dict[str, RunMetrics]:
+    groups: dict[str, list[TaskMetrics]] = {}
+    for t in tasks:
+        groups.setdefault(t.workflow or "?", []).append(t)
+    return {w: run_metrics(ts, fast_ps=fast_ps) for w, ts in sorted(groups.items())}

@@ -1,0 +1,205 @@
+"""``log export`` / ``log import`` / ``report`` / ``export grpo`` against real nats-servers,
+on synthetic tasks appended with the EventLog."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pyarrow.parquet as pq
+import pytest
+
+from events.log import EventLog, TaskHistory
+from events.model import Event
+from kernelflow import offline_cmd
+from kernelflow.nats_server import EmbeddedNats
+from tests.test_projections_props import TaskSpec, make_task
+
+SPECS = [
+    TaskSpec("x-a", "g1", ("mismatch", "pass"), speedup=2.0, record_rewards=True),
+    TaskSpec("x-b", "g1", ("compile_error",)),
+    TaskSpec("x-c", "g1", ("rejected_static", "pass"), speedup=1.5),
+    TaskSpec("x-d", "g2", ("pass",), workflow="coder_only"),
+    TaskSpec("x-e", "g2", ("mismatch",), end="unfinished"),
+]
+
+
+def append(url: str, histories: list[list[Event]]) -> None:
+    async def go() -> None:
+        nc = await nats.connect(url)
+        try:
+            log = EventLog(nc)
+            await log.ensure_streams()
+            known = {h[0].task_id: TaskHistory(h[0].task_id) for h in histories}
+            # Interleave the tasks one event at a time, as concurrent tasks are recorded.
+            for i in range(max(map(len, histories))):
+                for h in histories:
+                    if i < len(h):
+                        tid = h[i].task_id
+                        known[tid] = await log.append(known[tid], [h[i]])
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def cli(*args: str) -> int:
+    return offline_cmd.main(list(args))
+
+
+@pytest.fixture
+def second_nats(tmp_path: Path) -> Iterator[str]:
+    with EmbeddedNats(tmp_path / "nats-2") as server:
+        yield server.url
+
+
+@pytest.fixture
+def source_url(private_nats: str) -> str:
+    append(private_nats, [make_task(s) for s in SPECS])
+    return private_nats
+
+
+def test_export_import_export_is_identical_and_idempotent(
+    source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    assert "of 5 tasks" in capsys.readouterr().out
+    lines = a.read_bytes().splitlines()
+    assert json.loads(lines[0])["format"] == "kernelflow-log"
+    assert (
+        json.loads(lines[-1])["records"] == len(lines) - 2 == sum(len(make_task(s)) for s in SPECS)
+    )
+
+    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    assert f"{len(lines) - 2} events appended, 0 already present" in capsys.readouterr().out
+    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    assert f"0 events appended, {len(lines) - 2} already present" in capsys.readouterr().out
+
+    assert cli("log", "export", "--out", str(b), "--nats-url", second_nats) == 0
+    assert a.read_bytes() == b.read_bytes()
+    # gzip output is deterministic too, and readable as a source.
+    gz1, gz2 = tmp_path / "1.jsonl.gz", tmp_path / "2.jsonl.gz"
+    for gz in (gz1, gz2):
+        assert cli("log", "export", "--out", str(gz), "--nats-url", source_url) == 0
+    assert gz1.read_bytes() == gz2.read_bytes()
+    assert cli("log", "export", "--from", str(gz1), "--out", str(tmp_path / "c.jsonl")) == 0
+    assert (tmp_path / "c.jsonl").read_bytes() == a.read_bytes()
+
+
+def test_filtered_exports(source_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "g2.jsonl"
+    assert cli("log", "export", "--group", "g2", "--out", str(out), "--nats-url", source_url) == 0
+    tasks = {json.loads(x)["task_id"] for x in out.read_bytes().splitlines()[1:-1]}
+    assert tasks == {"x-d", "x-e"}
+    assert json.loads(out.read_bytes().splitlines()[0])["filter"] == {"group": "g2"}
+    one = tmp_path / "one.jsonl"
+    assert cli("log", "export", "--task", "x-a", "--out", str(one), "--nats-url", source_url) == 0
+    assert {json.loads(x)["task_id"] for x in one.read_bytes().splitlines()[1:-1]} == {"x-a"}
+    wf = tmp_path / "wf.jsonl"
+    assert (
+        cli("log", "export", "--from", str(out), "--workflow", "coder_only", "--out", str(wf)) == 0
+    )
+    assert {json.loads(x)["task_id"] for x in wf.read_bytes().splitlines()[1:-1]} == {"x-d"}
+
+
+def test_corrupt_or_conflicting_imports_are_refused_whole(
+    source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = tmp_path / "a.jsonl"
+    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(a.read_bytes().replace(b'"mismatch"', b'"pass"', 1))
+    assert cli("log", "import", str(bad), "--nats-url", second_nats) == 2
+    assert "SHA-256 mismatch" in capsys.readouterr().err
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(a.read_bytes().splitlines(keepends=True)[:-3]))
+    assert cli("log", "import", str(cut), "--nats-url", second_nats) == 2
+    assert "truncated" in capsys.readouterr().err
+    assert cli("log", "verify", str(cut)) == 2
+
+    # The target already has task x-b with another history: nothing at all is imported.
+    append(second_nats, [make_task(TaskSpec("x-b", "g9", ("pass",)))])
+    assert cli("log", "import", str(a), "--nats-url", second_nats) == 2
+    assert "x-b already exists" in capsys.readouterr().err
+    out = tmp_path / "after.jsonl"
+    assert cli("log", "export", "--out", str(out), "--nats-url", second_nats) == 0
+    assert {json.loads(x)["task_id"] for x in out.read_bytes().splitlines()[1:-1]} == {"x-b"}
+
+
+def test_report_and_dataset_from_live_log_and_file_agree(
+    source_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = tmp_path / "a.jsonl"
+    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    capsys.readouterr()
+    assert cli("report", "--json", "--nats-url", source_url) == 0
+    live = json.loads(capsys.readouterr().out)
+    assert cli("report", "--json", "--from", str(a)) == 0
+    assert json.loads(capsys.readouterr().out) == live
+    assert live["overall"]["tasks"] == 5 and live["overall"]["running"] == 1
+    assert live["overall"]["correctness_rate"] == pytest.approx(3 / 4)
+    assert live["per_workflow"]["coder_only"]["tasks"] == 1
+    assert cli("report", "--from", str(a)) == 0
+    text = capsys.readouterr().out
+    assert "workflow coder_only" in text and "x-e" in text and "fast_1.5" in text
+
+    outs = []
+    for name, extra in [
+        ("live.parquet", ["--nats-url", source_url]),
+        ("file.parquet", ["--from", str(a)]),
+    ]:
+        out = tmp_path / name
+        assert (
+            cli(
+                "export",
+                "grpo",
+                "--out",
+                str(out),
+                "--reward",
+                "speedup",
+                "--agents",
+                "coder",
+                *extra,
+            )
+            == 0
+        )
+        outs.append(out)
+    rows = pq.read_table(outs[0]).to_pylist()
+    assert pq.read_table(outs[1]).to_pylist() == rows
+    assert sorted((r["rollout_id"], r["turn_index"]) for r in rows) == [
+        ("x-a", 0),
+        ("x-a", 1),
+        ("x-b", 0),
+        ("x-c", 0),
+        ("x-c", 1),
+        ("x-d", 0),
+    ]
+    by_task = {r["rollout_id"]: r for r in rows}
+    assert by_task["x-a"]["reward"] == 2.0 and by_task["x-a"]["reward_source"] == "recorded"
+    assert by_task["x-c"]["reward"] == 1.5 and by_task["x-c"]["reward_source"] == "computed"
+    g1 = [by_task[t]["advantage"] for t in ("x-a", "x-b", "x-c")]
+    assert sum(g1) == pytest.approx(0.0, abs=1e-9) and g1[0] > g1[2] > 0 > g1[1]
+    assert by_task["x-d"]["advantage"] == 0.0  # alone in its group once x-e is left out
+    assert by_task["x-a"]["response_token_ids"] == [1, 2, 3]
+    meta = json.loads((tmp_path / "live.parquet.meta.json").read_text())
+    assert meta["drops"]["unfinished"] == 1 and meta["reward_sources"] == {
+        "computed": 3,
+        "recorded": 1,
+    }
+
+
+def test_bad_options_are_refused(
+    source_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "x.parquet"
+    assert (
+        cli("export", "grpo", "--out", str(out), "--reward", "nope", "--nats-url", source_url) == 2
+    )
+    assert "unknown reward function" in capsys.readouterr().err
+    assert cli("export", "grpo", "--out", str(tmp_path / "x.csv"), "--nats-url", source_url) == 2
+    assert cli("replay", "--task", "nope", "--nats-url", source_url) == 2
+    assert not out.exists() and not list(tmp_path.glob(".*partial*"))
