@@ -35,11 +35,11 @@ def get_init_inputs():
 
 @pytest.mark.parametrize("path", sorted(TASKS.glob("*.py")), ids=lambda p: p.name)
 def test_example_tasks_are_valid(path: Path) -> None:
-    check_task_source(path.read_text(), str(path))
+    assert check_task_source(path.read_text(), str(path)) is None  # raises when refused
 
 
 def test_good_task_passes() -> None:
-    check_task_source(GOOD_TASK, "good.py")
+    assert check_task_source(GOOD_TASK, "good.py") is None  # raises when refused
 
 
 def test_syntax_error_names_file_and_line() -> None:
@@ -102,7 +102,8 @@ def test_nested_definitions_do_not_count() -> None:
 
 
 def test_candidate_ok() -> None:
-    check_candidate_source("import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n")
+    source = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"
+    assert check_candidate_source(source) is None  # raises when refused
 
 
 def test_candidate_syntax_error() -> None:
