@@ -70,6 +70,16 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # Wall-clock seconds the task may take from submission; checked at every decision.
     deadline_s: float | None = None
     metadata: dict[str, str] = {}
+    # A task that is a prompt rather than a kernel (``kernelflow rollout``): the question
+    # for the workflow's start agent, and the reference answer reward functions compare
+    # with. With ``prompt`` set, ``task_source`` may be empty.
+    prompt: str | None = None
+    reference_answer: str | None = None
+    # Files the task's agents start from in their workspace (coding agents), path -> text.
+    files: dict[str, str] = {}
+    # Reward functions to record when the task finishes (``name@version``); empty: the
+    # defaults for the kind of task.
+    rewards: list[str] = []
 
 
 class CancelTask(Command, tag="cancel_task", frozen=True, kw_only=True):
@@ -101,9 +111,23 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ToolUse(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call a model asked for: natively (its API's tool use) or in its text."""
+
+    id: str  # the provider's call id, or ``<llm call event id>#<n>`` for text calls
+    name: str
+    args: dict[str, Any] = {}
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A message in the provider-neutral chat format (OpenAI's shape): ``role`` is
+    system, user, assistant or tool. An assistant message may carry the tool calls it made;
+    a ``tool`` message is the result of the call ``tool_call_id``."""
+
     role: str
     content: str
+    tool_calls: list[ToolUse] | None = None
+    tool_call_id: str | None = None
 
 
 class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,6 +198,10 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     candidate_code: str | None = None
     deadline_s: float | None = None
     metadata: dict[str, str] = {}
+    prompt: str | None = None
+    reference_answer: str | None = None
+    files: dict[str, str] = {}
+    rewards: list[str] = []
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):
@@ -223,6 +251,28 @@ class LLMCalled(Event, tag="llm_called", frozen=True, kw_only=True):
     request_id: str = ""
     # The prompt as token ids, when the server returns them (vLLM ``return_token_ids``).
     prompt_token_ids: list[int] | None = None
+    # Tools offered to the model (OpenAI function format: name, description, parameters)
+    # and the calls it made, natively or parsed from its text by the agent's kind.
+    tools: list[dict[str, Any]] = []
+    tool_calls: list[ToolUse] = []
+
+
+class ToolCalled(Event, tag="tool_called", frozen=True, kw_only=True):
+    """One tool call made for an agent, and what came of it. A failure (bad arguments,
+    timeout, rate limit, the tool's own error) is an observation for the agent, not an
+    error of the task. The call is recorded after it ran: a daemon killed in between runs
+    it again (tools are at-least-once; the workspace tools are idempotent)."""
+
+    agent: str
+    dispatch_id: str
+    call_id: str  # ToolUse.id of the call this answers
+    tool: str
+    args: dict[str, Any] = {}
+    ok: bool
+    output: str  # what the agent is shown (bounded by the tool's output limit)
+    error: str = ""
+    truncated: bool = False
+    duration_s: float = 0.0
 
 
 class OutputParsed(Event, tag="output_parsed", frozen=True, kw_only=True):
@@ -279,6 +329,7 @@ AnyEvent = (
     | TaskFinished
     | AgentDispatched
     | LLMCalled
+    | ToolCalled
     | OutputParsed
     | ParseFailed
     | AgentFailed

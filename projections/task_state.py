@@ -16,6 +16,7 @@ from events.model import (
     RewardAssigned,
     TaskFinished,
     TaskSubmitted,
+    ToolCalled,
     VerificationCompleted,
 )
 
@@ -24,10 +25,12 @@ CONDUCTOR = "conductor"
 
 @dataclass
 class Dispatch:
-    """One run of one agent: its dispatch, the LLM calls it made, and how it ended."""
+    """One run of one agent: its dispatch, the LLM and tool calls it made, and how it
+    ended."""
 
     event: AgentDispatched
     llm_calls: list[LLMCalled] = field(default_factory=list)
+    tool_calls: list[ToolCalled] = field(default_factory=list)
     result: Event | None = None
 
     @property
@@ -109,6 +112,9 @@ def apply(state: TaskState, event: Event) -> TaskState:
             state.conductor_calls[event.dispatch_id] = event
         elif (d := state.dispatch(event.dispatch_id)) is not None:
             d.llm_calls.append(event)
+    elif isinstance(event, ToolCalled):
+        if (d := state.dispatch(event.dispatch_id)) is not None:
+            d.tool_calls.append(event)
     elif isinstance(event, RewardAssigned):
         state.rewards[event.reward_fn] = event
     elif isinstance(event, DISPATCH_RESULTS):

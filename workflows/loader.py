@@ -13,7 +13,15 @@ from typing import Any
 
 import yaml
 
-from workflows.model import FINISH, VERIFIER, AgentSpec, OutputField, SequenceLimit, Workflow
+from workflows.model import (
+    DEFAULT_AGENT_KIND,
+    FINISH,
+    VERIFIER,
+    AgentSpec,
+    OutputField,
+    SequenceLimit,
+    Workflow,
+)
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FIELD_TYPES = {"str", "int", "float", "bool", "list", "dict"}
@@ -163,7 +171,10 @@ class _Validator:
     def agent(self, agent: str, spec: Any, known: set[str]) -> AgentSpec:
         path = f"agent_info.{agent}"
         spec = self.mapping(spec if spec is not None else {}, path)
-        self.known_keys(spec, path, {"possible_next_agent", "output_format"})
+        allowed = {"possible_next_agent", "output_format"}
+        if agent != VERIFIER:
+            allowed |= {"agent_kind", "tools", "agent_config"}
+        self.known_keys(spec, path, allowed)
         nexts = self.name_list(spec.get("possible_next_agent") or [], f"{path}.possible_next_agent")
         for i, nxt in enumerate(nexts):
             if nxt != FINISH and nxt not in known:
@@ -174,6 +185,13 @@ class _Validator:
                 # Every agent but the verifier is an LLM agent whose answer must be parsed.
                 raise self.fail(f"{path}.output_format", "missing (only 'verifier' has none)")
             return AgentSpec(agent, tuple(nexts))
+        kind = spec.get("agent_kind", DEFAULT_AGENT_KIND)
+        if not isinstance(kind, str) or not _AGENT_NAME.match(kind):
+            raise self.fail(f"{path}.agent_kind", f"must be an agent kind's name, got {kind!r}")
+        tools = spec.get("tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+            raise self.fail(f"{path}.tools", "must be a list of tool names")
+        config = self.mapping(spec.get("agent_config") or {}, f"{path}.agent_config")
         fmt_path = f"{path}.output_format"
         output_format = self.mapping(output_format, fmt_path)
         parser_name = output_format.get("parser_name")
@@ -199,4 +217,6 @@ class _Validator:
                 raise self.fail(f"{fpath}.mandatory", "must be true or false")
             description = fdoc.get("field_description", "")
             fields.append(OutputField(str(field_name), ftype, mandatory, str(description)))
-        return AgentSpec(agent, tuple(nexts), parser_name, tuple(fields))
+        return AgentSpec(
+            agent, tuple(nexts), parser_name, tuple(fields), kind, tuple(tools), dict(config)
+        )

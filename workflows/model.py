@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 FINISH = "finish"
 VERIFIER = "verifier"  # the one agent that is a program, not an LLM
 DEFAULT_SINGLE_AGENT_LIMIT = 3
+DEFAULT_AGENT_KIND = "llm"  # one LLM call, its answer parsed: what designer/coder are
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,12 @@ class AgentSpec:
     possible_next: tuple[str, ...]
     parser_name: str | None = None
     output_fields: tuple[OutputField, ...] = ()
+    # How the agent works (``agent_kind``: llm, react, tool, coding or a plugin's kind),
+    # the tools it may call and its kind's settings (``agent_config``), checked against the
+    # agent-kind registry when a task is submitted.
+    kind: str = DEFAULT_AGENT_KIND
+    tools: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from events.model import ChatMessage, LLMCalled, Usage
+from events.model import ChatMessage, LLMCalled, ToolUse, Usage
 
 # An AgentFailed whose error starts with this ended because a token or cost budget is
 # spent; the conductor then finishes the task with status "budget_exceeded".
@@ -37,6 +37,10 @@ class LLMRequest:
     call_index: int
     messages: list[ChatMessage]
     params: dict[str, Any] = field(default_factory=dict)
+    # Tools the model may call natively, in the OpenAI function format
+    # ({"name", "description", "parameters": JSON Schema}); each provider translates them
+    # to its API. Empty: a plain completion.
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class LLMResponse:
     retries: int = 0
     request_id: str = ""
     prompt_token_ids: list[int] | None = None
+    # Native tool calls the model made (empty when it answered in text only).
+    tool_calls: list[ToolUse] = field(default_factory=list)
 
 
 class LLMProvider(Protocol):
@@ -87,4 +93,6 @@ def llm_called(
         retries=response.retries,
         request_id=response.request_id,
         prompt_token_ids=response.prompt_token_ids,
+        tools=request.tools,
+        tool_calls=response.tool_calls,
     )
