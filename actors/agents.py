@@ -1,22 +1,41 @@
-"""LLM agents (designer, coder, and any agent a workflow declares with an output_format).
+"""LLM agents: any agent a workflow declares with an output_format (designer, coder...).
 
-An agent takes its dispatch from the log, builds its prompt from the task's events, calls
-the LLM, records the call, then records the parsed output (or why it did not parse). A
-redelivered dispatch resumes from the log: a recorded call is parsed, never made twice.
+An agent takes its dispatch from the log and lets its *kind* (``actors.kinds``: llm,
+react, tool, coding or a plugin's) say what to do next from the dispatch's recorded calls:
+call the LLM, run tools, or finish. The agent does that one piece of I/O, records it, and
+asks again, until the dispatch ends with its parsed output (or why there is none). A
+redelivered dispatch resumes from the log: a recorded call is never made twice, a
+recorded tool result never rerun.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
 from actors.bridge import Bridge
+from actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
 from actors.llm import budgets_of
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from actors.llm.budget import task_budget_error
 from actors.prompts import agent_messages
+from actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events.codec import decode_event
 from events.log import AppendConflict
-from events.model import AgentDispatched, AgentFailed, Event, OutputParsed, ParseFailed
+from events.model import (
+    AgentDispatched,
+    AgentFailed,
+    Event,
+    OutputParsed,
+    ParseFailed,
+    ToolCalled,
+    ToolUse,
+)
 from projections.task_state import Dispatch, TaskState
+from workflows.model import AgentSpec
 from workflows.parsing import ParseError, parse_output
 
 
@@ -27,6 +46,21 @@ def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch 
     if state.submitted is None or state.terminal is not None or d is None:
         return None
     return d if d.result is None and d is state.current else None
+
+
+@lru_cache(maxsize=256)
+def shared_tool(name: str, limits: tuple[tuple[str, Any], ...]) -> Tool:
+    """One instance per tool and limits in this process, so a calls-per-minute limit
+    holds across all the agents of a daemon."""
+    base = make_tool(name).limits
+    return make_tool(name, dataclasses.replace(base, **dict(limits)) if limits else None)
+
+
+def tools_of(spec: AgentSpec) -> dict[str, Tool]:
+    return {
+        name: shared_tool(name, tuple(sorted(spec.tool_limits.get(name, {}).items())))
+        for name in spec.tools
+    }
 
 
 class LLMAgent(Worker):
@@ -46,56 +80,138 @@ class LLMAgent(Worker):
             if d is None:
                 return "ack"
             try:
-                history = self.append(history, self.next_event(state, d))
+                history = self.append(history, *self.next_events(state, d))
             except AppendConflict:
                 history = self.read(dispatched.task_id)
 
-    def next_event(self, state: TaskState, d: Dispatch) -> Event:
-        workflow = workflow_of(state)
-        if not d.llm_calls:
-            # Checked before every call, from the calls the log holds: a redelivered
-            # dispatch sees exactly what the first attempt saw.
-            over_budget = task_budget_error(state, budgets_of(self.llm))
-            if over_budget is not None:
-                return AgentFailed(
-                    task_id=state.task_id,
-                    cause=d.event.event_id,
-                    agent=self.agent,
-                    dispatch_id=d.dispatch_id,
-                    error=over_budget,
-                )
-            request = LLMRequest(
+    def next_events(self, state: TaskState, d: Dispatch) -> list[Event]:
+        spec = workflow_of(state).agents[self.agent]
+        tools = tools_of(spec)
+        files = workspace_files(state) if tools else {}
+        turn = Turn(
+            prompt=agent_messages(state, workflow_of(state), self.agent),
+            llm_calls=d.llm_calls,
+            tool_calls=d.tool_calls,
+            tools=[t.spec() for t in tools.values()],
+            files=files,
+        )
+        step: Step = agent_kind(spec.kind)(spec).next_step(turn)
+        if isinstance(step, CallLLM):
+            return [self.call_llm(state, d, step)]
+        if isinstance(step, RunTools):
+            return self.run_tools(state, d, step, tools, files)
+        if isinstance(step, Finish):
+            return [self.parsed(state, d, spec, step)]
+        assert isinstance(step, GiveUp)
+        return [self.failed(state, d, step.error)]
+
+    def call_llm(self, state: TaskState, d: Dispatch, step: CallLLM) -> Event:
+        # Checked before every call, from the calls the log holds: a redelivered dispatch
+        # sees exactly what the first attempt saw.
+        over_budget = task_budget_error(state, budgets_of(self.llm))
+        if over_budget is not None:
+            return self.failed(state, d, over_budget)
+        request = LLMRequest(
+            task_id=state.task_id,
+            agent=self.agent,
+            call_index=state.llm_calls_by(self.agent),
+            messages=step.messages,
+            tools=step.tools,
+        )
+        cause = d.llm_calls[-1].event_id if d.llm_calls else d.event.event_id
+        try:
+            response = self.bridge.call(self.llm.complete(request))
+        except LLMError as exc:
+            return self.failed(state, d, str(exc))
+        return llm_called(request, response, dispatch_id=d.dispatch_id, cause=cause)
+
+    def run_tools(
+        self,
+        state: TaskState,
+        d: Dispatch,
+        step: RunTools,
+        tools: Mapping[str, Tool],
+        files: Mapping[str, str],
+    ) -> list[Event]:
+        """Run the calls in order (a file change is visible to the next call) and record
+        each result; a call of a tool the agent does not have is answered as an error."""
+        assert state.submitted is not None
+        events: list[Event] = []
+        cause = d.llm_calls[-1].event_id
+        for use in step.calls:
+            ctx = ToolContext(
                 task_id=state.task_id,
                 agent=self.agent,
-                call_index=state.llm_calls_by(self.agent),
-                messages=agent_messages(state, workflow, self.agent),
+                files=files,
+                task_source=state.submitted.task_source,
+                backend=state.submitted.backend,
             )
-            try:
-                response = self.bridge.call(self.llm.complete(request))
-            except LLMError as exc:
-                return AgentFailed(
-                    task_id=state.task_id,
-                    cause=d.event.event_id,
-                    agent=self.agent,
-                    dispatch_id=d.dispatch_id,
-                    error=str(exc),
+            tool = tools.get(use.name)
+            if tool is None:
+                known = ", ".join(tools) or "none"
+                error = f"unknown tool {use.name!r}; your tools: {known}"
+                events.append(
+                    _tool_called(state, d, use, cause, ok=False, output=error, error=error)
                 )
-            return llm_called(request, response, dispatch_id=d.dispatch_id, cause=d.event.event_id)
-        call = d.llm_calls[-1]
+                continue
+            outcome = self.bridge.call(run_tool(tool, use.args, ctx))
+            if outcome.ok and (changed := tool.effect(files, use.args)) is not None:
+                files = changed
+            events.append(
+                _tool_called(
+                    state,
+                    d,
+                    use,
+                    cause,
+                    ok=outcome.ok,
+                    output=outcome.output,
+                    error=outcome.error,
+                    truncated=outcome.truncated,
+                    duration_s=outcome.duration_s,
+                )
+            )
+        return events
+
+    def parsed(self, state: TaskState, d: Dispatch, spec: AgentSpec, step: Finish) -> Event:
+        cause = d.llm_calls[-1].event_id if d.llm_calls else d.event.event_id
         try:
-            fields = parse_output(workflow.agents[self.agent], call.response_text)
+            fields = parse_output(spec, step.text, whole_answer=step.whole_answer)
         except ParseError as exc:
             return ParseFailed(
                 task_id=state.task_id,
-                cause=call.event_id,
+                cause=cause,
                 agent=self.agent,
                 dispatch_id=d.dispatch_id,
                 reason=str(exc),
             )
         return OutputParsed(
             task_id=state.task_id,
-            cause=call.event_id,
+            cause=cause,
             agent=self.agent,
             dispatch_id=d.dispatch_id,
             fields=fields,
         )
+
+    def failed(self, state: TaskState, d: Dispatch, error: str) -> Event:
+        return AgentFailed(
+            task_id=state.task_id,
+            cause=d.event.event_id,
+            agent=self.agent,
+            dispatch_id=d.dispatch_id,
+            error=error,
+        )
+
+
+def _tool_called(
+    state: TaskState, d: Dispatch, use: ToolUse, cause: str, **outcome: object
+) -> ToolCalled:
+    return ToolCalled(
+        task_id=state.task_id,
+        cause=cause,
+        agent=d.agent,
+        dispatch_id=d.dispatch_id,
+        call_id=use.id,
+        tool=use.name,
+        args=use.args,
+        **outcome,  # type: ignore[arg-type]
+    )

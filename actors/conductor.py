@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 from actors.bridge import Bridge
 from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
+from actors.kinds.check import check_agents
 from actors.llm import budgets_of, is_budget_error
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from actors.llm.budget import task_budget_error
-from actors.prompts import conductor_messages
+from actors.prompts import conductor_messages, judge_messages
 from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events import subjects
@@ -32,8 +33,15 @@ from events.model import (
     TaskRejected,
     TaskSubmitted,
 )
-from projections.rewards import pending_reward_events, reward_events
-from projections.task_state import CONDUCTOR, TaskState
+from projections.rewards import (
+    UnknownReward,
+    check_reward_names,
+    finish_reward_events,
+    judge_failed_event,
+    needs_judge,
+    pending_reward_events,
+)
+from projections.task_state import CONDUCTOR, JUDGE, TaskState
 from workflows.loader import WorkflowError, load_workflow, parse_workflow
 from workflows.model import Workflow
 
@@ -82,7 +90,7 @@ class Conductor(Worker):
         try:
             event = self.accepted(task_id, command, job)
             reply = {"ok": True, "task_id": task_id}
-        except (TaskFileError, WorkflowError) as exc:
+        except (TaskFileError, WorkflowError, UnknownReward) as exc:
             event = TaskRejected(
                 task_id=task_id, cause=_cause(job), reason=str(exc), task_name=command.task_name
             )
@@ -98,13 +106,18 @@ class Conductor(Worker):
 
     def accepted(self, task_id: str, command: SubmitTask, job: Job) -> TaskSubmitted:
         name = command.task_name or task_id
-        check_task_source(command.task_source, name)
+        if command.prompt is None:
+            check_task_source(command.task_source, name)
+        elif not command.prompt.strip():
+            raise TaskFileError(f"{name}: the prompt is empty")
         if command.workflow_yaml is not None:
-            parse_workflow(command.workflow_yaml, command.workflow)
+            workflow = parse_workflow(command.workflow_yaml, command.workflow)
             workflow_name, workflow_yaml = command.workflow, command.workflow_yaml
         else:
             workflow, workflow_yaml = load_workflow(command.workflow)
             workflow_name = workflow.name
+        check_agents(workflow)
+        check_reward_names(command.rewards)
         return TaskSubmitted(
             task_id=task_id,
             cause=_cause(job),
@@ -117,6 +130,10 @@ class Conductor(Worker):
             candidate_code=command.candidate_code,
             deadline_s=command.deadline_s,
             metadata=command.metadata,
+            prompt=command.prompt,
+            reference_answer=command.reference_answer,
+            files=command.files,
+            rewards=command.rewards,
         )
 
     def cancel(self, job: Job, command: CancelTask) -> None:
@@ -161,6 +178,9 @@ class Conductor(Worker):
             state = state_of(history)
             if state.submitted is None:
                 return
+            if needs_judge(state):  # the judge scores a finished prompt task's answer
+                history = self._append_or_reload(history, [self.judge(state)])
+                continue
             if late := pending_reward_events(state):  # a conductor died after the finish
                 history = self._append_or_reload(history, late)
                 continue
@@ -171,7 +191,7 @@ class Conductor(Worker):
             event = plan.event if isinstance(plan, Append) else self.ask(state, workflow, plan)
             # The outcome rewards follow the finish they score (if this conductor dies in
             # between, the next visit records them: see pending_reward_events above).
-            rewards = reward_events(state, event) if isinstance(event, TaskFinished) else []
+            rewards = finish_reward_events(state, event) if isinstance(event, TaskFinished) else []
             history = self._append_or_reload(history, [event, *rewards])
         raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
 
@@ -180,6 +200,25 @@ class Conductor(Worker):
             return self.append(history, *events)
         except AppendConflict:
             return self.read(history.task_id)  # someone moved the task on: decide again
+
+    def judge(self, state: TaskState) -> Event:
+        """Ask the judge LLM whether a finished prompt task's answer is right; its
+        recorded answer is what the ``judge`` reward reads."""
+        finished = state.finished
+        assert finished is not None
+        if self.llm is None:
+            return judge_failed_event(state, "no LLM provider configured")
+        request = LLMRequest(
+            task_id=state.task_id,
+            agent=JUDGE,
+            call_index=0,
+            messages=judge_messages(state),
+        )
+        try:
+            response = self.bridge.call(self.llm.complete(request))
+        except LLMError as exc:
+            return judge_failed_event(state, str(exc))
+        return llm_called(request, response, dispatch_id=finished.event_id, cause=finished.event_id)
 
     def ask(self, state: TaskState, workflow: Workflow, plan: AskLLM) -> Event:
         """Ask the conductor's LLM to choose; the answer is recorded, then decided on."""

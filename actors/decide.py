@@ -18,6 +18,7 @@ from events.model import (
     ConductorDecided,
     Event,
     LLMCalled,
+    OutputParsed,
     ParseFailed,
     TaskFinished,
     TaskStatus,
@@ -189,8 +190,14 @@ def budget_error_of(state: TaskState) -> str | None:
 
 
 def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
+    """A kernel task succeeds when its last verification passed; a prompt task when its
+    last agent produced a parsed answer (whether it is right is for the rewards)."""
     checks = state.verifications
-    passed = bool(checks) and checks[-1].report.passed
+    if is_prompt_task(state):
+        current = state.current
+        passed = current is not None and isinstance(current.result, OutputParsed)
+    else:
+        passed = bool(checks) and checks[-1].report.passed
     over_budget = None if passed else budget_error_of(state)
     if over_budget is not None:
         return end_task(state, decision.event_id, "budget_exceeded", over_budget)
@@ -209,4 +216,9 @@ def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> T
         final_code=last_check.code if last_check else None,
         verdict=last_check.report.verdict if last_check else None,
         speedup=last_check.report.speedup if last_check else None,
+        final_answer=state.final_answer if is_prompt_task(state) else None,
     )
+
+
+def is_prompt_task(state: TaskState) -> bool:
+    return state.submitted is not None and state.submitted.prompt is not None

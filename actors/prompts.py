@@ -7,7 +7,10 @@ message with the task, previous attempts, feedback and the answer format.
 Templates live in ``actors/prompt_templates``: ``<agent>.system.txt`` and ``<agent>.txt``
 (``string.Template`` syntax, so code braces need no escaping), and ``dsl_<backend>.txt``
 for the DSL guidance. An agent without its own templates uses the coder's. A file of the
-same name in ``KF_PROMPTS_DIR`` (or the LLM config's ``prompts_dir``) replaces the built-in.
+same name in ``KF_PROMPTS_DIR`` (or the LLM config's ``prompts_dir``) replaces the built-in,
+and a workflow may give an agent its own templates inline (``agent_info.<agent>.prompt:
+{system, user}``, recorded with the task so a replay uses them too), which win over both.
+Prompt tasks (rollouts) use ``task.system.txt`` / ``task.txt``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,15 @@ def _template(name: str, fallback: str | None = None) -> Template:
 def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[ChatMessage]:
     submitted = state.submitted
     assert submitted is not None
+    spec = workflow.agents[agent]
+    if submitted.prompt is not None:  # a prompt task (rollouts): no kernel, no DSL
+        system = _agent_template(spec, "system", "task.system.txt").safe_substitute()
+        user = _agent_template(spec, "user", "task.txt").safe_substitute(
+            prompt=submitted.prompt.strip(),
+            feedback=_feedback_section(state, agent),
+            output_format=_format_section(spec),
+        )
+        return _messages(system, user)
     backend = _BACKEND_NAMES.get(submitted.backend, submitted.backend)
     static = {
         "backend_name": backend,
@@ -85,15 +97,31 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         "extra_imports": ", cupy" if submitted.backend == "cuda" else "",
         "dsl_guidance": _template(f"dsl_{submitted.backend}.txt").safe_substitute().strip(),
     }
-    system = _template(f"{agent}.system.txt", "coder.system.txt").safe_substitute(static)
-    user = _template(f"{agent}.txt", "coder.txt").safe_substitute(
+    system = _agent_template(spec, "system", "coder.system.txt").safe_substitute(static)
+    user = _agent_template(spec, "user", "coder.txt").safe_substitute(
         static,
         task_source=submitted.task_source.strip(),
         design=_design_section(state),
         feedback=_feedback_section(state, agent),
-        output_format=_format_section(workflow.agents[agent]),
+        output_format=_format_section(spec),
     )
     return _messages(system, user)
+
+
+def _agent_template(spec: AgentSpec, part: str, fallback: str) -> Template:
+    """The workflow's own template for this agent, else ``<agent>[.system].txt`` (override
+    directory first), else ``fallback``."""
+    if part in spec.prompt_templates:
+        return Template(spec.prompt_templates[part])
+    name = f"{spec.name}.system.txt" if part == "system" else f"{spec.name}.txt"
+    return _template(name, fallback)
+
+
+def kind_instructions(template: str, *, tools: str, tool_format: str, max_steps: int) -> str:
+    """How a tool-using agent kind must reply (its template in text format; the native
+    tool-use note otherwise)."""
+    name = template if tool_format == "text" else "kind_native.txt"
+    return _template(name).safe_substitute(tools=tools, max_steps=max_steps).strip()
 
 
 def conductor_messages(
@@ -106,6 +134,20 @@ def conductor_messages(
         after_agent=after_agent,
         latest_result=_latest_result(state),
         options=", ".join(options),
+    )
+    return _messages(system, user)
+
+
+def judge_messages(state: TaskState) -> list[ChatMessage]:
+    """The judge's prompt (AgentFlow's answer judge): question, reference, answer; it
+    replies with ``{"analysis": ..., "true_false": ...}``."""
+    submitted, finished = state.submitted, state.finished
+    assert submitted is not None and finished is not None
+    system = _template("judge.system.txt").safe_substitute()
+    user = _template("judge.txt").safe_substitute(
+        question=(submitted.prompt or "").strip(),
+        reference=(submitted.reference_answer or "(none given)").strip(),
+        answer=(finished.final_answer or "(no answer)").strip(),
     )
     return _messages(system, user)
 
@@ -166,6 +208,8 @@ def _latest_result(state: TaskState) -> str:
 
 
 def _format_section(spec: AgentSpec) -> str:
+    if spec.kind != "llm" or _single_answer(spec):
+        return _final_answer_format(spec)
     lines = ["Reply with a JSON object with these fields:"]
     for f in spec.output_fields:
         need = "mandatory" if f.mandatory else "optional"
@@ -175,4 +219,25 @@ def _format_section(spec: AgentSpec) -> str:
             f"Or give `{spec.output_fields[0].name}` as exactly one fenced code block "
             "(```python ... ```)."
         )
+    return "\n".join(lines)
+
+
+def _single_answer(spec: AgentSpec) -> bool:
+    """An agent whose one output is a plain answer (not code): ``Final Answer:`` suits it."""
+    return len(spec.output_fields) == 1 and spec.output_fields[0].name != "code"
+
+
+def _final_answer_format(spec: AgentSpec) -> str:
+    if len(spec.output_fields) == 1 and spec.output_fields[0].field_type == "str":
+        f = spec.output_fields[0]
+        if f.name == "code":
+            return (
+                "Give `Final Answer:` followed by the complete module as exactly one fenced "
+                f"code block (```python ... ```): {f.description}"
+            )
+        return f"End with `Final Answer:` followed by {f.description or 'your answer'}."
+    lines = ["Give `Final Answer:` followed by a JSON object with these fields:"]
+    for f in spec.output_fields:
+        need = "mandatory" if f.mandatory else "optional"
+        lines.append(f"- `{f.name}` ({f.field_type}, {need}): {f.description}")
     return "\n".join(lines)

@@ -28,7 +28,7 @@ from nats.js import api
 
 from events import subjects
 from events.codec import decode_event, encode
-from events.model import TERMINAL_EVENTS, Command, Event, RewardAssigned
+from events.model import TERMINAL_EVENTS, Command, Event
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
@@ -265,10 +265,8 @@ class EventLog:
 
 
 def _ended(events: Sequence[Event]) -> bool:
-    for event in reversed(events):
-        if not isinstance(event, RewardAssigned):  # rewards follow the end they score
-            return isinstance(event, TERMINAL_EVENTS)
-    return False
+    # Rewards (and the judge's call) follow the end they score: look past them.
+    return any(isinstance(event, TERMINAL_EVENTS) for event in reversed(events))
 
 
 def _stream_seq(msg: Msg) -> int:

@@ -219,6 +219,9 @@ class TaskFinished(Event, tag="task_finished", frozen=True, kw_only=True):
     final_code: str | None = None
     verdict: Verdict | None = None
     speedup: float | None = None
+    # A prompt task's answer (the last parsed output), which reward functions compare with
+    # the reference answer.
+    final_answer: str | None = None
 
 
 class AgentDispatched(Event, tag="agent_dispatched", frozen=True, kw_only=True):

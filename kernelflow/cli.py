@@ -28,13 +28,14 @@ import nats.errors
 
 from actors.bridge import Bridge
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
+from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.verifier.engine import VerifierConfig
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
-from kernelflow import offline_cmd, verify_cmd
+from kernelflow import agents_cmd, offline_cmd, rollout_cmd, verify_cmd
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
@@ -109,7 +110,8 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
     source = read_task_file(args.task)
     try:
         workflow_name, workflow_yaml = resolve_workflow(args.workflow)
-        parse_workflow(workflow_yaml, workflow_name, source=args.workflow)  # refuse it here
+        # Refuse it here, before anything is published: structure, kinds, tools.
+        check_agents(parse_workflow(workflow_yaml, workflow_name, source=args.workflow))
     except WorkflowError as exc:
         raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
@@ -375,6 +377,7 @@ async def request_reply(
 def cmd_workflow(args: argparse.Namespace, settings: Settings) -> int:
     try:
         workflow, _ = load_workflow(args.workflow)
+        check_agents(workflow)
     except WorkflowError as exc:
         raise UsageError(str(exc)) from exc
     if args.action == "validate":
@@ -474,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--events", action="store_true", help="the events instead")
     schema.set_defaults(func=cmd_schema)
     offline_cmd.register(sub)
+    rollout_cmd.register(sub)
+    agents_cmd.register(sub)
     return parser
 
 

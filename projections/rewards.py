@@ -15,21 +15,35 @@ Registered functions (``name@version``):
   ``binary``; so a rollout that tried a hack and then passed gets 0, one that only
   hacked gets -1.
 
-The conductor records every registered function's reward right after a task's
-``TaskFinished`` (``pending_reward_events``): ``RewardAssigned`` is the one kind of event
-that may follow a terminal event. Exports use the recorded value when present and
+For prompt tasks (``kernelflow rollout``), comparing the final answer with the reference:
+
+- ``exact_match@1``: 1.0 when they are equal after normalisation (case, whitespace,
+  surrounding ``$``/``\\boxed{}``, a trailing period), else 0.0.
+- ``numeric_match@1``: 1.0 when the last number in the answer equals the reference's
+  number within ``rel_tol`` (1e-6, absolute 1e-9 near zero); fractions ``a/b`` count.
+- ``judge@1``: an LLM judge's verdict (AgentFlow's ``{analysis, true_false}``). The
+  conductor asks the judge after the finish and records the call; the reward is read from
+  that recorded answer, so it replays like the others.
+
+The conductor records the task's reward functions (``SubmitTask.rewards``; by default the
+three kernel ones, or the two rule-based prompt ones) right after its ``TaskFinished``
+(``pending_reward_events``): ``RewardAssigned`` and the judge's ``LLMCalled`` are the only
+events that may follow a terminal event. Exports use the recorded value when present and
 otherwise compute it with the same function, and say which in their provenance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import msgspec
 
-from events.model import RewardAssigned, TaskFinished
+from events.model import RewardAssigned, TaskFinished, TaskSubmitted
 from projections.task_state import TaskState
 
 CHEAT_VERDICTS = frozenset({"rejected_static", "rejected_runtime"})
@@ -42,6 +56,11 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     verdict: str | None = None  # the last verification's verdict
     speedup: float | None = None  # the last verification's speedup
     verdicts: tuple[str, ...] = ()  # every verification's verdict, in order
+    # Prompt tasks: the final answer, the reference answer, the judge's verdict (None:
+    # not judged, or its reply could not be read).
+    answer: str | None = None
+    reference: str | None = None
+    judged_correct: bool | None = None
 
     @property
     def correct(self) -> bool:
@@ -52,12 +71,17 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
         return any(v in CHEAT_VERDICTS for v in self.verdicts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "status": self.status,
             "verdict": self.verdict,
             "speedup": self.speedup,
             "verdicts": list(self.verdicts),
         }
+        if self.answer is not None or self.reference is not None:
+            out |= {"answer": self.answer, "reference": self.reference}
+        if self.judged_correct is not None:
+            out["judged_correct"] = self.judged_correct
+        return out
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,57 @@ def _cheat_penalty(r: RewardInput, p: dict[str, float]) -> float:
     return _binary(r, p) - (p["penalty"] if r.cheated else 0.0)
 
 
+def normalise_answer(text: str) -> str:
+    text = text.strip().rstrip(".").strip()
+    boxed = re.fullmatch(r"\\boxed\{(.*)\}", text, re.DOTALL)
+    if boxed:
+        text = boxed.group(1)
+    text = text.strip().strip("$").strip().rstrip(".").strip()
+    return " ".join(text.split()).casefold()
+
+
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*-?\d+)?")
+
+
+def last_number(text: str) -> float | None:
+    matches = _NUMBER.findall(text)
+    if not matches:
+        return None
+    raw = matches[-1].replace(",", "").replace(" ", "")
+    try:
+        if "/" in raw:
+            num, den = raw.split("/")
+            return float(Fraction(num) / Fraction(den)) if float(den) else None
+        return float(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _answered(r: RewardInput) -> bool:
+    return r.status == "success" and r.answer is not None and r.reference is not None
+
+
+def _exact_match(r: RewardInput, p: dict[str, float]) -> float:
+    if not _answered(r):
+        return 0.0
+    assert r.answer is not None and r.reference is not None
+    return 1.0 if normalise_answer(r.answer) == normalise_answer(r.reference) else 0.0
+
+
+def _numeric_match(r: RewardInput, p: dict[str, float]) -> float:
+    if not _answered(r):
+        return 0.0
+    assert r.answer is not None and r.reference is not None
+    got, want = last_number(r.answer), last_number(r.reference)
+    if got is None or want is None:
+        return 0.0
+    return 1.0 if abs(got - want) <= max(p["abs_tol"], p["rel_tol"] * abs(want)) else 0.0
+
+
+def _judge(r: RewardInput, p: dict[str, float]) -> float:
+    return 1.0 if r.status == "success" and r.judged_correct else 0.0
+
+
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     f.key: f
     for f in (
@@ -109,9 +184,26 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             {"penalty": 1.0},
             doc="binary - penalty if any verification was rejected as a reward hack",
         ),
+        RewardFn(
+            "exact_match",
+            1,
+            _exact_match,
+            doc="1 if the final answer equals the reference after normalisation, else 0",
+        ),
+        RewardFn(
+            "numeric_match",
+            1,
+            _numeric_match,
+            {"rel_tol": 1e-6, "abs_tol": 1e-9},
+            doc="1 if the answer's last number equals the reference's within rel_tol",
+        ),
+        RewardFn("judge", 1, _judge, doc="1 if the LLM judge found the answer correct"),
     )
 }
 DEFAULT_REWARD = "binary@1"
+KERNEL_REWARDS = ("binary@1", "speedup@1", "cheat_penalty@1")
+PROMPT_REWARDS = ("exact_match@1", "numeric_match@1")
+JUDGE_REWARD = "judge"
 
 
 class UnknownReward(ValueError):
@@ -129,17 +221,67 @@ def get_reward(spec: str) -> RewardFn:
     raise UnknownReward(f"unknown reward function {spec!r} (known: {known})")
 
 
+def check_reward_names(specs: Sequence[str]) -> None:
+    """Raise UnknownReward for a name that is not a registered reward function."""
+    for spec in specs:
+        get_reward(spec)
+
+
+def rewards_for(submitted: TaskSubmitted | None) -> list[RewardFn]:
+    """The reward functions a task records: the ones it asked for, else the defaults for
+    its kind (kernel or prompt)."""
+    if submitted is None:
+        return [get_reward(k) for k in KERNEL_REWARDS]
+    names = submitted.rewards or (KERNEL_REWARDS if submitted.prompt is None else PROMPT_REWARDS)
+    return [get_reward(k) for k in names]
+
+
+def judge_verdict(text: str) -> bool | None:
+    """The ``true_false`` of a judge's JSON reply, or None when it cannot be read."""
+    start = text.find("{")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+    except json.JSONDecodeError:
+        return None
+    verdict = value.get("true_false") if isinstance(value, dict) else None
+    if isinstance(verdict, bool):
+        return verdict
+    if isinstance(verdict, str) and verdict.strip().lower() in ("true", "false"):
+        return verdict.strip().lower() == "true"
+    return None
+
+
+def needs_judge(state: TaskState) -> bool:
+    """A finished task whose rewards include the judge, which has not been asked yet."""
+    if state.finished is None or state.judge_call is not None:
+        return False
+    wants = any(f.name == JUDGE_REWARD for f in rewards_for(state.submitted))
+    return wants and JUDGE_REWARD not in state.rewards
+
+
 def reward_input(state: TaskState, finished: TaskFinished | None = None) -> RewardInput:
     """The reward input of a task from its fold (``finished`` when it is about to be
     appended and so is not yet in the fold)."""
     end = finished if finished is not None else state.terminal
     verdicts = tuple(v.report.verdict for v in state.verifications)
-    if isinstance(end, TaskFinished):
-        return RewardInput(
-            status=end.status, verdict=end.verdict, speedup=end.speedup, verdicts=verdicts
+    submitted = state.submitted
+    inputs = RewardInput(status="unfinished", verdicts=verdicts)
+    if submitted is not None and submitted.prompt is not None:
+        inputs = msgspec.structs.replace(
+            inputs,
+            answer=end.final_answer if isinstance(end, TaskFinished) else None,
+            reference=submitted.reference_answer,
+            judged_correct=(
+                judge_verdict(state.judge_call.response_text) if state.judge_call else None
+            ),
         )
-    status = "unfinished" if end is None else end.kind.removeprefix("task_")
-    return RewardInput(status=status, verdicts=verdicts)
+    if isinstance(end, TaskFinished):
+        return msgspec.structs.replace(
+            inputs, status=end.status, verdict=end.verdict, speedup=end.speedup
+        )
+    if end is not None:
+        return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))
+    return inputs
 
 
 def reward_events(
@@ -148,7 +290,7 @@ def reward_events(
     functions: Iterable[RewardFn] | None = None,
 ) -> list[RewardAssigned]:
     """The ``RewardAssigned`` events of a finished task: one per reward function (default:
-    every registered one). ``finished`` defaults to the task's recorded ``TaskFinished``;
+    the task's own, ``rewards_for``). ``finished`` defaults to the task's recorded ``TaskFinished``;
     pass it explicitly for a finish about to be appended (as the next event). Their cause is
     the ``TaskFinished`` event's id either way, so both paths record the same events."""
     end = finished if finished is not None else state.finished
@@ -166,12 +308,40 @@ def reward_events(
             value=f(inputs),
             inputs={**inputs.to_dict(), "params": dict(f.params)},
         )
-        for f in (functions if functions is not None else REWARD_FUNCTIONS.values())
+        for f in (functions if functions is not None else rewards_for(state.submitted))
     ]
+
+
+def finish_reward_events(state: TaskState, finished: TaskFinished) -> list[RewardAssigned]:
+    """The rewards appended together with ``finished``: all of the task's but the judge's,
+    which waits for the judge's answer."""
+    functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
+    return reward_events(state, finished, functions)
+
+
+def judge_failed_event(state: TaskState, error: str) -> RewardAssigned:
+    """The judge reward of a task whose judge could not be asked: 0, with the reason."""
+    finished = state.finished
+    assert finished is not None
+    fn = get_reward(JUDGE_REWARD)
+    return RewardAssigned(
+        task_id=state.task_id,
+        cause=finished.event_id,
+        reward_fn=fn.name,
+        version=fn.version,
+        value=0.0,
+        inputs={**reward_input(state).to_dict(), "judge_error": error},
+    )
 
 
 def pending_reward_events(state: TaskState) -> list[RewardAssigned]:
     """Rewards of a finished task not recorded yet: they are appended right after its
     ``TaskFinished``, so a conductor that died before all of them were recorded leaves
     the rest for the next conductor that sees the task. Empty otherwise."""
-    return [r for r in reward_events(state) if r.reward_fn not in state.rewards]
+    # The judge's reward waits for the judge's recorded answer (see ``needs_judge``).
+    waiting = needs_judge(state)
+    return [
+        r
+        for r in reward_events(state)
+        if r.reward_fn not in state.rewards and not (waiting and r.reward_fn == JUDGE_REWARD)
+    ]

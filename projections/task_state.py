@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,9 @@ from events.model import (
 )
 
 CONDUCTOR = "conductor"
+# The LLM that judges a finished prompt task's answer (the ``judge`` reward); its call is
+# recorded after the TaskFinished, keyed by the finish's event id.
+JUDGE = "judge"
 
 
 @dataclass
@@ -54,6 +58,7 @@ class TaskState:
     conductor_calls: dict[str, LLMCalled] = field(default_factory=dict)
     # The outcome rewards recorded after the finish, by reward function name.
     rewards: dict[str, RewardAssigned] = field(default_factory=dict)
+    judge_call: LLMCalled | None = None
     events_seen: int = 0
 
     @property
@@ -91,6 +96,20 @@ class TaskState:
         return [d.result for d in self.dispatches if isinstance(d.result, VerificationCompleted)]
 
     @property
+    def final_answer(self) -> str | None:
+        """A prompt task's answer: the ``answer`` field of the last parsed output (or its
+        only field, or all fields as JSON)."""
+        for d in reversed(self.dispatches):
+            if isinstance(d.result, OutputParsed):
+                fields = d.result.fields
+                if "answer" in fields:
+                    return str(fields["answer"])
+                if len(fields) == 1:
+                    return str(next(iter(fields.values())))
+                return json.dumps(fields, sort_keys=True)
+        return None
+
+    @property
     def finished(self) -> TaskFinished | None:
         return self.terminal if isinstance(self.terminal, TaskFinished) else None
 
@@ -110,6 +129,8 @@ def apply(state: TaskState, event: Event) -> TaskState:
     elif isinstance(event, LLMCalled):
         if event.agent == CONDUCTOR:
             state.conductor_calls[event.dispatch_id] = event
+        elif event.agent == JUDGE:
+            state.judge_call = event
         elif (d := state.dispatch(event.dispatch_id)) is not None:
             d.llm_calls.append(event)
     elif isinstance(event, ToolCalled):

@@ -2,9 +2,12 @@
 
 Mapping: the submitted task is the first ``observation``; every conductor decision is a
 ``thought`` (its LLM exchange attached when it asked one); every LLM agent turn is an
-``action`` (tool_name = the agent, tool_args = its parsed output); a parse failure and
-every verification are ``action_result`` steps; the end of the task is the
-``final_answer``.
+``action`` (tool_name = the agent, tool_args = its parsed output); every tool call an
+agent made is an ``action`` (tool_name = the tool, tool_args = its arguments) followed by
+its ``action_result``; a parse failure and every verification are ``action_result``
+steps; the end of the task is the ``final_answer`` (with the judge's exchange, if one
+judged it), and the recorded rewards set ``final_reward`` (the task's first reward
+function) and ``metadata["rewards"]``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RewardAssigned,
     TaskCancelled,
     TaskFinished,
     TaskRejected,
     TaskSubmitted,
+    ToolCalled,
     VerificationCompleted,
 )
-from projections.task_state import CONDUCTOR
+from projections.rewards import rewards_for
+from projections.task_state import CONDUCTOR, JUDGE
 
 
 class StepType(StrEnum):
@@ -132,6 +138,7 @@ def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
     t = Trajectory(request_id=task_id)
     pending_conductor_call: LLMCalled | None = None
     last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
+    primary_reward = ""
     for e in events:
         meta: dict[str, Any] = {"event": e.event_id, "at": e.at}
         if isinstance(e, TaskSubmitted):
@@ -142,11 +149,16 @@ def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
                 group_id=e.group_id,
                 submitted_at=e.at,
             )
-            t.add_step(TrajectoryStep(StepType.OBSERVATION, e.task_source, meta))
+            primary_reward = rewards_for(e)[0].name
+            content = e.prompt if e.prompt is not None else e.task_source
+            t.add_step(TrajectoryStep(StepType.OBSERVATION, content, meta))
         elif isinstance(e, LLMCalled):
             t.total_tokens += e.usage.input_tokens + e.usage.output_tokens
             if e.agent == CONDUCTOR:
                 pending_conductor_call = e
+                continue
+            if e.agent == JUDGE and t.steps:
+                t.steps[-1].metadata["judge"] = {**_llm_metadata(e), "response": e.response_text}
                 continue
             step = TrajectoryStep(
                 StepType.ACTION,
@@ -183,6 +195,31 @@ def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
                     is_correct=e.report.passed,
                 )
             )
+        elif isinstance(e, ToolCalled):
+            where = {**meta, "agent": e.agent, "dispatch_id": e.dispatch_id, "call_id": e.call_id}
+            t.add_step(
+                TrajectoryStep(
+                    StepType.ACTION,
+                    f"{e.tool}({', '.join(f'{k}={v!r}' for k, v in e.args.items())})",
+                    where,
+                    tool_name=e.tool,
+                    tool_args=dict(e.args),
+                )
+            )
+            t.add_step(
+                TrajectoryStep(
+                    StepType.ACTION_RESULT,
+                    e.output,
+                    {**where, "duration_s": e.duration_s},
+                    tool_name=e.tool,
+                    tool_result={"ok": e.ok, "error": e.error, "truncated": e.truncated},
+                    is_correct=e.ok,
+                )
+            )
+        elif isinstance(e, RewardAssigned):
+            t.metadata.setdefault("rewards", {})[e.reward_fn] = e.value
+            if e.reward_fn == primary_reward:
+                t.final_reward = e.value
         elif isinstance(e, ConductorDecided):
             meta.update(mode=e.mode, options=e.options, chosen=e.chosen, after=e.after_agent)
             if pending_conductor_call is not None:
@@ -198,7 +235,8 @@ def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
             t.metadata["finished_at"] = e.at
             if isinstance(e, TaskFinished):
                 t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
-                content, correct = e.final_code or e.reason, e.status == "success"
+                content = e.final_answer or e.final_code or e.reason
+                correct = e.status == "success"
             else:
                 t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
                 content, correct = e.reason, False

@@ -19,6 +19,7 @@ from events.model import (
     Event,
     LLMCalled,
     RewardAssigned,
+    ToolCalled,
 )
 from projections.task_state import fold
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
@@ -78,15 +79,18 @@ def wait_until_over(url: str, task_id: str, timeout_s: float = 120) -> list[Even
 
 
 def assert_each_step_once(events: list[Event]) -> None:
-    """Gap-free sequence; every dispatch once, with one result; every LLM call, every
-    decision and every reward once."""
+    """Gap-free sequence; every dispatch once, with one result; every LLM call, every tool
+    call, every decision and every reward once."""
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     dispatches = [e for e in events if isinstance(e, AgentDispatched)]
     assert len({d.dispatch_id for d in dispatches}) == len(dispatches)
     results = Counter(e.dispatch_id for e in events if isinstance(e, DISPATCH_RESULTS))  # type: ignore[attr-defined]
     assert all(results[d.dispatch_id] == 1 for d in dispatches), results
-    calls = Counter(e.dispatch_id for e in events if isinstance(e, LLMCalled))
+    # A multi-step agent makes several calls per dispatch, each caused by the one before.
+    calls = Counter((e.dispatch_id, e.cause) for e in events if isinstance(e, LLMCalled))
     assert all(n == 1 for n in calls.values()), calls
+    tools = Counter(e.call_id for e in events if isinstance(e, ToolCalled))
+    assert all(n == 1 for n in tools.values()), tools
     decisions = Counter(e.cause for e in events if isinstance(e, ConductorDecided))
     assert all(n == 1 for n in decisions.values()), decisions
     rewards = Counter(e.reward_fn for e in events if isinstance(e, RewardAssigned))

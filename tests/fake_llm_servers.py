@@ -4,13 +4,18 @@ chat-completions API (as vLLM serves it), error bodies and headers included.
 They listen on 127.0.0.1 on a free port, in a background thread, and are driven by the
 tests: ``fail_next(...)`` queues what the next requests get (an HTTP error with its real
 error body and ``retry-after``, a hang, a garbled body); everything else gets an answer
-from ``responder`` after ``delay_s``. Every request is kept for inspection.
+from ``responder`` after ``delay_s``: a text, or a ``Reply`` with tool calls. Every request
+is kept for inspection (``seen``; ``completions`` are the bodies of the completion calls).
+
+Like the real APIs, they refuse (HTTP 400, with the API's message) conversations whose
+tool calls and tool results do not fit together, so a provider's translation is checked.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 import zlib
@@ -23,7 +28,38 @@ from typing import Any
 
 import yaml
 
-Responder = Callable[[dict[str, Any]], str]
+
+@dataclass
+class ToolCall:
+    """A tool call a scripted answer makes."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None  # None: an id in the API's style
+    raw_arguments: str | None = None  # OpenAI: sent instead of json.dumps(args)
+
+
+@dataclass
+class Reply:
+    """A scripted answer with tool calls (a responder may also answer a plain text)."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+Responder = Callable[[dict[str, Any]], str | Reply]
+ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+ANTHROPIC_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class Refused(Exception):
+    """A request the API answers with HTTP 400 ``invalid_request_error``."""
+
+
+def word_count(content: object) -> int:
+    """A stand-in token count of a message's content, however it is structured."""
+    return len((content if isinstance(content, str) else json.dumps(content)).split())
+
 
 ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error",
@@ -68,6 +104,7 @@ class _Server(ThreadingHTTPServer):
 
 class FakeLLMServer:
     api = ""
+    completion_path = ""
 
     def __init__(self, responder: Responder | None = None, *, api_key: str | None = None):
         self.responder: Responder = responder or (lambda body: "hello from the fake server")
@@ -95,7 +132,10 @@ class FakeLLMServer:
                 owner._handle(self, "POST")
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll interval: shutting down waits up to one interval (0.5 s by default).
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -108,6 +148,11 @@ class FakeLLMServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    @property
+    def completions(self) -> list[dict[str, Any]]:
+        """The bodies of the completion requests received, in order."""
+        return [s.body for s in self.seen if s.path.rstrip("/") == self.completion_path]
 
     def fail_next(self, *failures: Failure) -> None:
         self.failures.extend(failures)
@@ -147,7 +192,11 @@ class FakeLLMServer:
                 return
             if self.delay_s:
                 time.sleep(self.delay_s)
-            status, answer = self.answer(method, handler.path, body)
+            try:
+                status, answer = self.answer(method, handler.path, body)
+            except Refused as exc:
+                self._send(handler, 400, self.error_body(400, str(exc)))
+                return
             self._send(handler, status, json.dumps(answer).encode(), self.answer_headers())
         finally:
             with self._lock:
@@ -190,6 +239,7 @@ class FakeAnthropic(FakeLLMServer):
     """``POST /v1/messages`` as api.anthropic.com answers it (non-streaming)."""
 
     api = "anthropic"
+    completion_path = "/v1/messages"
 
     def __init__(self, responder: Responder | None = None, *, api_key: str | None = None):
         super().__init__(responder, api_key=api_key)
@@ -230,12 +280,14 @@ class FakeAnthropic(FakeLLMServer):
                     "type": "error",
                     "error": {"type": "invalid_request_error", "message": f"{key}: Field required"},
                 }
+        check_anthropic_tools(body.get("tools") or [])
+        check_anthropic_messages(body["messages"])
         system = body.get("system") or []
         if isinstance(system, str):
             system = [{"type": "text", "text": system}]
         cached = "".join(b["text"] for b in system if "cache_control" in b)
         prompt_words = sum(len(b["text"].split()) for b in system) + sum(
-            len(str(m["content"]).split()) for m in body["messages"]
+            word_count(m["content"]) for m in body["messages"]
         )
         write = read = 0
         if cached:
@@ -246,18 +298,31 @@ class FakeAnthropic(FakeLLMServer):
                 else:
                     self.cached_prefixes.add(cached)
                     write = words
-        text = self.responder(body)
+        reply = self.responder(body)
+        if isinstance(reply, str):
+            reply = Reply(reply)
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        content += [
+            {
+                "type": "tool_use",
+                "id": call.id or f"toolu_{self.next_id():024d}",
+                "name": call.name,
+                "input": call.args,
+            }
+            for call in reply.tool_calls
+        ]
         return 200, {
             "id": f"msg_{self.next_id():08d}",
             "type": "message",
             "role": "assistant",
             "model": body["model"],
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": content,
+            "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
             "stop_sequence": None,
             "usage": {
                 "input_tokens": prompt_words - write - read,
-                "output_tokens": len(text.split()),
+                "output_tokens": word_count(reply.text)
+                + sum(word_count(c.args) for c in reply.tool_calls),
                 "cache_creation_input_tokens": write,
                 "cache_read_input_tokens": read,
             },
@@ -269,6 +334,7 @@ class FakeOpenAI(FakeLLMServer):
     extensions; ``strict=True`` refuses unknown parameters the way api.openai.com does."""
 
     api = "openai"
+    completion_path = "/v1/chat/completions"
 
     def __init__(
         self,
@@ -315,18 +381,43 @@ class FakeOpenAI(FakeLLMServer):
                 "temperature",
                 "logprobs",
                 "top_logprobs",
+                "tools",
+                "tool_choice",
             }
             if unknown:
                 message = f"Unrecognized request argument supplied: {sorted(unknown)[0]}"
                 return 400, json.loads(self.error_body(400, message))
-        text = self.responder(body)
-        prompt = " ".join(str(m["content"]) for m in body["messages"])
+        check_openai_tools(body.get("tools") or [])
+        check_openai_messages(body["messages"])
+        reply = self.responder(body)
+        if isinstance(reply, str):
+            reply = Reply(reply)
+        text = reply.text
+        prompt = " ".join(
+            c if isinstance(c := m.get("content"), str) else json.dumps(c) for m in body["messages"]
+        )
         ids = token_ids(text)
-        words = text.split()
+        answer_words = text.split()
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reply.tool_calls:
+            message["content"] = text or None
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{self.next_id():024d}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.raw_arguments
+                        if call.raw_arguments is not None
+                        else json.dumps(call.args),
+                    },
+                }
+                for call in reply.tool_calls
+            ]
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "stop",
+            "message": message,
+            "finish_reason": "tool_calls" if reply.tool_calls else "stop",
         }
         if body.get("logprobs"):
             as_ids = body.get("return_tokens_as_token_ids")
@@ -338,7 +429,7 @@ class FakeOpenAI(FakeLLMServer):
                         "bytes": list(w.encode()),
                         "top_logprobs": [],
                     }
-                    for n, (i, w) in enumerate(zip(ids, words, strict=True))
+                    for n, (i, w) in enumerate(zip(ids, answer_words, strict=True))
                 ]
             }
         answer: dict[str, Any] = {
@@ -349,8 +440,8 @@ class FakeOpenAI(FakeLLMServer):
             "choices": [choice],
             "usage": {
                 "prompt_tokens": len(prompt.split()),
-                "completion_tokens": len(words),
-                "total_tokens": len(prompt.split()) + len(words),
+                "completion_tokens": len(answer_words),
+                "total_tokens": len(prompt.split()) + len(answer_words),
             },
         }
         if body.get("return_token_ids"):
@@ -359,20 +450,156 @@ class FakeOpenAI(FakeLLMServer):
         return 200, answer
 
 
+def check_anthropic_tools(tools: list[dict[str, Any]]) -> None:
+    for n, tool in enumerate(tools):
+        if not ANTHROPIC_TOOL_NAME.match(str(tool.get("name", ""))):
+            raise Refused(
+                f"tools.{n}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+            )
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise Refused(f"tools.{n}.custom.input_schema: Field required")
+        if schema.get("type") != "object":
+            raise Refused(f"tools.{n}.custom.input_schema.type: Input should be 'object'")
+
+
+def check_anthropic_messages(messages: list[dict[str, Any]]) -> None:
+    """The Messages API's rules for turns and tool blocks, with its error messages."""
+    pending: list[str] = []  # tool_use ids the next message must answer first
+    for n, message in enumerate(messages):
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant"):
+            raise Refused(f"messages.{n}.role: Input should be 'user' or 'assistant'")
+        if n == 0 and role != "user":
+            raise Refused('messages: first message must use the "user" role')
+        if n and messages[n - 1].get("role") == role:
+            raise Refused(
+                'messages: roles must alternate between "user" and "assistant", but found '
+                f'multiple "{role}" roles in a row'
+            )
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise Refused(f"messages.{n}.content: Input should be a valid list")
+        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        if not isinstance(content, str) and "" in texts:
+            raise Refused("messages: text content blocks must be non-empty")
+        if not isinstance(content, str) and any(not t.strip() for t in texts):
+            raise Refused("messages: text content blocks must contain non-whitespace text")
+        results = [b for b in blocks if b.get("type") == "tool_result"]
+        leading = list(itertools.takewhile(lambda b: b.get("type") == "tool_result", blocks))
+        for m, block in enumerate(results):
+            if block.get("tool_use_id") not in pending:
+                raise Refused(
+                    f"messages.{n}.content.{m}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+            if block.get("content") == "":
+                raise Refused(f"messages.{n}.content.{m}: tool_result content cannot be empty")
+        if pending and len(leading) < len(pending):
+            if not results:
+                raise Refused(
+                    f"messages.{n - 1}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {pending[0]}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+            raise Refused(
+                f"messages.{n}: Did not find {len(pending)} `tool_result` block(s) at the "
+                "beginning of this message. Messages following `tool_use` blocks must begin "
+                "with a matching number of `tool_result` blocks."
+            )
+        pending = []
+        for m, block in enumerate(blocks):
+            if block.get("type") != "tool_use":
+                continue
+            if role != "assistant":
+                raise Refused(f"messages.{n}.content.{m}: tool_use blocks are for the assistant")
+            if not ANTHROPIC_ID.match(str(block.get("id", ""))):
+                raise Refused(
+                    f"messages.{n}.content.{m}.tool_use.id: String should match pattern "
+                    "'^[a-zA-Z0-9_-]+$'"
+                )
+            if not isinstance(block.get("input"), dict):
+                raise Refused(f"messages.{n}.content.{m}.tool_use.input: Input should be an object")
+            pending.append(block["id"])
+    if pending:
+        raise Refused(
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
+            f"blocks immediately after: {pending[0]}. Each `tool_use` block must have a "
+            "corresponding `tool_result` block in the next message."
+        )
+
+
+def check_openai_tools(tools: list[dict[str, Any]]) -> None:
+    for n, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            raise Refused(f"Invalid value for 'tools[{n}].type': expected 'function'.")
+        function = tool.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise Refused(f"Missing required parameter: 'tools[{n}].function.name'.")
+
+
+def check_openai_messages(messages: list[dict[str, Any]]) -> None:
+    """The chat-completions rules for tool calls and tool messages, with its error messages."""
+    pending: list[str] = []  # tool_call_ids still to be answered by tool messages
+    for n, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            if "tool_call_id" not in message:
+                raise Refused(f"Missing required parameter: 'messages[{n}].tool_call_id'.")
+            if message["tool_call_id"] not in pending:
+                raise Refused(
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'."
+                )
+            pending.remove(message["tool_call_id"])
+            continue
+        if pending:
+            raise Refused(
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(pending)}"
+            )
+        if message.get("content") is None and not message.get("tool_calls"):
+            raise Refused(f"Invalid value for 'messages[{n}].content': expected a string.")
+        for m, call in enumerate(message.get("tool_calls") or []):
+            if role != "assistant":
+                raise Refused(f"Invalid parameter: 'messages[{n}].tool_calls' is for assistants.")
+            arguments = (call.get("function") or {}).get("arguments")
+            if call.get("type") != "function" or not isinstance(arguments, str):
+                raise Refused(
+                    f"Invalid type for 'messages[{n}].tool_calls[{m}].function.arguments': "
+                    "expected a string."
+                )
+            pending.append(call.get("id"))
+    if pending:
+        raise Refused(
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {', '.join(pending)}"
+        )
+
+
 class ScriptedAnswers:
     """Answers from a scripted-responses file (examples/scripted/*.yaml): the agent is read
-    from the system prompt ("You are the coder ..."), and its n-th request gets entry n."""
+    from the system prompt ("You are the coder ..."), and its n-th request gets entry n
+    (its tool calls too)."""
 
     def __init__(self, path: Path) -> None:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         self.script = {
-            agent: [e if isinstance(e, str) else e["text"] for e in entries]
+            agent: [
+                Reply(e)
+                if isinstance(e, str)
+                else Reply(e.get("text", ""), [ToolCall(**c) for c in e.get("tool_calls", [])])
+                for e in entries
+            ]
             for agent, entries in doc.items()
         }
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def __call__(self, body: dict[str, Any]) -> str:
+    def __call__(self, body: dict[str, Any]) -> str | Reply:
         system = body.get("system") or [
             {"text": m["content"]} for m in body.get("messages", []) if m["role"] == "system"
         ]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from projections.rewards import REWARD_FUNCTIONS
+from projections.rewards import KERNEL_REWARDS
 from projections.task_state import fold
 from tests.daemons import assert_each_step_once, is_over, start_daemon, submit, task_events
 
 # coder_only on relu with the relu script: coder, verifier (fail), conductor LLM, coder,
 # verifier (pass), finish, and the finish's rewards — 21 events.
-EVENTS_PER_TASK = 18 + len(REWARD_FUNCTIONS)
+EVENTS_PER_TASK = 18 + len(KERNEL_REWARDS)
 
 
 def test_crash_between_every_pair_of_events(private_nats: str, tmp_path: Path) -> None:

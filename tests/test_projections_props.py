@@ -39,6 +39,7 @@ from projections.flow_grpo import (
 )
 from projections.metrics import MetricsProjection, fast_p, geomean, projection_metrics
 from projections.rewards import (
+    KERNEL_REWARDS,
     REWARD_FUNCTIONS,
     RewardInput,
     get_reward,
@@ -285,7 +286,7 @@ def test_reward_events_record_every_function_with_inputs() -> None:
     finished = events[-1]
     assert isinstance(finished, TaskFinished)
     recorded = reward_events(state, finished)
-    assert {f"{r.reward_fn}@{r.version}" for r in recorded} == set(REWARD_FUNCTIONS)
+    assert {f"{r.reward_fn}@{r.version}" for r in recorded} == set(KERNEL_REWARDS)
     values = {r.reward_fn: r.value for r in recorded}
     assert values == {"binary": 1.0, "speedup": 4.0, "cheat_penalty": 0.0}
     assert all(r.cause == finished.event_id and r.task_id == "r1" for r in recorded)

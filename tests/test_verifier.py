@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -204,15 +205,15 @@ def test_input_mutation_fails() -> None:
     assert "mutation" in report.summary and "input #0" in report.summary
 
 
-def test_timeout_kills_process_group(tmp_path: Path) -> None:
-    pids = tmp_path / "pids.json"
+def test_timeout_kills_process_group() -> None:
     body = (
         "import json, os, subprocess\n"
         "sleeper = subprocess.Popen(['sleep', '120'])\n"
         # Host pids (the sandbox may be PID 1 of its own PID namespace): /proc is the host's.
         "me = int(os.readlink('/proc/self'))\n"
         "kid = int(open(f'/proc/{me}/task/{me}/children').read().split()[0])\n"
-        f"open({str(pids)!r}, 'w').write(json.dumps([me, kid, os.getcwd()]))\n"
+        # Printed, not written to a file: outside its work dir the sandbox is read-only.
+        "print('PIDS ' + json.dumps([me, kid, os.getcwd()]), flush=True)\n"
         "while True:\n"
         "    pass"
     )
@@ -226,7 +227,9 @@ def test_timeout_kills_process_group(tmp_path: Path) -> None:
     assert report.verdict == "timeout"
     assert "5 s" in report.summary
     assert elapsed < 15
-    child, sleeper, workdir = json.loads(pids.read_text())
+    said = re.search(r"^PIDS (.*)$", "\n".join(report.errors), re.M)
+    assert said, report.errors
+    child, sleeper, workdir = json.loads(said.group(1))
     deadline = time.monotonic() + 5
     while (_alive(child) or _alive(sleeper)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -237,9 +240,10 @@ def test_timeout_kills_process_group(tmp_path: Path) -> None:
 
 def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     """SIGKILL leaves no chance to kill the sandbox: the kernel must do it (PDEATHSIG)."""
-    pids = tmp_path / "pid"
+    # The sandbox can write only its own work dir: the daemon makes it under tmp_path.
     body = (
-        f"import os\nopen({str(pids)!r}, 'w').write(os.readlink('/proc/self'))\n"
+        "import os\nopen('pid.part', 'w').write(os.readlink('/proc/self'))\n"
+        "os.rename('pid.part', 'pid')\n"
         "while True:\n    pass"
     )
     script = (
@@ -248,16 +252,18 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
         f"config = VerifierConfig(trials=1, timeout_s=300, static_gate=False)\n"
         f"verify(sys.stdin.read(), {candidate(body)!r}, config=config)\n"
     )
-    daemon = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, text=True, env=env
+    )
     assert daemon.stdin is not None
     daemon.stdin.write(RELU_TASK)
     daemon.stdin.close()
     deadline = time.monotonic() + 60
-    # The file appears before its content does: wait for the whole pid.
-    while not (pids.exists() and pids.read_text().isdigit()) and time.monotonic() < deadline:
+    while not (found := list(tmp_path.glob("kf-verify-*/pid"))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pids.exists() and pids.read_text().isdigit(), "the candidate never ran"
-    child = int(pids.read_text())
+    assert found, "the candidate never ran"
+    child = int(found[0].read_text())
     daemon.kill()
     daemon.wait()
     deadline = time.monotonic() + 5

@@ -84,6 +84,70 @@ limitation_info:
             "agent_info.coder.output_formatx",
             "unknown key",
         ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    agent_kind: [react]",
+            ),
+            "agent_info.coder.agent_kind",
+            "agent kind's name",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    tools: calculator",
+            ),
+            "agent_info.coder.tools",
+            "list of tool names",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    tools: [python, python]",
+            ),
+            "agent_info.coder.tools[1]",
+            "listed twice",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    tools: [{python: {time_s: 3}}]",
+            ),
+            "agent_info.coder.tools[0].python.time_s",
+            "unknown key",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    tools: [{python: {timeout_s: 0}}]",
+            ),
+            "agent_info.coder.tools[0].python.timeout_s",
+            "positive number",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    agent_config: [1]",
+            ),
+            "agent_info.coder.agent_config",
+            "must be a mapping",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    prompt: {sytem: x}",
+            ),
+            "agent_info.coder.prompt.sytem",
+            "unknown key",
+        ),
+        (
+            (
+                "    possible_next_agent: [verifier]",
+                "    possible_next_agent: [verifier]\n    prompt: {user: ''}",
+            ),
+            "agent_info.coder.prompt.user",
+            "non-empty",
+        ),
     ],
 )
 def test_validation_names_the_key_path(change: tuple[str, str], path: str, problem: str) -> None:

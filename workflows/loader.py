@@ -25,6 +25,7 @@ from workflows.model import (
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FIELD_TYPES = {"str", "int", "float", "bool", "list", "dict"}
+_TOOL_LIMIT_KEYS = {"timeout_s", "max_output_chars", "calls_per_minute", "memory_mb"}
 _TOP_KEYS = {"agent_info", "start_agent", "mandatory_llm_analysis", "limitation_info"}
 
 
@@ -173,7 +174,7 @@ class _Validator:
         spec = self.mapping(spec if spec is not None else {}, path)
         allowed = {"possible_next_agent", "output_format"}
         if agent != VERIFIER:
-            allowed |= {"agent_kind", "tools", "agent_config"}
+            allowed |= {"agent_kind", "tools", "agent_config", "prompt"}
         self.known_keys(spec, path, allowed)
         nexts = self.name_list(spec.get("possible_next_agent") or [], f"{path}.possible_next_agent")
         for i, nxt in enumerate(nexts):
@@ -188,10 +189,13 @@ class _Validator:
         kind = spec.get("agent_kind", DEFAULT_AGENT_KIND)
         if not isinstance(kind, str) or not _AGENT_NAME.match(kind):
             raise self.fail(f"{path}.agent_kind", f"must be an agent kind's name, got {kind!r}")
-        tools = spec.get("tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-            raise self.fail(f"{path}.tools", "must be a list of tool names")
+        tools, tool_limits = self.tools(spec.get("tools") or [], f"{path}.tools")
         config = self.mapping(spec.get("agent_config") or {}, f"{path}.agent_config")
+        prompt = self.mapping(spec.get("prompt") or {}, f"{path}.prompt")
+        self.known_keys(prompt, f"{path}.prompt", {"system", "user"})
+        for key, text in prompt.items():
+            if not isinstance(text, str) or not text.strip():
+                raise self.fail(f"{path}.prompt.{key}", "must be a non-empty template text")
         fmt_path = f"{path}.output_format"
         output_format = self.mapping(output_format, fmt_path)
         parser_name = output_format.get("parser_name")
@@ -218,5 +222,44 @@ class _Validator:
             description = fdoc.get("field_description", "")
             fields.append(OutputField(str(field_name), ftype, mandatory, str(description)))
         return AgentSpec(
-            agent, tuple(nexts), parser_name, tuple(fields), kind, tuple(tools), dict(config)
+            agent,
+            tuple(nexts),
+            parser_name,
+            tuple(fields),
+            kind,
+            tuple(tools),
+            dict(config),
+            tool_limits,
+            dict(prompt),
         )
+
+    def tools(self, value: Any, path: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """Tool names, each optionally with limit overrides: ``- name`` or
+        ``- name: {timeout_s: 5, max_output_chars: 2000, calls_per_minute: 10}``."""
+        if not isinstance(value, list):
+            raise self.fail(path, "must be a list of tool names")
+        names: list[str] = []
+        limits: dict[str, dict[str, Any]] = {}
+        for i, item in enumerate(value):
+            if isinstance(item, dict) and len(item) == 1:
+                name, overrides = next(iter(item.items()))
+                overrides = self.mapping(overrides or {}, f"{path}[{i}].{name}")
+                unknown = set(overrides) - _TOOL_LIMIT_KEYS
+                if unknown:
+                    raise self.fail(
+                        f"{path}[{i}].{name}.{sorted(unknown)[0]}",
+                        f"unknown key; expected one of {', '.join(sorted(_TOOL_LIMIT_KEYS))}",
+                    )
+                for key, v in overrides.items():
+                    wanted = float if key == "timeout_s" else int
+                    if isinstance(v, bool) or not isinstance(v, wanted | int) or v <= 0:
+                        kind = "number" if wanted is float else "integer"
+                        raise self.fail(f"{path}[{i}].{name}.{key}", f"must be a positive {kind}")
+                limits[str(name)] = dict(overrides)
+                item = name
+            if not isinstance(item, str) or not item:
+                raise self.fail(f"{path}[{i}]", "must be a tool name or {name: {limits}}")
+            if item in names:
+                raise self.fail(f"{path}[{i}]", f"tool {item!r} is listed twice")
+            names.append(item)
+        return names, limits

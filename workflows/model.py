@@ -31,6 +31,11 @@ class AgentSpec:
     kind: str = DEFAULT_AGENT_KIND
     tools: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    # Per-tool limit overrides from the YAML (``- calculator: {timeout_s: 5}``).
+    tool_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The workflow's own prompt templates for this agent (``prompt: {system, user}``),
+    # replacing the built-in files; same placeholders (``$task_source``...).
+    prompt_templates: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

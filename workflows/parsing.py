@@ -29,11 +29,16 @@ class ParseError(ValueError):
     pass
 
 
-def parse_output(spec: AgentSpec, text: str) -> dict[str, Any]:
+def parse_output(spec: AgentSpec, text: str, *, whole_answer: bool = False) -> dict[str, Any]:
+    """The declared fields of ``text``. With ``whole_answer`` (the text is an explicit
+    final answer), an agent with one string field takes the whole text as that field when
+    nothing more structured is found."""
     if not spec.output_fields:
         return {}
     names = {f.name for f in spec.output_fields}
     found = _from_json(text, names) or _from_tags(text, names) or _from_fence(spec, text)
+    if not found and whole_answer and _single_str_field(spec) and text.strip():
+        found = {spec.output_fields[0].name: text.strip()}
     if not found:
         expected = ", ".join(sorted(names))
         raise ParseError(

@@ -35,6 +35,9 @@ class RunTools:
 @dataclass(frozen=True)
 class Finish:
     text: str  # the answer, read by the workflow's output parser
+    # The text is an explicit final answer (not a raw reply): an agent with one string
+    # output field may take all of it as that field when nothing more structured is there.
+    whole_answer: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,11 @@ class Turn:
     files: Mapping[str, str] = field(default_factory=dict)
 
     def results_of(self, call: LLMCalled) -> list[ToolCalled]:
-        """The recorded results of the tool calls ``call`` made, in the order it made them."""
-        ids = [u.id for u in call.tool_calls]
-        by_id = {t.call_id: t for t in self.tool_calls if t.call_id in ids}
-        return [by_id[i] for i in ids if i in by_id]
+        """The recorded results of the tool calls ``call`` made (natively, or in its text:
+        those ids start with the call's event id), in the order they ran."""
+        native = {u.id for u in call.tool_calls}
+        prefix = f"{call.event_id}#"
+        return [t for t in self.tool_calls if t.call_id in native or t.call_id.startswith(prefix)]
 
 
 class AgentConfigError(ValueError):

@@ -3,22 +3,40 @@
 The SDK's own retries are off: the gateway retries (so every retry is counted and
 recorded, and a ``retry-after`` holds back every call to the endpoint). Leading system
 messages become the ``system`` blocks, the last one marked for prompt caching: prompts put
-their static part (role, rules, DSL guidance) there.
+their static part (role, rules, DSL guidance) there; the tools, sent before the system
+prompt, are cached with it.
+
+The provider-neutral chat (OpenAI's shape) is translated to the Messages API's: an
+assistant's tool calls become ``tool_use`` blocks, and the ``tool`` messages answering them
+become one user turn of ``tool_result`` blocks (with the user's next text, if any, after
+them), as the API wants every ``tool_use`` answered at the start of the next message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import time
 from typing import Any
 
 from actors.llm.base import LLMError, LLMRequest, LLMResponse
 from actors.llm.config import DEFAULT_ANTHROPIC_MODEL
-from actors.llm.gateway import Gateway, Transient, estimate_tokens, parse_retry_after, redact
-from events.model import Usage
+from actors.llm.gateway import (
+    Gateway,
+    Transient,
+    estimate_tokens,
+    parse_retry_after,
+    redact,
+    shown_texts,
+)
+from events.model import ChatMessage, ToolUse, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx, 529 "overloaded" included
+# The API refuses tool ids with other characters; calls parsed from text have ids like
+# ``<event id>#<n>``.
+_NOT_IN_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class AnthropicProvider:
@@ -66,18 +84,21 @@ class AnthropicProvider:
         ]
         if system:
             system[-1]["cache_control"] = {"type": "ephemeral"}
-        messages = [
-            {"role": m.role, "content": m.content} for m in request.messages if m.role != "system"
-        ]
-        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": messages}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "messages": _messages(request.messages),
+        }
         if system:
             body["system"] = system
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
         temperature = params.get("temperature")
         if temperature is not None:
             # Sent as a raw body field: not every SDK version still types it, every API
             # version takes it.
             body["extra_body"] = {"temperature": float(temperature)}
-        estimate = estimate_tokens((m.content for m in request.messages), max_tokens)
+        estimate = estimate_tokens(shown_texts(request), max_tokens)
         self._sdk()  # import and build the client outside the timed attempts
         (message, request_id), retries = await self.gateway.call(
             lambda: self._attempt(body), estimated_tokens=estimate
@@ -89,6 +110,11 @@ class AnthropicProvider:
             for block in message.content
             if getattr(block, "type", "") == "text"
         )
+        tool_calls = [
+            _tool_use(block)
+            for block in message.content
+            if getattr(block, "type", "") == "tool_use"
+        ]
         return LLMResponse(
             text=text,
             provider=self.name,
@@ -104,6 +130,7 @@ class AnthropicProvider:
             },
             retries=retries,
             request_id=request_id or str(getattr(message, "id", "") or ""),
+            tool_calls=tool_calls,
         )
 
     async def _attempt(self, body: dict[str, Any]) -> tuple[Any, str]:
@@ -135,6 +162,61 @@ class AnthropicProvider:
         if not content and message.stop_reason is None:
             raise Transient("malformed response: no content and no stop_reason")
         return message, str(raw.headers.get("request-id") or "")
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI-format function as an Anthropic tool (which must have an input schema)."""
+    out: dict[str, Any] = {"name": tool["name"]}
+    if tool.get("description"):
+        out["description"] = tool["description"]
+    out["input_schema"] = tool.get("parameters") or {"type": "object", "properties": {}}
+    return out
+
+
+def _tool_id(call_id: str | None) -> str:
+    return _NOT_IN_TOOL_ID.sub("_", call_id or "") or "_"
+
+
+def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The non-system messages as Messages API turns (system ones go to ``system``)."""
+    turns: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the tool-result turn being filled
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _tool_id(m.tool_call_id)}
+            if m.content:  # the API refuses an empty result text; no content is fine
+                block["content"] = m.content
+            if results is None:
+                results = []
+                turns.append({"role": "user", "content": results})
+            results.append(block)
+            continue
+        if m.role == "user" and results is not None:
+            if m.content.strip():  # the API refuses blank text blocks
+                results.append({"type": "text", "text": m.content})
+        elif m.role == "assistant" and m.tool_calls:
+            blocks: list[dict[str, Any]] = (
+                [{"type": "text", "text": m.content}] if m.content.strip() else []
+            )
+            blocks.extend(
+                {"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": c.args}
+                for c in m.tool_calls
+            )
+            turns.append({"role": "assistant", "content": blocks})
+        else:
+            turns.append({"role": m.role, "content": m.content})
+        results = None
+    return turns
+
+
+def _tool_use(block: Any) -> ToolUse:
+    # The SDK does not validate answers: an input that is not an object is kept for the
+    # tool runner to refuse, as the OpenAI provider keeps unparsable arguments.
+    raw = block.input
+    args = raw if isinstance(raw, dict) else {"_unparsed_arguments": json.dumps(raw)}
+    return ToolUse(id=str(block.id), name=str(block.name), args=args)
 
 
 def _usage(message: Any) -> Usage:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from actors.llm.base import LLMError
+from actors.llm.base import LLMError, LLMRequest
 from actors.llm.config import Limits
 
 T = TypeVar("T")
@@ -190,3 +191,14 @@ def estimate_tokens(texts: Iterable[str], max_tokens: int) -> int:
     """A cheap upper-ish estimate for the tokens/min limit: ~4 characters a token plus
     the room the answer may take."""
     return sum(len(t) for t in texts) // 4 + max_tokens
+
+
+def shown_texts(request: LLMRequest) -> Iterator[str]:
+    """Everything a request shows the model, for ``estimate_tokens``: the messages, the
+    tool calls they carry and the tools offered (their schemas cost tokens too)."""
+    for message in request.messages:
+        yield message.content
+        for call in message.tool_calls or ():
+            yield json.dumps(call.args)
+    if request.tools:
+        yield json.dumps(request.tools)

@@ -8,6 +8,10 @@ It asks for token log-probabilities (``logprobs``) and, vLLM's extensions, for t
 (``return_token_ids``, ``return_tokens_as_token_ids``); what the server returns is
 recorded. A server that refuses the extensions (HTTP 400) is asked again without them,
 and not asked for them again.
+
+Tools are offered as ``{"type": "function", "function": ...}``; the tool calls in an
+answer become ``ToolUse`` (arguments that are not a JSON object are kept as
+``{"_unparsed_arguments": RAW}``, for the tool runner to refuse).
 """
 
 from __future__ import annotations
@@ -23,8 +27,15 @@ import httpx2
 
 from actors.llm.base import LLMError, LLMRequest, LLMResponse
 from actors.llm.config import OpenAIOptions
-from actors.llm.gateway import Gateway, Transient, estimate_tokens, parse_retry_after, redact
-from events.model import Usage
+from actors.llm.gateway import (
+    Gateway,
+    Transient,
+    estimate_tokens,
+    parse_retry_after,
+    redact,
+    shown_texts,
+)
+from events.model import ChatMessage, ToolUse, Usage
 
 log = logging.getLogger("kernelflow.llm")
 RETRYABLE_STATUS = {408, 409, 429}
@@ -88,16 +99,18 @@ class OpenAIProvider:
         max_tokens = int(params.get("max_tokens") or 8192)
         body: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "messages": [_message(m) for m in request.messages],
             "max_tokens": max_tokens,
         }
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": t} for t in request.tools]
         if params.get("temperature") is not None:
             body["temperature"] = float(params["temperature"])
         if self.options.logprobs:
             body["logprobs"] = True
             if self.options.top_logprobs:
                 body["top_logprobs"] = self.options.top_logprobs
-        estimate = estimate_tokens((m.content for m in request.messages), max_tokens)
+        estimate = estimate_tokens(shown_texts(request), max_tokens)
         (answer, request_id), retries = await self.gateway.call(
             lambda: self._attempt(body), estimated_tokens=estimate
         )
@@ -106,7 +119,7 @@ class OpenAIProvider:
         token_ids, logprobs = _tokens(choice)
         prompt_ids = answer.get("prompt_token_ids") or choice.get("prompt_token_ids")
         return LLMResponse(
-            text=str((choice.get("message") or {}).get("content") or ""),
+            text=str(choice["message"].get("content") or ""),
             provider=self.name,
             model=str(answer.get("model") or model),
             stop_reason=str(choice.get("finish_reason") or ""),
@@ -124,6 +137,7 @@ class OpenAIProvider:
             },
             retries=retries,
             request_id=request_id or str(answer.get("id") or ""),
+            tool_calls=_tool_calls(choice["message"]),
         )
 
     async def _attempt(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -160,16 +174,64 @@ class OpenAIProvider:
         return answer, request_id
 
 
+def _message(m: ChatMessage) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
+    if m.tool_calls:
+        return {
+            "role": m.role,
+            "content": m.content or None,  # an assistant that only called tools said nothing
+            "tool_calls": [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.args)},
+                }
+                for c in m.tool_calls
+            ],
+        }
+    return {"role": m.role, "content": m.content}
+
+
 def _read_answer(answer: Any) -> tuple[dict[str, Any], Usage]:
     """The first choice and the usage; raises on a body that is not a chat completion."""
     choice = answer["choices"][0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise TypeError("choice without a message")
+    _tool_calls(choice["message"])
     raw = answer.get("usage") or {}
     return choice, Usage(
         input_tokens=int(raw.get("prompt_tokens") or 0),
         output_tokens=int(raw.get("completion_tokens") or 0),
     )
+
+
+def _tool_calls(message: dict[str, Any]) -> list[ToolUse]:
+    """The answer's tool calls; raises on entries that are not function calls (a malformed
+    body, retried like one)."""
+    calls = []
+    for n, raw in enumerate(message.get("tool_calls") or []):
+        function = raw["function"]
+        name = function["name"]
+        if not isinstance(name, str):
+            raise TypeError("tool call without a function name")
+        args = _arguments(function.get("arguments"))
+        calls.append(ToolUse(id=str(raw.get("id") or f"call_{n}"), name=name, args=args))
+    return calls
+
+
+def _arguments(raw: object) -> dict[str, Any]:
+    """A call's arguments. Ones that are not a JSON object are the model's mistake, not the
+    server's: kept raw, for the tool runner to tell the model."""
+    if isinstance(raw, dict):  # some servers send the object itself
+        return raw
+    if raw is None or not str(raw).strip():
+        return {}  # a call of a function without parameters
+    try:
+        args = json.loads(str(raw))
+    except ValueError:
+        args = None
+    return args if isinstance(args, dict) else {"_unparsed_arguments": str(raw)}
 
 
 def _int_list(value: object) -> list[int] | None:

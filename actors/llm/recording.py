@@ -2,9 +2,10 @@
 
 ``record:DIR:SPEC`` calls the provider ``SPEC`` and stores every exchange in ``DIR`` as
 ``<key>.json``; ``replay:DIR`` answers from those files and fails clearly on a request it
-has never seen. The key is a hash of what the model was shown: the agent and the prompt
-messages. Task ids, call positions, models and sampling parameters are not part of it, so
-a recorded run replays under any task id and any configuration.
+has never seen. The key is a hash of what the model was shown: the agent, the prompt
+messages (with the tool calls and tool results they carry) and the tools offered. Task
+ids, call positions, models and sampling parameters are not part of it, so a recorded run
+replays under any task id and any configuration.
 
 A prompt that embeds something that differs from run to run (a verifier's feedback on
 uninitialised memory, timings) cannot match its record. ``replay:DIR#position`` then
@@ -25,17 +26,29 @@ from typing import Any
 import msgspec
 
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
-from events.model import Usage
+from events.model import ToolUse, Usage
 
 RECORD_VERSION = 1
 
 
 def request_key(request: LLMRequest) -> str:
-    shown = {
-        "agent": request.agent,
-        "messages": [[m.role, m.content] for m in request.messages],
-    }
-    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
+    # Tool fields join the key only where present: records of plain calls keep their keys.
+    # Tool call ids count only as which result answers which call: ids of calls parsed from
+    # text embed the task id, and a record must replay under any task id.
+    ids: dict[str, int] = {}
+    messages: list[list[Any]] = []
+    for m in request.messages:
+        shown: list[Any] = [m.role, m.content]
+        if m.tool_calls:
+            calls = [[ids.setdefault(c.id, len(ids)), c.name, c.args] for c in m.tool_calls]
+            shown.append({"tool_calls": calls})
+        if m.tool_call_id is not None:
+            shown.append({"tool_call_id": ids.setdefault(m.tool_call_id, len(ids))})
+        messages.append(shown)
+    key: dict[str, Any] = {"agent": request.agent, "messages": messages}
+    if request.tools:
+        key["tools"] = request.tools
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 class RecordingProvider:
@@ -56,6 +69,7 @@ class RecordingProvider:
             "agent": request.agent,
             "messages": msgspec.to_builtins(request.messages),
             "params": request.params,
+            "tools": request.tools,
             "response": {
                 "text": response.text,
                 "provider": response.provider,
@@ -68,6 +82,7 @@ class RecordingProvider:
                 "prompt_token_ids": response.prompt_token_ids,
                 "params": response.params,
                 "request_id": response.request_id,
+                "tool_calls": msgspec.to_builtins(response.tool_calls),
             },
         }
         # Written whole or not at all: a reader never sees half a record.
@@ -107,12 +122,13 @@ class ReplayProvider:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             recorded: dict[str, Any] = record["response"]
+            tool_calls = msgspec.convert(recorded.get("tool_calls") or [], list[ToolUse])
         except FileNotFoundError:
             raise LLMError(
                 f"replay: no recorded answer for this {request.agent} request (key "
                 f"{key[:16]}…) in {self.directory}; record one with --llm record:DIR:SPEC"
             ) from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # msgspec.ValidationError is one
             raise LLMError(f"replay: {path}: unreadable record: {exc}") from None
         return LLMResponse(
             text=str(recorded["text"]),
@@ -131,4 +147,5 @@ class ReplayProvider:
             },
             cost_usd=0.0,  # nothing was spent
             request_id=str(recorded.get("request_id") or ""),
+            tool_calls=tool_calls,
         )

@@ -7,14 +7,19 @@ File format (YAML)::
         latency_s: 0.2   # optional: simulated model latency
     coder:
       - "..."            # shorthand for {text: ...}
+      - tool_calls:      # native tool calls (``text`` is then optional, default "")
+          - name: read_file
+            args: {path: kernel.py}
+            id: call_a   # optional; default call_<call index>_<n>
 
 A task's n-th call of an agent gets entry n, so every task replays the same script and a
-call repeated after a crash gets the same answer.
+call repeated after a crash gets the same answer (and the same tool call ids).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +27,17 @@ from pathlib import Path
 import yaml
 
 from actors.llm.base import LLMError, LLMRequest, LLMResponse
-from events.model import Usage
+from events.model import ToolUse, Usage
+
+TOOL_CALL_KEYS = ("name", "args", "id")
 
 
 @dataclass(frozen=True)
 class ScriptedEntry:
     text: str
     latency_s: float = 0.0
+    # An empty id is given its default when the call is answered (it needs the call index).
+    tool_calls: tuple[ToolUse, ...] = ()
 
 
 class ScriptError(ValueError):
@@ -55,12 +64,39 @@ def load_script(path: Path) -> dict[str, list[ScriptedEntry]]:
 def _entry(path: Path, where: str, raw: object) -> ScriptedEntry:
     if isinstance(raw, str):
         return ScriptedEntry(raw)
-    if isinstance(raw, dict) and isinstance(raw.get("text"), str):
-        latency = raw.get("latency_s", 0.0)
-        if not isinstance(latency, int | float) or latency < 0:
-            raise ScriptError(f"{path}: {where}.latency_s: must be a non-negative number")
-        return ScriptedEntry(raw["text"], float(latency))
-    raise ScriptError(f"{path}: {where}: must be a string or a mapping with 'text'")
+    if not isinstance(raw, dict) or not ("text" in raw or "tool_calls" in raw):
+        raise ScriptError(
+            f"{path}: {where}: must be a string or a mapping with 'text' or 'tool_calls'"
+        )
+    text = raw.get("text", "")
+    if not isinstance(text, str):
+        raise ScriptError(f"{path}: {where}.text: must be a string")
+    latency = raw.get("latency_s", 0.0)
+    if not isinstance(latency, int | float) or latency < 0:
+        raise ScriptError(f"{path}: {where}.latency_s: must be a non-negative number")
+    calls = raw.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise ScriptError(f"{path}: {where}.tool_calls: must be a list of {{name, args, id}}")
+    tool_calls = tuple(
+        _tool_call(path, f"{where}.tool_calls[{n}]", call) for n, call in enumerate(calls)
+    )
+    return ScriptedEntry(text, float(latency), tool_calls)
+
+
+def _tool_call(path: Path, where: str, raw: object) -> ToolUse:
+    if not isinstance(raw, dict):
+        raise ScriptError(f"{path}: {where}: must be a mapping with 'name' (and 'args', 'id')")
+    unknown = sorted(str(k) for k in raw if k not in TOOL_CALL_KEYS)
+    if unknown:
+        raise ScriptError(f"{path}: {where}: unknown key {unknown[0]!r} (use name, args, id)")
+    name, args, call_id = raw.get("name"), raw.get("args", {}), raw.get("id", "")
+    if not isinstance(name, str) or not name:
+        raise ScriptError(f"{path}: {where}.name: must be a non-empty string")
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise ScriptError(f"{path}: {where}.args: must be a mapping of argument names to values")
+    if not isinstance(call_id, str):
+        raise ScriptError(f"{path}: {where}.id: must be a string")
+    return ToolUse(id=call_id, name=name, args=args)
 
 
 class ScriptedProvider:
@@ -81,13 +117,21 @@ class ScriptedProvider:
         started = time.monotonic()
         if entry.latency_s:
             await asyncio.sleep(entry.latency_s)
+        tool_calls = [
+            ToolUse(id=c.id or f"call_{request.call_index}_{n}", name=c.name, args=c.args)
+            for n, c in enumerate(entry.tool_calls)
+        ]
         prompt_words = sum(len(m.content.split()) for m in request.messages)
+        answer_words = len(entry.text.split()) + sum(
+            1 + len(json.dumps(c.args).split()) for c in tool_calls
+        )
         return LLMResponse(
             text=entry.text,
             provider=self.name,
             model=self.path.name,
-            stop_reason="end_turn",
+            stop_reason="tool_use" if tool_calls else "end_turn",
             # Word counts stand in for tokens so budgets and metrics have numbers to show.
-            usage=Usage(input_tokens=prompt_words, output_tokens=len(entry.text.split())),
+            usage=Usage(input_tokens=prompt_words, output_tokens=answer_words),
             latency_s=time.monotonic() - started,
+            tool_calls=tool_calls,
         )

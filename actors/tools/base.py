@@ -29,6 +29,12 @@ class ToolLimits:
     calls_per_minute: int | None = None  # None: unlimited
     memory_mb: int | None = None  # for tools that run code (enforced by their sandbox)
 
+    @property
+    def work_timeout_s(self) -> float:
+        """The limit for work a tool hands to a subprocess: a little under ``timeout_s``,
+        so the tool still reports what the work printed before it was killed."""
+        return self.timeout_s - min(1.0, 0.1 * self.timeout_s)
+
 
 class ToolError(Exception):
     """A failure the agent is shown as its observation (bad path, failing command...)."""

@@ -8,7 +8,12 @@ from a warm worker (``sandbox_child.py --serve``, torch and triton already impor
 never initialised) that lives in its own network namespace when the machine allows it;
 the sandbox gets resource limits, its own PID namespace and the ``nobody`` user where
 possible, a wall-clock timeout that kills its whole process group, and bounded output.
+Where mount namespaces work (probed once, ``_SandboxPlan.fs_isolation``), everything but
+its temp dir is read-only to it, so writes elsewhere fail at runtime whatever the gate
+missed; elsewhere each report notes that the file system is not isolated.
 ``VerifierConfig(warm=False)`` starts a fresh ``python -I sandbox_child.py`` instead.
+The agents' command tools run in the same sandbox (``actors.tools.sandboxed``) through
+the public pieces here: :func:`network_prefixes`, :func:`sandbox_env`, :func:`run_process`.
 """
 
 from __future__ import annotations
@@ -43,11 +48,16 @@ from actors.verifier.taskfile import (
 from events.model import VerificationReport
 
 __all__ = [
+    "SANDBOX_CHILD",
     "SUPPORTED_BACKENDS",
+    "ProcessOutcome",
     "VerifierConfig",
     "auto_shape_sets",
     "detect_device",
     "feedback_text",
+    "network_prefixes",
+    "run_process",
+    "sandbox_env",
     "shutdown_workers",
     "verify",
 ]
@@ -108,7 +118,9 @@ class _Signed(msgspec.Struct):
 # --------------------------------------------------------------------------- probes
 
 
-def _base_env(home: str) -> dict[str, str]:
+def sandbox_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed process: a minimal one, with ``home`` as its
+    HOME and TMPDIR; nothing of the daemon's (API keys, tokens) leaks in."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": home,
@@ -126,7 +138,7 @@ def _run_quiet(cmd: list[str], timeout: float, env: dict[str, str] | None = None
     try:
         done = subprocess.run(
             cmd,
-            env=env if env is not None else _base_env(tempfile.gettempdir()),
+            env=env if env is not None else sandbox_env(tempfile.gettempdir()),
             cwd=tempfile.gettempdir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -159,46 +171,64 @@ def detect_device(python: str = sys.executable) -> str:
 class _SandboxPlan:
     prefix: tuple[str, ...]  # command prefix giving network isolation, or ()
     memory_kind: str  # "as", "data" or "none": see sandbox_child.apply_limits
+    # Read-only file system but for the sandbox's work dir (sandbox_child.isolate_filesystem).
+    fs_isolation: bool = False
+    filesystem: str = "not isolated: mount namespaces are not available here"
+
+
+@functools.cache
+def network_prefixes() -> tuple[tuple[str, ...], ...]:
+    """Command prefixes that cut a process off the network and work here (probed once),
+    strongest first; the last one is always ``()``, no isolation.
+
+    ``unshare --net --map-root-user`` (unprivileged user + network namespace; no
+    capabilities in the real namespace either), else ``unshare --net`` (works as root), else
+    nothing: containers often forbid namespaces, and isolation must not make the sandbox
+    fragile. When namespaces are not allowed, unshare fails immediately.
+    """
+    candidates: list[tuple[str, ...]] = []
+    if shutil.which("unshare"):
+        # As real root, plain --net keeps the sandbox able to drop to `nobody`.
+        pair = [("unshare", "--net", "--map-root-user"), ("unshare", "--net")]
+        candidates += pair[::-1] if os.geteuid() == 0 else pair
+    working = [p for p in candidates if _run_quiet([*p, "true"], 10.0) is not None]
+    return (*working, ())
 
 
 @functools.cache
 def _sandbox_plan(python: str, device: str, memory_mb: int) -> _SandboxPlan:
     """The strongest isolation under which torch+triton still work here (probed once).
 
-    Network: ``unshare --net --map-root-user`` (unprivileged user + network namespace; no
-    capabilities in the real namespace either), else ``unshare --net`` (works as root), else
-    nothing: containers often forbid namespaces, and isolation must not make the verifier
-    fragile. Memory: RLIMIT_AS on CPU; on CUDA, RLIMIT_AS would refuse the driver's huge
-    virtual address reservations, so RLIMIT_DATA is tried there, then no memory limit.
+    Network: the first of :func:`network_prefixes` that torch+triton accept. Memory:
+    RLIMIT_AS on CPU; on CUDA, RLIMIT_AS would refuse the driver's huge virtual address
+    reservations, so RLIMIT_DATA is tried there, then no memory limit. File system: each
+    combination is tried first with the sandbox's read-only mount namespace, then without
+    (``plan.fs_isolation`` / ``plan.filesystem`` say which; reports note its absence).
     """
-    prefixes: list[tuple[str, ...]] = []
-    if shutil.which("unshare"):
-        # As real root, plain --net keeps the sandbox able to drop to `nobody`.
-        pair = [("unshare", "--net", "--map-root-user"), ("unshare", "--net")]
-        prefixes += pair[::-1] if os.geteuid() == 0 else pair
-    prefixes.append(())
     kinds = ("as", "none") if device == "cpu" else ("data", "none")
-    env = _base_env(tempfile.gettempdir())
+    env = sandbox_env(tempfile.gettempdir())
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    for prefix in prefixes:
-        # Cheap pre-check: when namespaces are not allowed, unshare fails immediately.
-        if prefix and _run_quiet([*prefix, "true"], 10.0) is None:
-            continue
+    for prefix in network_prefixes():
         for kind in kinds:
-            cmd = [
-                *prefix,
-                python,
-                "-I",
-                str(SANDBOX_CHILD),
-                "--probe",
-                device,
-                kind,
-                str(memory_mb),
-            ]
-            out = _run_quiet(cmd, _PROBE_TIMEOUT_S, env)
-            if out is not None and out.strip().endswith("ok"):
-                return _SandboxPlan(prefix, kind)
+            for fs in (True, False):
+                cmd = [
+                    *prefix,
+                    python,
+                    "-I",
+                    str(SANDBOX_CHILD),
+                    "--probe",
+                    device,
+                    kind,
+                    str(memory_mb),
+                    *(["fs"] if fs else []),
+                ]
+                out = _run_quiet(cmd, _PROBE_TIMEOUT_S, env)
+                if out is not None and out.strip().endswith("ok"):
+                    if not fs:
+                        return _SandboxPlan(prefix, kind)
+                    said = [ln for ln in out.splitlines() if ln.startswith("filesystem: ")]
+                    return _SandboxPlan(prefix, kind, True, said[0][12:] if said else "isolated")
     # Nothing worked (torch missing?): run unconfined; the child will report the real error.
     return _SandboxPlan((), kinds[0])
 
@@ -239,20 +269,23 @@ def _drain(stream: object, buf: _TailBuffer) -> None:
 
 
 @dataclass
-class _Outcome:
+class ProcessOutcome:
     returncode: int | None  # None: killed on timeout; negative: killed by that signal
     output: str
     supervisor_lost: bool = False  # the sandbox's parent process was killed from inside
 
 
-def _run_child(
+def run_process(
     cmd: list[str],
     workdir: str,
     env: dict[str, str],
     timeout_s: float,
     max_bytes: int,
-    nonce: str,
-) -> _Outcome:
+    stdin: bytes = b"",
+) -> ProcessOutcome:
+    """Run ``cmd`` in its own process group with ``stdin`` as its whole input; keep the
+    last ``max_bytes`` of its combined stdout/stderr. On timeout, and also after a normal
+    exit, the whole group is killed: nothing it started outlives the call."""
     proc = subprocess.Popen(
         cmd,
         cwd=workdir,
@@ -268,7 +301,7 @@ def _run_child(
     reader.start()
     try:
         assert proc.stdin is not None
-        proc.stdin.write(nonce.encode() + b"\n")
+        proc.stdin.write(stdin)
         proc.stdin.close()
     except OSError:  # the child died before reading: its exit status tells why
         pass
@@ -296,7 +329,7 @@ def _run_child(
     reader.join(timeout=5.0)
     if proc.stdout is not None:
         proc.stdout.close()
-    return _Outcome(None if timed_out else returncode, buf.text())
+    return ProcessOutcome(None if timed_out else returncode, buf.text())
 
 
 def _tail(text: str, workdir: str, lines: int = _FEEDBACK_LINES) -> str:
@@ -406,7 +439,7 @@ def _worker_for(python: str, device: str, plan: _SandboxPlan) -> _WarmWorker:
         if worker is not None:
             worker.close()
         home = tempfile.gettempdir()
-        env = _base_env(home)
+        env = sandbox_env(home)
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [*plan.prefix, python, "-I", str(SANDBOX_CHILD), "--serve", device]
@@ -434,7 +467,7 @@ def shutdown_workers() -> None:
 
 def _run_warm(
     python: str, device: str, plan: _SandboxPlan, workdir: str, nonce: str, config: VerifierConfig
-) -> _Outcome:
+) -> ProcessOutcome:
     for attempt in range(2):
         worker = _worker_for(python, device, plan)
         with worker.lock:
@@ -449,9 +482,9 @@ def _run_warm(
             raise OSError(str(reply.get("error")))
         output = _read_tail(Path(workdir, "output.log"), config.max_output_bytes)
         if reply.get("outcome") == "timeout":
-            return _Outcome(None, output)
+            return ProcessOutcome(None, output)
         code = -int(reply["signal"]) if "signal" in reply else int(reply.get("code", 0))
-        return _Outcome(code, output, bool(reply.get("intermediate_lost")))
+        return ProcessOutcome(code, output, bool(reply.get("intermediate_lost")))
     raise AssertionError("unreachable")
 
 
@@ -614,6 +647,7 @@ def verify(
             "auto_shapes": config.shapes is None,
             "tolerances": config.tolerances or DEFAULT_TOLERANCES,
             "memory_kind": plan.memory_kind,
+            "fs_isolation": plan.fs_isolation,
             "memory_mb": config.memory_mb,
             "timing": config.timing,
             "timing_reps": config.timing_reps,
@@ -625,13 +659,18 @@ def verify(
             if config.warm:
                 outcome = _run_warm(config.python, device, plan, workdir, nonce, config)
             else:
-                env = _base_env(workdir)
+                env = sandbox_env(workdir)
                 env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
                 if device == "cpu":
                     env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the numpy interpreter
                 cmd = [*plan.prefix, config.python, "-I", str(SANDBOX_CHILD), workdir]
-                outcome = _run_child(
-                    cmd, workdir, env, config.timeout_s, config.max_output_bytes, nonce
+                outcome = run_process(
+                    cmd,
+                    workdir,
+                    env,
+                    config.timeout_s,
+                    config.max_output_bytes,
+                    stdin=nonce.encode() + b"\n",
                 )
         except (OSError, _WorkerLost) as exc:
             return report("runtime_error", f"could not run the sandbox: {exc}")
@@ -641,7 +680,7 @@ def verify(
 
 
 def _interpret(
-    outcome: _Outcome, workdir: str, nonce: str, config: VerifierConfig
+    outcome: ProcessOutcome, workdir: str, nonce: str, config: VerifierConfig
 ) -> VerificationReport:
     """Turn what the sandbox left behind into a report."""
     if outcome.returncode is None:

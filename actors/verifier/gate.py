@@ -9,16 +9,22 @@ Rules (DESIGN §7):
 
 - ``no_kernel``: a ``@triton.jit`` kernel that stores (``tl.store``/``tl.atomic_*``) must be
   defined and launched (``kernel[grid](...)``); for CUDA, a ``__global__`` kernel in source
-  compiled with CuPy ``RawModule``/``RawKernel``.
+  compiled with CuPy ``RawModule``/``RawKernel`` and launched from a function
+  (``kernel((grid,), (block,), (args...))``).
 - ``reference_use``: no inheriting from, naming or calling the reference ``Model``.
 - ``exception_fallback``: no ``try``/``except`` in functions (a fallback to PyTorch).
 - ``torch_compute``: no PyTorch compute ops outside ``__init__`` (allocation, views,
-  reshapes and dtype/device moves are allowed glue); no ``@``; no calling torch submodules.
+  reshapes and dtype/device moves are allowed glue); no ``@``; no calling torch submodules;
+  for CUDA, no CuPy library compute either (only ``from_dlpack``/``asarray`` views, dtypes
+  and the raw-kernel classes).
 - ``introspection``: no frame/``inspect``/``gc``/``sys`` access, ``eval``/``exec``, dunder
   reflection, ``getattr`` with computed names.
 - ``forbidden_import``: only torch, triton, math, typing (and cupy for CUDA) may be imported:
   no threads, processes, sockets, files, timers, ctypes.
-- ``stream_trick``: no CUDA streams, events, graphs.
+- ``stream_trick``: no CUDA streams, events, graphs (``torch.cuda`` or ``cupy.cuda``).
+- ``file_io``: no saving, loading or mapping files (``torch.save``/``load``/``from_file``,
+  ``.tofile()``, ``torch.hub``/``onnx``/``jit``/``profiler`` ...), in ``__init__`` too; the
+  sandbox's read-only file system stops what this misses.
 - ``monkey_patch``: no assigning attributes of imported modules or of classes.
 - ``caching``: no caching decorators, ``global`` state, module-level mutable containers
   written by functions, or ``self.x = ...`` outside ``__init__``.
@@ -258,9 +264,50 @@ _BANNED_ATTRS = {
     "func",
     "autograd",
 }
+# cupy.<name> a CUDA candidate may call outside __init__: zero-copy views of torch tensors,
+# scalar types for kernel arguments, the raw-kernel classes. Anything else is CuPy's own
+# compute (or memory tricks) standing in for the candidate's kernel.
+_CUPY_GLUE = {
+    "RawKernel",
+    "RawModule",
+    "from_dlpack",
+    "fromDlpack",
+    "asarray",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "intp",
+    "float16",
+    "float32",
+    "float64",
+    "bool_",
+    "dtype",
+}
+# Calls that read, write or map files, however the path is built.
+_FILE_CALLS = (
+    "torch.save",
+    "torch.load",
+    "torch.from_file",
+    "torch.serialization.",
+    "torch.hub.",
+    "torch.onnx.",
+    "torch.jit.",
+    "torch.export.",
+    "torch.profiler.",
+    "torch.distributed.",
+    "torch.utils.",
+    "torch.package.",
+)
+_FILE_ATTRS = {"tofile", "fromfile", "from_file", "save", "savez", "savetxt", "dump", "dumps"}
 _CACHE_DECORATORS = {"lru_cache", "cache", "cached_property", "memoize", "memoized"}
 _STREAM_ATTRS = {
     "Stream",
+    "get_current_stream",
     "stream",
     "Event",
     "set_stream",
@@ -429,11 +476,21 @@ class _Gate:
             if node.attr in _BANNED_ATTRS:
                 self.add("introspection", node, f"attribute `.{node.attr}` is not allowed")
             full = self.resolve(node) or ""
-            if full.startswith("torch.cuda.") and node.attr in _STREAM_ATTRS:
+            if full.startswith(("torch.cuda.", "cupy.cuda.")) and node.attr in _STREAM_ATTRS:
                 self.add(
                     "stream_trick",
                     node,
                     f"`{full}`: no streams, events or graphs; launch on the current stream",
+                )
+        if isinstance(node, ast.Call):
+            called = self.resolve(node.func) or ""
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if called.startswith(_FILE_CALLS) or method in _FILE_ATTRS:
+                self.add(
+                    "file_io",
+                    node,
+                    f"`{called or '.' + method}(...)` reads or writes files: candidates must not "
+                    "touch the file system (no saved or precomputed results)",
                 )
         if isinstance(node, ast.Call) and _dotted(node.func) == "getattr":
             attr = node.args[1] if len(node.args) > 1 else None
@@ -564,6 +621,19 @@ class _Gate:
     def check_call(self, node: ast.Call) -> None:
         func = node.func
         full = self.resolve(func)
+        if full is not None and full.startswith("cupy.") and self.backend == "cuda":
+            parts = full.split(".")
+            if parts[1] == "cuda":
+                if parts[2:3] != ["Device"]:
+                    self.add("stream_trick", node, f"`{full}` is not allowed")
+            elif parts[1] not in _CUPY_GLUE or len(parts) > 2:
+                self.add(
+                    "torch_compute",
+                    node,
+                    f"`{full}` is CuPy library compute standing in for the kernel (allowed: "
+                    "cupy.from_dlpack / cupy.asarray views, dtypes, RawKernel/RawModule)",
+                )
+            return
         if full is not None and full.startswith("torch."):
             parts = full.split(".")
             if parts[1] == "nn" and len(parts) > 2:
@@ -663,20 +733,64 @@ class _Gate:
             )
 
     def check_cuda_kernel(self) -> None:
+        """A ``__global__`` kernel in a source string, compiled with ``cupy.RawKernel`` or
+        ``cupy.RawModule(...).get_function``, and launched (called) inside a function."""
         has_global = any(
             isinstance(n, ast.Constant) and isinstance(n.value, str) and "__global__" in n.value
             for n in ast.walk(self.tree)
         )
-        uses_raw = any(
-            isinstance(n, ast.Attribute) and n.attr in {"RawModule", "RawKernel"}
+
+        def makes_kernel(call: ast.AST) -> bool:
+            if not isinstance(call, ast.Call):
+                return False
+            full = self.resolve(call.func) or ""
+            return full == "cupy.RawKernel" or (
+                isinstance(call.func, ast.Attribute) and call.func.attr == "get_function"
+            )
+
+        def handle(target: ast.AST) -> str | None:
+            if isinstance(target, ast.Name):
+                return target.id
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                return "self." + target.attr
+            return None
+
+        compiled = any(
+            (self.resolve(n.func) or "") in {"cupy.RawKernel", "cupy.RawModule"}
             for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call)
         )
-        if not (has_global and uses_raw):
+        kernels: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and makes_kernel(node.value):
+                kernels.update(h for t in node.targets if (h := handle(t)))
+        launched = False
+        for func, _ in self.functions():
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call) and (
+                    makes_kernel(node.func) or handle(node.func) in kernels
+                ):
+                    launched = True
+        problem = (
+            "no `__global__` kernel in the CUDA source"
+            if not has_global
+            else "the kernel is not compiled with cupy.RawKernel or cupy.RawModule"
+            if not compiled
+            else "the compiled kernel is never launched by a function "
+            "(kernel((blocks,), (threads,), (args...)))"
+            if not launched
+            else ""
+        )
+        if problem:
             self.add(
                 "no_kernel",
                 self.tree,
-                "a CUDA candidate must compile a `__global__` kernel with cupy.RawModule or "
-                "cupy.RawKernel and launch it",
+                f"{problem}: a CUDA candidate must compile a `__global__` kernel with "
+                "cupy.RawModule or cupy.RawKernel and launch it in forward()",
             )
 
     def check_module_level(self) -> None:

@@ -14,8 +14,15 @@ code never shares a process with the daemon. Three modes:
     outside it, and everything it starts dies with it.
 ``sandbox_child.py WORKDIR``
     One fresh process for one job (the nonce comes on stdin): the naive, slower path.
-``sandbox_child.py --probe DEVICE MEMORY_KIND MEMORY_MB``
-    Applies the limits, imports torch and triton, prints ``ok``.
+``sandbox_child.py --probe DEVICE MEMORY_KIND MEMORY_MB [fs]``
+    Applies the limits, imports torch and triton, prints ``ok``; with ``fs``, first makes
+    the file system read-only but for a temp work dir, as a sandbox would (and prints a
+    ``filesystem: ...`` line), so the parent learns whether that isolation works here.
+
+Each sandbox, before any candidate code runs, gets (where the machine allows) its own
+mount namespace in which everything but its work dir and a private ``/dev/shm`` is
+read-only, then drops to ``nobody`` or, still uid 0, loses every capability: a write
+outside the work dir fails with EROFS whatever path the candidate builds at runtime.
 
 A job reads ``WORKDIR/job.json`` and writes ``WORKDIR/result.json``: the fields of
 ``VerificationReport`` plus the nonce, so a candidate cannot forge a verdict by writing the
@@ -268,15 +275,209 @@ def _read(path: Path) -> str:
         return ""
 
 
-def confine(workdir: Path, job: dict[str, Any]) -> None:
-    os.chdir(workdir)
+# --------------------------------------------------------------------------- file system
+
+CLONE_NEWNS = 0x00020000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+# Per-mount flags a read-only remount must keep: in a user namespace they are locked, and
+# dropping one is refused (EPERM). Atime flags are kept by the kernel when none is given.
+KEPT_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+# Kernel pseudo file systems: a mount there that cannot be made read-only is tolerated
+# (reported), anything else makes the isolation fail.
+TOLERATED_MOUNTS = ("/proc", "/sys")
+SHM_OPTIONS = "size=64m,mode=1777"
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+CAP_VERSION_3 = 0x20080522
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    import ctypes
+
+    libc = _libc()
+    rc = libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount({target!r}): {os.strerror(err)}")
+
+
+def _mount_table() -> list[tuple[str, set[str]]]:
+    """(mount point, per-mount options) of every mount this process sees, parents first."""
+    import re
+
+    table = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) < 6:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        table.append((point, set(fields[5].split(","))))
+    return table
+
+
+def isolate_filesystem(workdir: Path) -> list[str]:
+    """Give this process a private mount namespace in which every mount is read-only but
+    ``workdir`` (bind-mounted onto itself, still writable) and a fresh, private tmpfs on
+    ``/dev/shm``. Nothing propagates back to the host (``/`` is made rprivate first), and
+    the namespace, its tmpfs included, vanishes with the sandbox.
+
+    Needs CAP_SYS_ADMIN in the current user namespace (real root, or root of the
+    ``unshare --map-root-user`` namespace) and a single-threaded process: call it before
+    anything untrusted runs, then :func:`drop_privileges` / :func:`drop_capabilities` so
+    the candidate cannot remount. Raises OSError if it cannot isolate; returns the mount
+    points under /proc or /sys it had to leave writable.
+    """
+    import ctypes
+    import errno
+
+    wd = os.path.realpath(workdir)  # as /proc/self/mountinfo spells it
+    if _libc().unshare(CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWNS): {os.strerror(err)}")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount(wd, wd, None, MS_BIND | MS_REC)  # its own mount: stays writable below
+    left: list[str] = []
+    done: set[str] = set()
+    for point, options in _mount_table():
+        if point == wd or point.startswith(wd.rstrip("/") + "/") or point in done:
+            continue
+        done.add(point)  # stacked mounts: only the top one is reachable by path
+        if "ro" in options:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for name, flag in KEPT_MOUNT_FLAGS.items():
+            if name in options:
+                flags |= flag
+        try:
+            _mount(None, point, None, flags)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT or point.startswith(TOLERATED_MOUNTS):
+                left.append(point)
+                continue
+            raise
+    if os.path.isdir("/dev/shm"):
+        with contextlib.suppress(OSError):  # stays read-only then
+            _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, SHM_OPTIONS)
+    return left
+
+
+def drop_capabilities() -> None:
+    """For a sandbox still running as uid 0 (real root that could not become ``nobody``,
+    or root of a user namespace): empty its capability sets and bounding set, so it can
+    neither undo the read-only mounts nor regain privileges through exec."""
+    import ctypes
+
+    libc = _libc()
+    last = _read(Path("/proc/sys/kernel/cap_last_cap")).strip()
+    for cap in range(int(last) + 1 if last.isdigit() else 64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: harmless
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    if libc.capset(header, data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def point_caches_at(workdir: Path) -> None:
+    """Every tool cache and temp dir inside the (only writable) work dir."""
+    import tempfile
+
     os.environ["HOME"] = os.environ["TMPDIR"] = str(workdir)
+    os.environ["TRITON_HOME"] = str(workdir)
     os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton" / "cache")
-    drop_privileges(workdir)
+    os.environ["CUPY_CACHE_DIR"] = str(workdir / ".cupy" / "kernel_cache")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / ".inductor")
+    tempfile.tempdir = None  # the warm worker cached the daemon's temp dir on import
+
+
+def confine(workdir: Path, job: dict[str, Any]) -> None:
+    isolated = bool(job.get("fs_isolation"))
+    if isolated:
+        # Fails closed: the probe said it works here, so a failure now is an error.
+        isolate_filesystem(workdir)
+    os.chdir(workdir)  # after the bind mount: the cwd must be the writable mount
+    point_caches_at(workdir)
+    if not drop_privileges(workdir) and os.geteuid() == 0:
+        try:
+            drop_capabilities()
+        except OSError:
+            if isolated:
+                raise  # root with CAP_SYS_ADMIN could remount everything writable
     apply_limits(job.get("memory_kind", "as"), int(job.get("memory_mb", 0)))
 
 
-def probe(device: str, memory_kind: str, memory_mb: int) -> int:
+def probe(device: str, memory_kind: str, memory_mb: int, fs: bool = False) -> int:
+    """Check that torch and triton work under the limits (and, with ``fs``, inside the
+    read-only file system of :func:`isolate_filesystem`, in a forked child whose temp work
+    dir this process removes afterwards). Prints ``ok`` last on success."""
+    if not fs:
+        return _probe_imports(device, memory_kind, memory_mb, fs=False)
+    import shutil
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix="kf-probe-")).resolve()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            left = isolate_filesystem(workdir)
+            os.chdir(workdir)
+            point_caches_at(workdir)
+            outside = workdir.parent / f"kf-probe-escape-{os.getpid()}"
+            try:
+                outside.write_text("x")
+            except OSError:
+                pass
+            else:
+                outside.unlink()
+                raise RuntimeError(f"{outside} was writable: no isolation")
+            (workdir / "inside").write_text("x")  # must work
+            print(
+                "filesystem: read-only outside the work dir"
+                + (f" (left writable: {', '.join(left)})" if left else ""),
+                flush=True,
+            )
+            code = _probe_imports(device, memory_kind, memory_mb, fs=True)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return os.waitstatus_to_exitcode(status)
+
+
+PROBE_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def probe_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+"""
+
+
+def _probe_imports(device: str, memory_kind: str, memory_mb: int, fs: bool) -> int:
     apply_limits(memory_kind, memory_mb)
     import torch
     import triton  # noqa: F401  (importing is the check)
@@ -285,6 +486,15 @@ def probe(device: str, memory_kind: str, memory_mb: int) -> int:
         x = torch.ones(1024, device="cuda")
         torch.cuda.synchronize()
         assert float(x.sum()) == 1024.0
+        if fs:  # compiling a kernel writes Triton's cache and temp files: must still work
+            # Loaded from a file like a candidate: compiled Triton resolves the kernel's
+            # globals (tl) in its module, and needs its source.
+            path = Path.cwd() / "probe_kernel.py"
+            path.write_text(PROBE_KERNEL)
+            kernel = load_module(path, "kf_probe_kernel").probe_kernel
+            kernel[(1,)](x, x.numel(), BLOCK=1024)
+            torch.cuda.synchronize()
+            assert float(x.sum()) == 2048.0
     print("ok", flush=True)
     return 0
 
@@ -587,11 +797,64 @@ def child_processes() -> list[int]:
 
 
 class Launches:
-    """Counts Triton kernel launches (compiled or interpreted) and tells the op guard to
-    look away while a launch runs (the interpreter copies tensors around)."""
+    """Counts kernel launches, Triton (compiled or interpreted) and CuPy raw kernels, and
+    tells the op guard to look away while a launch runs (the interpreter copies tensors
+    around)."""
 
     count = 0
     depth = 0
+
+    @classmethod
+    def launching(cls) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def scope() -> Any:
+            cls.count += 1
+            cls.depth += 1
+            try:
+                yield
+            finally:
+                cls.depth -= 1
+
+        return scope()
+
+    @classmethod
+    def install_cupy(cls, cupy: Any) -> None:
+        """Make ``cupy.RawKernel`` / ``cupy.RawModule`` count their launches: both names are
+        replaced by subclasses before the candidate is imported (``isinstance`` still
+        holds); kernels from ``RawModule.get_function`` come back wrapped."""
+        if getattr(cupy.RawKernel, "_kf_counted", False):
+            return
+
+        class CountedRawKernel(cupy.RawKernel):
+            _kf_counted = True
+
+            def __call__(self, *args: Any, **kwargs: Any) -> Any:
+                with cls.launching():
+                    return super().__call__(*args, **kwargs)
+
+        class CountedFunction:
+            """A kernel of a RawModule: launches are counted, the rest is the kernel's."""
+
+            def __init__(self, kernel: Any) -> None:
+                self._kf_kernel = kernel
+
+            def __call__(self, *args: Any, **kwargs: Any) -> Any:
+                with cls.launching():
+                    return self._kf_kernel(*args, **kwargs)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._kf_kernel, name)
+
+        class CountedRawModule(cupy.RawModule):
+            _kf_counted = True
+
+            def get_function(self, name: str) -> Any:
+                return CountedFunction(super().get_function(name))
+
+        for klass, name in ((CountedRawKernel, "RawKernel"), (CountedRawModule, "RawModule")):
+            klass.__name__ = klass.__qualname__ = name
+            klass.__module__ = "cupy"
+        cupy.RawKernel, cupy.RawModule = CountedRawKernel, CountedRawModule
 
     @classmethod
     def install(cls) -> None:
@@ -744,7 +1007,7 @@ def run_candidate(model: Any, inputs: Any, device: str, baseline_threads: int) -
     if Launches.count == 0 and LAUNCH_CHECK[0]:
         raise rejected(
             "no_kernel_launch",
-            "forward() launched no Triton kernel: the kernel must do the work",
+            f"forward() launched no {LAUNCH_CHECK[0]}: the kernel must do the work",
         )
     threads = os_threads()
     if threads > baseline_threads:
@@ -759,7 +1022,8 @@ def run_candidate(model: Any, inputs: Any, device: str, baseline_threads: int) -
     return got
 
 
-LAUNCH_CHECK = [True]
+# What forward() must launch at least once ("" turns the check off).
+LAUNCH_CHECK = ["Triton kernel"]
 
 
 # --------------------------------------------------------------------------- timing
@@ -891,6 +1155,47 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
     return chain
 
 
+def wrote_outside(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a write the read-only sandbox file system refused (an
+    OSError, or a library's own error quoting it, as torch.save's RuntimeError does)."""
+    import errno
+
+    text = os.strerror(errno.EROFS)
+    return any(
+        (isinstance(e, OSError) and e.errno == errno.EROFS) or text in str(e)
+        for e in exception_chain(exc)
+    )
+
+
+WROTE_OUTSIDE = "filesystem: the candidate tried to write outside its sandbox work dir: "
+
+
+def start_cuda_backend(device: str) -> Any:
+    """CuPy for the ``cuda`` backend, ready to count raw-kernel launches; raises (the
+    caller answers ``unsupported``) if CuPy is missing or sees no CUDA GPU."""
+    import cupy
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    if count < 1:
+        raise RuntimeError("CuPy sees no CUDA device")
+    Launches.install_cupy(cupy)
+    if device == "cuda":
+        import torch
+
+        # RawKernel launches go to CuPy's current stream: it must be torch's current stream,
+        # so the kernel is ordered with the reference, the input copies and the CUDA-event
+        # timer (the checks also synchronise the whole device after every call). Both
+        # default to the legacy default stream (pointer 0); bind them if torch's differs.
+        ptr = torch.cuda.current_stream().cuda_stream
+        if ptr != 0:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ExternalStream is deprecated in CuPy 14
+                cupy.cuda.ExternalStream(ptr).use()
+    return cupy
+
+
 def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -904,7 +1209,9 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
     for key, value in (job.get("tolerances") or {}).items():
         tolerances[key] = (float(value[0]), float(value[1]))
     tolerances.setdefault("float64", tolerances["float32"])
-    LAUNCH_CHECK[0] = backend == "triton"
+    LAUNCH_CHECK[0] = {"triton": "Triton kernel", "cuda": "CUDA kernel (cupy.RawKernel)"}.get(
+        backend, ""
+    )
     Launches.install()
 
     if device == "cuda":
@@ -916,6 +1223,11 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
     wd = str(workdir)
     base: dict[str, Any] = {"device": device, "trials": 0, "shapes": []}
     notes: list[str] = []
+    if not job.get("fs_isolation"):
+        notes.append(
+            "sandbox: no file-system isolation on this machine (mount namespaces are not "
+            "available): writes outside the work dir are not blocked"
+        )
 
     def failed(
         verdict: str, summary: str, lines: list[str], reason: str, trials_done: int = 0
@@ -940,17 +1252,22 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
         )
     if backend == "cuda":
         try:
-            import cupy
-
-            cupy.cuda.runtime.getDeviceCount()
+            start_cuda_backend(device)
         except BaseException as exc:
-            msg = f"backend 'cuda' needs a working CuPy here: {type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            msg = (
+                f"backend 'cuda' is unsupported on this device ({device}): CuPy cannot "
+                f"compile and launch CUDA kernels here ({type(exc).__name__}: {exc})"
+            )
             return failed("unsupported", msg, [msg], "unsupported: " + msg)
     try:
         cand_mod = load_module(workdir / job["candidate_file"], f"kf_candidate_{tag}")
     except BaseException as exc:
         tb = format_exception(exc, wd)
         last = tb[-1] if tb else type(exc).__name__
+        if wrote_outside(exc):
+            return failed("rejected_runtime", f"candidate import: {last}", tb, WROTE_OUTSIDE + last)
         return failed("compile_error", f"candidate failed to import: {last}", tb, "import: " + last)
     model_cls = getattr(task, "Model", None)
     new_cls = getattr(cand_mod, "ModelNew", None)
@@ -1046,6 +1363,8 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
             verdict = classify_exception(exc)
             if any(isinstance(e, BlockingIOError) for e in exception_chain(exc)):
                 verdict, reason = "rejected_runtime", "processes: process limit reached: " + last
+            elif wrote_outside(exc):
+                verdict, reason = "rejected_runtime", WROTE_OUTSIDE + last
             elif isinstance(exc, MemoryError) or "alloc" in last.lower():
                 reason = "memory: " + last
             else:
@@ -1105,11 +1424,12 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
                 raise
             tb = format_exception(exc, wd)
             last = tb[-1] if tb else type(exc).__name__
+            outside = wrote_outside(exc)
             return failed(
-                classify_exception(exc),
+                "rejected_runtime" if outside else classify_exception(exc),
                 f"candidate raised in its second forward() call ({label}): {last}",
                 tb,
-                "exception: " + last,
+                (WROTE_OUTSIDE if outside else "exception: ") + last,
                 trial,
             )
         if shapes not in usable:
@@ -1287,7 +1607,7 @@ def serve(device: str) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[1] == "--probe":
-        return probe(argv[2], argv[3], int(argv[4]))
+        return probe(argv[2], argv[3], int(argv[4]), fs=argv[5:6] == ["fs"])
     if len(argv) == 3 and argv[1] == "--serve":
         return serve(argv[2])
     if len(argv) != 2:

@@ -1,4 +1,7 @@
-# expect: rejected_static (runtime write containment is not done: see tests)
+# expect: rejected_runtime filesystem
+# Writes next to its sandbox dir (the system temp dir, world-writable: dropping to `nobody`
+# alone would not stop it). The gate refuses `open`/`os`; with the gate off, the sandbox's
+# read-only file system must (the write fails with EROFS and nothing appears).
 import torch
 import torch.nn as nn
 import triton

@@ -1,0 +1,52 @@
+"""Tools agents call: the interface (:mod:`.base`), the registry with its plugin entry
+points (:mod:`.registry`), the workspace projection the file tools act on
+(:mod:`.workspace`), and the built-in tools: ``calculator``, ``python``, the coding tools
+(``view_file``, ``create_file``, ``edit_file``, ``search_code``, ``search_files``,
+``execute_bash``, ``run_tests``) and the kernel tools (``compile_kernel``,
+``check_kernel``). Importing the package registers the built-in tools."""
+
+from actors.tools import calculator, coding, kernel, sandboxed
+from actors.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolLimits,
+    ToolOutcome,
+    argument_errors,
+    run_tool,
+    truncate,
+)
+from actors.tools.registry import (
+    ENTRY_POINT_GROUP,
+    UnknownTool,
+    make_tool,
+    register_tool,
+    tool_names,
+)
+from actors.tools.sandboxed import CommandResult, run_sandboxed
+from actors.tools.workspace import check_path, materialise, workspace_files
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "CommandResult",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolLimits",
+    "ToolOutcome",
+    "UnknownTool",
+    "argument_errors",
+    "calculator",
+    "check_path",
+    "coding",
+    "kernel",
+    "make_tool",
+    "materialise",
+    "register_tool",
+    "run_sandboxed",
+    "run_tool",
+    "sandboxed",
+    "tool_names",
+    "truncate",
+    "workspace_files",
+]

@@ -1,0 +1,192 @@
+"""Run a tool's command in the verifier's sandbox; the ``python`` tool.
+
+The command runs in a fresh private directory holding only the files it is given, with
+a minimal environment, cut off the network by the verifier's probed isolation
+(:func:`actors.verifier.engine.network_prefixes`) plus a PID namespace of its own where
+the machine allows one (so even a process that left the group dies with it), confined
+as a verifier sandbox is (``sandbox_child.confine``: unprivileged where possible, an
+address-space limit, no core dumps, bounded file size, death with its parent), under a
+wall-clock timeout that kills its whole process group, with a bounded output tail. The
+directory is deleted afterwards. Commands run on the CPU: the GPU belongs to the
+verifier, so it is hidden from them and Triton runs interpreted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.tools.base import Tool, ToolContext, ToolError, ToolLimits
+from actors.tools.registry import register_tool
+from actors.tools.workspace import materialise
+from actors.verifier.engine import SANDBOX_CHILD, network_prefixes, run_process, sandbox_env
+
+__all__ = ["CommandResult", "PythonTool", "run_sandboxed"]
+
+# Run by the sandbox's interpreter before the command: the confinement of a verifier
+# sandbox (``sandbox_child.confine``: privileges dropped, rlimits), then the command
+# replaces it.
+_CONFINE_AND_EXEC = (
+    "import os, sys\n"
+    "from pathlib import Path\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from sandbox_child import confine\n"
+    "confine(Path.cwd(), {'memory_kind': sys.argv[2], 'memory_mb': int(sys.argv[3])})\n"
+    "os.execvp(sys.argv[4], sys.argv[4:])\n"
+)
+
+# Makes the process die with the daemon, then becomes the rest of its arguments. Put
+# before a forking `unshare`, whose child (`--kill-child`) then dies with it in turn.
+_DIE_WITH_PARENT_EXEC = (
+    "import os, sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from sandbox_child import die_with_parent\n"
+    "die_with_parent()\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+# Room in the output limit for the status line and the "bytes dropped" marker, so that
+# the end of the output (where errors are) is never what gets cut.
+_RESERVED_CHARS = 128
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int | None  # None: killed on timeout; negative: killed by that signal
+    output: str  # the tail of stdout and stderr together, paths relative to the workdir
+    timeout_s: float
+
+    @property
+    def status(self) -> str:
+        if self.returncode is None:
+            return (
+                f"timed out after {self.timeout_s:g} s: the command and all it started were killed"
+            )
+        if self.returncode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        return f"exit status {self.returncode}"
+
+    def observation(self) -> str:
+        """What the agent is shown: the status line first (so no truncation hides it),
+        then the output. Anything but exit status 0 is a failed call (ToolError)."""
+        text = f"[{self.status}]\n{self.output}".rstrip("\n")
+        if self.returncode != 0:
+            raise ToolError(text)
+        return text
+
+
+@functools.cache
+def _isolation() -> tuple[str, ...]:
+    """The verifier's network prefix, with a PID namespace (``--kill-child``: everything
+    in it dies with the command) when unshare allows it here."""
+    net = network_prefixes()[0]
+    if not net:
+        return ()
+    with_pid = (
+        sys.executable,
+        "-I",
+        "-c",
+        _DIE_WITH_PARENT_EXEC,
+        str(SANDBOX_CHILD.parent),
+        *net,
+        "--pid",
+        "--fork",
+        "--kill-child",
+    )
+    try:
+        probe = subprocess.run([*with_pid, "true"], capture_output=True, timeout=10.0, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return net
+    return with_pid if probe.returncode == 0 else net
+
+
+def _environment(workdir: str) -> dict[str, str]:
+    env = sandbox_env(workdir)
+    # `python`, `pytest`... in a command are this interpreter's (a venv's bin dir first).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def _run(
+    argv: Sequence[str], limits: ToolLimits, files: Mapping[str, str], scratch_dir: Path | None
+) -> CommandResult:
+    workdir = tempfile.mkdtemp(prefix="kf-tool-", dir=scratch_dir)
+    try:
+        materialise(files, Path(workdir))
+        memory = limits.memory_mb or 0
+        cmd = [
+            *_isolation(),
+            sys.executable,
+            "-I",
+            "-c",
+            _CONFINE_AND_EXEC,
+            str(SANDBOX_CHILD.parent),
+            "as" if memory else "none",
+            str(memory),
+            *argv,
+        ]
+        tail_bytes = max(0, limits.max_output_chars - _RESERVED_CHARS)
+        outcome = run_process(
+            cmd, workdir, _environment(workdir), limits.work_timeout_s, tail_bytes
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    output = outcome.output.replace(workdir.rstrip("/") + "/", "")
+    return CommandResult(outcome.returncode, output, limits.timeout_s)
+
+
+async def run_sandboxed(
+    argv: Sequence[str],
+    limits: ToolLimits,
+    *,
+    files: Mapping[str, str] | None = None,
+    scratch_dir: Path | None = None,
+) -> CommandResult:
+    """Run ``argv`` in a fresh directory (under ``scratch_dir``, else the system's temp
+    dir) holding ``files``, within ``limits``: time, memory (``memory_mb``, None: no
+    limit) and output (its tail, within ``max_output_chars``). Whatever the command writes is
+    discarded with the directory; nothing it started is left running."""
+    return await asyncio.to_thread(_run, argv, limits, files or {}, scratch_dir)
+
+
+@register_tool
+class PythonTool(Tool):
+    name = "python"
+    description = (
+        "Run Python code in a fresh sandbox (CPU only, no network, nothing kept) and show "
+        "its exit status and output: print what you want to see."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "minLength": 1}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+
+    @classmethod
+    def default_limits(cls) -> ToolLimits:
+        return ToolLimits(timeout_s=30.0, max_output_chars=8000, memory_mb=2048)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        result = await run_sandboxed(
+            [sys.executable, "-I", "main.py"],
+            self.limits,
+            files={"main.py": args["code"]},
+            scratch_dir=ctx.scratch_dir,
+        )
+        return result.observation()

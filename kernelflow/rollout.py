@@ -1,0 +1,370 @@
+"""Batch rollouts (seed 003's AgenticRollout): run every prompt of a dataset N times
+through the actor system and score each trajectory.
+
+Each rollout is an ordinary task in the log — a prompt task whose workflow has one agent,
+``solver``, of the chosen kind with the chosen tools — so trajectories, metrics and the
+Flow-GRPO export work on rollouts unchanged. The N rollouts of one prompt share a group
+id (GRPO's ``rollout.n``). Rewards are the task's reward functions (``exact_match`` and
+``numeric_match`` by default, ``judge`` for an LLM judge), recorded when it finishes.
+
+Python API::
+
+    from kernelflow.rollout import Rollout, RolloutConfig
+    trajectories = Rollout(RolloutConfig(agent_type="react", tools=("calculator",),
+                                         llm="scripted:answers.yaml")).run(prompts, n=4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import queue
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import nats.errors
+import yaml
+
+from actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
+from actors.llm import make_provider
+from actors.llm.config import AgentLLM, load_config
+from events import subjects
+from events.model import Event, SubmitTask
+from kernelflow.settings import Settings
+from projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
+from projections.task_state import TaskState, apply
+from projections.trajectory import Trajectory, build_trajectory
+
+SOLVER = "solver"
+
+
+class DatasetError(ValueError):
+    """A dataset file that cannot be used (bad user input)."""
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    prompt: str
+    reference: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The fields of seed 003's ``AgenticRolloutConfig``, as kernelflow uses them."""
+
+    agent_type: str = "react"
+    tools: tuple[str, ...] = ()
+    max_steps: int = 10  # LLM calls per rollout
+    max_tokens_per_step: int | None = None
+    temperature: float | None = None
+    tool_format: Literal["text", "native"] = "text"
+    # Further settings of the agent kind (``agent_config``), e.g. max_consecutive_thoughts.
+    agent_config: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int = 8  # rollouts in flight at once
+    rewards: tuple[str, ...] = PROMPT_REWARDS
+    save_trajectories: Path | None = None  # a JSONL file, one trajectory per line
+    llm: str | None = None  # provider spec; None: the configured default
+    deadline_s: float | None = None  # per rollout
+
+    def workflow_yaml(self) -> str:
+        agent: dict[str, Any] = {
+            "agent_kind": self.agent_type,
+            "possible_next_agent": ["finish"],
+            "output_format": {
+                "parser_name": "answer_parser",
+                "parser_definition": {
+                    "output_fields": {
+                        "answer": {
+                            "field_type": "str",
+                            "mandatory": True,
+                            "field_description": "the final answer only",
+                        }
+                    }
+                },
+            },
+        }
+        if self.tools:
+            agent["tools"] = list(self.tools)
+        if self.agent_type != "llm":
+            agent["agent_config"] = {
+                "max_steps": self.max_steps,
+                "tool_format": self.tool_format,
+                **self.agent_config,
+            }
+        doc = {
+            "agent_info": {SOLVER: agent},
+            "start_agent": SOLVER,
+            "limitation_info": {"required": {"max_step": 1}},
+        }
+        return yaml.safe_dump(doc, sort_keys=False)
+
+
+def load_dataset(
+    path: Path, prompt_key: str = "prompt", answer_key: str | None = None
+) -> list[PromptItem]:
+    """Prompts from a ``.jsonl`` or ``.parquet`` file. A prompt is a string or a list of
+    chat messages (verl's format); the reference answer is ``answer_key``, else the first
+    of ``answer``, ``reference``, ``ground_truth``, ``reward_model.ground_truth``."""
+    rows = _read_rows(path)
+    items = []
+    for i, row in enumerate(rows):
+        where = f"{path}: row {i + 1}"
+        if not isinstance(row, dict) or prompt_key not in row:
+            raise DatasetError(f"{where}: no {prompt_key!r} field")
+        reference = _reference(row, answer_key, where)
+        files = row.get("files") or {}
+        if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+        ):
+            raise DatasetError(f"{where}: 'files' must map paths to text")
+        row_id = row.get("id", row.get("uid"))
+        items.append(
+            PromptItem(
+                prompt=_prompt_text(row[prompt_key], where),
+                reference=reference,
+                files=files,
+                id=None if row_id is None else str(row_id),
+            )
+        )
+    if not items:
+        raise DatasetError(f"{path}: the dataset is empty")
+    return items
+
+
+def _read_rows(path: Path) -> list[Any]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"{path}: cannot read parquet: {exc}") from exc
+    if path.suffix not in (".jsonl", ".json"):
+        raise DatasetError(f"{path}: expected a .jsonl or .parquet file")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read: {exc}") from exc
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}: line {n}: not JSON: {exc}") from exc
+    return rows
+
+
+def _prompt_text(value: Any, where: str) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        contents = [str(m.get("content", "")) for m in value if m.get("role") != "system"]
+        if any(c.strip() for c in contents):
+            return "\n\n".join(contents)
+    raise DatasetError(f"{where}: the prompt must be text or a list of chat messages")
+
+
+def _reference(row: dict[str, Any], key: str | None, where: str) -> str | None:
+    if key is not None:
+        if key not in row:
+            raise DatasetError(f"{where}: no {key!r} field")
+        return None if row[key] is None else str(row[key])
+    for name in ("answer", "reference", "ground_truth"):
+        if row.get(name) is not None:
+            return str(row[name])
+    model = row.get("reward_model")
+    if isinstance(model, dict) and model.get("ground_truth") is not None:
+        return str(model["ground_truth"])
+    return None
+
+
+def rollout_complete(state: TaskState) -> bool:
+    """Over, with every reward recorded (the judge's comes after the finish)."""
+    return (
+        state.terminal is not None and not needs_judge(state) and not pending_reward_events(state)
+    )
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    running: int = 0
+    rewards: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self) -> str:
+        width = 30
+        filled = width * self.done // max(self.total, 1)
+        mean = sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+        return (
+            f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} done, "
+            f"{self.running} running, mean reward {mean:.3f}, "
+            f"{time.monotonic() - self.started:.0f}s"
+        )
+
+
+class Rollout:
+    def __init__(self, config: RolloutConfig, settings: Settings | None = None) -> None:
+        self.config = config
+        self.settings = settings or Settings()
+
+    def commands(self, prompts: Sequence[str | PromptItem], n: int) -> list[SubmitTask]:
+        """One task per rollout: prompt i's n rollouts share the group ``<run>-p<i>``."""
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        run = uuid.uuid4().hex[:10]
+        workflow = self.config.workflow_yaml()
+        out = []
+        for i, raw in enumerate(prompts):
+            item = raw if isinstance(raw, PromptItem) else PromptItem(prompt=raw)
+            name = item.id or f"p{i}"
+            for k in range(n):
+                out.append(
+                    SubmitTask(
+                        task_id=f"ro-{run}-{i}-{k}",
+                        task_name=name,
+                        task_source="",
+                        prompt=item.prompt,
+                        reference_answer=item.reference,
+                        files=item.files,
+                        workflow=f"rollout_{self.config.agent_type}",
+                        workflow_yaml=workflow,
+                        group_id=f"{run}-p{i}",
+                        rewards=list(self.config.rewards),
+                        deadline_s=self.config.deadline_s,
+                        metadata={"rollout": run, "prompt_index": str(i), "sample": str(k)},
+                    )
+                )
+        return out
+
+    def run(
+        self,
+        prompts: Sequence[str | PromptItem],
+        n: int = 1,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run every prompt ``n`` times; the trajectories in submission order."""
+        from kernelflow.cli import connected  # the CLI owns the NATS wiring
+
+        commands = self.commands(prompts, n)
+        provider = self._provider()
+        pool = max(1, self.config.max_concurrency)
+        with connected(self.settings) as bridge:
+            daemon = Daemon(
+                bridge,
+                DaemonConfig(
+                    roles=(CONDUCTOR_ROLE, SOLVER),
+                    pool_sizes={SOLVER: pool, CONDUCTOR_ROLE: min(pool, 8)},
+                    ack_wait_s=self.settings.ack_wait_s,
+                    llm=provider,
+                ),
+            ).start()
+            try:
+                events = self._drive(bridge, commands, pool, on_progress)
+            finally:
+                daemon.stop()
+        trajectories = [
+            build_trajectory(c.task_id or "", events[c.task_id or ""]) for c in commands
+        ]
+        if self.config.save_trajectories is not None:
+            self.config.save_trajectories.parent.mkdir(parents=True, exist_ok=True)
+            with self.config.save_trajectories.open("w", encoding="utf-8") as out:
+                for t in trajectories:
+                    out.write(json.dumps(t.to_dict()) + "\n")
+        return trajectories
+
+    def _provider(self) -> Any:
+        config = load_config()
+        solver = AgentLLM(
+            temperature=self.config.temperature, max_tokens=self.config.max_tokens_per_step
+        )
+        agents = dict(config.agents)
+        agents[SOLVER] = solver.over(agents.get(SOLVER, AgentLLM()))
+        return make_provider(self.config.llm, dataclasses.replace(config, agents=agents))
+
+    def _drive(
+        self,
+        bridge: Any,
+        commands: list[SubmitTask],
+        pool: int,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> dict[str, list[Event]]:
+        ours = {c.task_id or "" for c in commands}
+        states = {t: TaskState(t) for t in ours}
+        events: dict[str, list[Event]] = {t: [] for t in ours}
+        inbox: queue.Queue[Event] = queue.Queue()
+        start = bridge.call(bridge.log.jetstream.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+
+        async def tail() -> None:
+            position = start + 1
+            while True:
+                try:
+                    async for seq, event in bridge.log.read(start_seq=position, follow=True):
+                        position = seq + 1
+                        if event.task_id in ours:
+                            inbox.put(event)
+                except (nats.errors.Error, TimeoutError):
+                    continue  # a slow or restarting server: resume where we were
+
+        pump = bridge.spawn(tail())
+        waiting = list(reversed(commands))
+        progress = Progress(total=len(commands))
+        finished: set[str] = set()
+        try:
+            while len(finished) < len(commands):
+                while waiting and progress.running < pool:
+                    bridge.call(bridge.log.publish_command(waiting.pop(), subjects.SUBMIT))
+                    progress.running += 1
+                try:
+                    event = inbox.get(timeout=0.5)
+                except queue.Empty:
+                    if pump.done():
+                        pump.result()  # the log could not be read: raise why
+                    continue
+                apply(states[event.task_id], event)
+                events[event.task_id].append(event)
+                state = states[event.task_id]
+                if event.task_id not in finished and rollout_complete(state):
+                    finished.add(event.task_id)
+                    progress.running -= 1
+                    progress.done += 1
+                    primary = self.config.rewards[0].split("@")[0] if self.config.rewards else ""
+                    if primary in state.rewards:
+                        progress.rewards.append(state.rewards[primary].value)
+                    if on_progress is not None:
+                        on_progress(progress)
+        finally:
+            pump.cancel()
+        return events
+
+
+def print_progress(progress: Progress) -> None:
+    end = "\n" if progress.done == progress.total or not sys.stderr.isatty() else ""
+    print(f"\r{progress.line()}", end=end, file=sys.stderr, flush=True)
+
+
+def rollout_summary(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """Counts and mean rewards of a batch (what ``kernelflow rollout`` prints)."""
+    by_fn: dict[str, list[float]] = {}
+    for t in trajectories:
+        for name, value in t.metadata.get("rewards", {}).items():
+            by_fn.setdefault(name, []).append(value)
+    statuses: dict[str, int] = {}
+    for t in trajectories:
+        status = str(t.metadata.get("status", "unfinished"))
+        statuses[status] = statuses.get(status, 0) + 1
+    return {
+        "rollouts": len(trajectories),
+        "statuses": statuses,
+        "mean_reward": {k: sum(v) / len(v) for k, v in sorted(by_fn.items())},
+        "tokens": sum(t.total_tokens for t in trajectories),
+    }

@@ -1,0 +1,144 @@
+"""``kernelflow rollout``: run a prompt dataset N times through an agent kind, score it,
+and leave everything in the log (so ``kernelflow export grpo`` turns it into training
+data) and, with ``--out``, the trajectories in a JSONL file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
+from actors.kinds.check import check_agents
+from actors.llm import ProviderSpecError
+from kernelflow.rollout import (
+    DatasetError,
+    Rollout,
+    RolloutConfig,
+    load_dataset,
+    print_progress,
+    rollout_summary,
+)
+from kernelflow.settings import Settings
+from projections.rewards import PROMPT_REWARDS, REWARD_FUNCTIONS, UnknownReward, check_reward_names
+from workflows.loader import WorkflowError, parse_workflow
+
+
+def _names(raw: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
+
+
+def config_from(args: argparse.Namespace) -> RolloutConfig:
+    from kernelflow.cli import UsageError
+
+    try:
+        agent_config = json.loads(args.agent_config) if args.agent_config else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--agent-config: not JSON: {exc}") from exc
+    if not isinstance(agent_config, dict):
+        raise UsageError("--agent-config: must be a JSON object")
+    if args.n < 1 or args.concurrency < 1 or args.max_steps < 1:
+        raise UsageError("--n, --concurrency and --max-steps must be at least 1")
+    config = RolloutConfig(
+        agent_type=args.agent,
+        tools=_names(args.tools),
+        max_steps=args.max_steps,
+        max_tokens_per_step=args.max_tokens,
+        temperature=args.temperature,
+        tool_format=args.tool_format,
+        agent_config=agent_config,
+        max_concurrency=args.concurrency,
+        rewards=_names(args.reward) or PROMPT_REWARDS,
+        save_trajectories=Path(args.out) if args.out else None,
+        llm=args.llm,
+        deadline_s=args.deadline,
+    )
+    # Refuse a bad agent, tool or reward here, before anything starts.
+    try:
+        agent_kind(config.agent_type)
+        check_reward_names(config.rewards)
+        check_agents(parse_workflow(config.workflow_yaml(), f"rollout_{config.agent_type}"))
+    except (UnknownAgentKind, AgentConfigError, UnknownReward, WorkflowError) as exc:
+        raise UsageError(str(exc)) from exc
+    return config
+
+
+def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
+    from kernelflow.cli import EXIT_FAILED, EXIT_OK, UsageError
+
+    config = config_from(args)
+    try:
+        prompts = load_dataset(Path(args.dataset), args.prompt_key, args.answer_key)
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.limit:
+        prompts = prompts[: args.limit]
+    if not args.json:
+        print(
+            f"rollout: {len(prompts)} prompts x {args.n} with a {config.agent_type} agent "
+            f"(tools: {', '.join(config.tools) or 'none'}; rewards: {', '.join(config.rewards)})",
+            flush=True,
+        )
+    try:
+        trajectories = Rollout(config, settings).run(
+            prompts, args.n, on_progress=None if args.json else print_progress
+        )
+    except ProviderSpecError as exc:
+        raise UsageError(str(exc)) from exc
+    result: dict[str, Any] = rollout_summary(trajectories)
+    if config.save_trajectories is not None:
+        result["trajectories_path"] = str(config.save_trajectories)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"statuses: {', '.join(f'{k} {v}' for k, v in sorted(result['statuses'].items()))}")
+        for name, mean in result["mean_reward"].items():
+            print(f"mean {name}: {mean:.3f}")
+        if "trajectories_path" in result:
+            print(f"trajectories: {result['trajectories_path']}")
+        primary = config.rewards[0].split("@")[0]
+        print(f"dataset: kernelflow export grpo --reward {primary} --out rollouts.parquet")
+    unfinished = sum(v for k, v in result["statuses"].items() if k in ("rejected", "unfinished"))
+    return EXIT_FAILED if unfinished else EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add ``rollout`` to the ``kernelflow`` parser."""
+    from kernelflow.cli import LLM_HELP
+
+    p = subparsers.add_parser(
+        "rollout",
+        help="run a prompt dataset N times through an agent and score it",
+        description="Each rollout is a task in the log: export it with `kernelflow export "
+        "grpo`. Exit 0 when every rollout finished, 1 when some were rejected, 2 on bad input.",
+    )
+    p.add_argument("--dataset", required=True, help=".jsonl or .parquet with a prompt per row")
+    p.add_argument("--prompt-key", default="prompt", help="the prompt's field (default prompt)")
+    p.add_argument(
+        "--answer-key",
+        help="the reference answer's field (default: answer, reference, ground_truth or "
+        "reward_model.ground_truth)",
+    )
+    p.add_argument("--agent", default="react", help=f"agent kind: {', '.join(agent_kinds())}")
+    p.add_argument("--tools", help="comma-separated tool names (see `kernelflow agents`)")
+    p.add_argument("--n", type=int, default=1, help="rollouts per prompt (one group)")
+    p.add_argument("--max-steps", type=int, default=10, help="LLM calls per rollout")
+    p.add_argument("--max-tokens", type=int, help="tokens per LLM call")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--tool-format", choices=["text", "native"], default="text")
+    p.add_argument("--agent-config", help="more agent_config settings as a JSON object")
+    p.add_argument(
+        "--reward",
+        help=f"comma-separated reward functions (default {','.join(PROMPT_REWARDS)}; "
+        f"known: {', '.join(sorted(REWARD_FUNCTIONS))})",
+    )
+    p.add_argument("--concurrency", type=int, default=8, help="rollouts in flight at once")
+    p.add_argument("--deadline", type=float, help="seconds one rollout may take")
+    p.add_argument("--limit", type=int, help="only the first N prompts")
+    p.add_argument("--out", help="write the trajectories to this JSONL file")
+    p.add_argument("--llm", help=LLM_HELP)
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
+    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    p.set_defaults(func=cmd_rollout)
