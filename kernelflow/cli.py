@@ -28,14 +28,16 @@ import nats.errors
 
 from actors.bridge import Bridge
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
+from actors.health import HealthResponder, daemon_describer, new_daemon_id
 from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
+from actors.readmodel import NoAnswer, ReadModel, fold_status, query_status
 from actors.verifier.engine import VerifierConfig
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
-from kernelflow import agents_cmd, offline_cmd, rollout_cmd, verify_cmd
+from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_cmd
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
@@ -272,10 +274,21 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with connected(settings) as bridge:
         daemon = start_daemon(bridge, settings, roles, pools)
+        daemon_id = new_daemon_id()
+        # The status read model and the health responder (kernelflow status / health).
+        read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
+        sizes = {r: daemon.config.pool_size(r) for r in roles}
+        describe = daemon_describer(
+            daemon_id, bridge.nats_url, roles, sizes, daemon.config.llm, read_model
+        )
+        health = HealthResponder(bridge, describe).start()
         print(f"kernelflow daemon on {bridge.nats_url}: roles {', '.join(roles)}", flush=True)
         stop.wait()
         print("shutting down…", flush=True)
+        health.stop()
         daemon.stop()
+        if read_model is not None:
+            read_model.stop()
     return EXIT_OK
 
 
@@ -308,13 +321,17 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with connected(settings) as bridge:
-        if args.task_id:
+        if args.task_id:  # one task: its own events (exact, with its final code)
             history = bridge.call(bridge.log.read_task(args.task_id))
             if not history.events:
                 raise UsageError(f"no task {args.task_id} in the log")
             rows = [summary(fold(args.task_id, history.events))]
-        else:
-            rows = bridge.call(_all_task_summaries(bridge))
+        else:  # every task: a daemon's read model, or a fold of the log here
+            try:
+                rows = bridge.call(query_status(bridge.nc, bridge.log.jetstream)).rows
+            except NoAnswer as exc:
+                print(f"kernelflow: {exc}; folding the log here", file=sys.stderr)
+                rows = bridge.call(fold_status(bridge.log))
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
     else:
@@ -322,17 +339,6 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             reason = row["reason"] or ""
             print(f"{row['task_id']:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
     return EXIT_OK
-
-
-async def _all_task_summaries(bridge: Bridge) -> list[dict[str, Any]]:
-    task_ids: list[str] = []
-    async for _, event in bridge.log.read(subject=f"{subjects.EVENTS_ROOT}.*.task_submitted"):
-        task_ids.append(event.task_id)
-    rows = []
-    for task_id in task_ids:
-        history = await bridge.log.read_task(task_id)
-        rows.append(summary(fold(task_id, history.events)))
-    return rows
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
@@ -443,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", action="append", default=[], metavar="ROLE=N", help="actors for a role"
     )
     daemon.add_argument("--llm", help=LLM_HELP)
+    daemon.add_argument(
+        "--no-read-model", action="store_true", help="do not keep the status read model here"
+    )
     daemon.set_defaults(func=cmd_daemon)
 
     submit = sub.add_parser("submit", help="publish a task for the daemons and print its id")
@@ -479,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline_cmd.register(sub)
     rollout_cmd.register(sub)
     agents_cmd.register(sub)
+    health_cmd.register(sub)
     return parser
 
 

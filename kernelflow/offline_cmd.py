@@ -7,6 +7,14 @@ position = record number), and folds them with the pure projections of ``project
 Nothing is held in memory beyond what the projections keep (per-task summaries; the turns
 of tasks not yet ended during a dataset export). Output files are written next to their
 target and renamed into place at the end, so a failed run leaves nothing half-written.
+
+Where to start: the whole log (default), ``--start-seq N`` (events from that stream
+sequence or record number on), or ``--since TIME`` (an ISO-8601 time, or a duration back
+from now such as ``30m``, ``2h``, ``1d``): the tasks that *began* at or after TIME, each
+with its whole history, so that an export is still a valid log file, a dataset holds
+whole rollouts and a report counts whole tasks. On the live log the read starts at the
+first event JetStream stored at or after TIME (``DeliverPolicy.BY_START_TIME``); in a
+file, a task's first event's ``at`` decides.
 """
 
 from __future__ import annotations
@@ -16,14 +24,18 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 import nats.js.errors
+from nats.js import api
 
 from events import subjects
 from events.codec import encode
@@ -44,7 +56,7 @@ from projections.metrics import (
     by_workflow,
     projection_metrics,
 )
-from projections.report import report_json, report_text
+from projections.report import agent_rows, report_json, report_text, tool_rows
 from projections.rewards import REWARD_FUNCTIONS, UnknownReward, get_reward
 
 if TYPE_CHECKING:
@@ -104,6 +116,77 @@ def verify_file(path: Path) -> logfile.FileSummary:
         raise _usage(f"refusing {exc}") from exc
 
 
+# --------------------------------------------------------------------------- since
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SINCE_HELP = (
+    "only the tasks that began at or after TIME: ISO-8601 (2025-06-01T12:00, "
+    "2025-06-01T12:00:00Z; no zone = local time) or a duration back from now (90s, 30m, 2h, "
+    "1d, 1h30m)"
+)
+
+
+class BadTime(ValueError):
+    pass
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``--since``'s value as a Unix time. Raises BadTime saying what is accepted."""
+    now = time.time() if now is None else now
+    raw = text.strip()
+    if raw and _DURATION.sub("", raw) == "" and (parts := _DURATION.findall(raw)):
+        back = sum(float(n) * _UNIT_S[unit] for n, unit in parts)
+        return float(int(now - back))  # whole seconds: a readable boundary in file headers
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadTime(
+            f"--since {text!r}: not a time; use ISO-8601 (2025-06-01T12:00:00Z, "
+            "2025-06-01 12:00 in local time) or a duration back from now (30m, 2h, 1d)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a time without a zone is the local time
+    at = when.timestamp()
+    if at > now:
+        raise BadTime(f"--since {text!r} is in the future ({when.isoformat()})")
+    return at
+
+
+def iso_utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def first_seq_at(js: nats.js.JetStreamContext, at: float) -> int:
+    """The stream sequence of the first event JetStream stored at or after ``at`` (one
+    past the last event when there is none), found with a ``BY_START_TIME`` consumer."""
+    info = await js.add_consumer(
+        subjects.EVENTS_STREAM,
+        api.ConsumerConfig(
+            filter_subject=subjects.ALL_EVENTS,
+            deliver_policy=api.DeliverPolicy.BY_START_TIME,
+            opt_start_time=datetime.fromtimestamp(at, UTC),
+            ack_policy=api.AckPolicy.NONE,
+            mem_storage=True,
+            inactive_threshold=30.0,
+        ),
+    )
+    sub = None
+    try:
+        if info.num_pending:
+            sub = await js.pull_subscribe_bind(consumer=info.name, stream=subjects.EVENTS_STREAM)
+            msgs = await sub.fetch(batch=1, timeout=10)
+            return int(msgs[0].metadata.sequence.stream)
+        stream = await js.stream_info(subjects.EVENTS_STREAM)
+        return int(stream.state.last_seq) + 1
+    finally:
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await js.delete_consumer(subjects.EVENTS_STREAM, info.name)
+
+
 # --------------------------------------------------------------------------- sources
 
 
@@ -113,9 +196,17 @@ class EventFilter:
     group: str | None = None
     workflow: str | None = None
     start_seq: int = 1
+    since: float | None = None  # Unix time: only tasks whose first event is at or after it
 
     def as_dict(self) -> dict[str, str]:
-        return {k: str(v) for k, v in asdict(self).items() if v is not None and k != "start_seq"}
+        out = {
+            k: str(v)
+            for k, v in asdict(self).items()
+            if v is not None and k not in ("start_seq", "since")
+        }
+        if self.since is not None:
+            out["since"] = iso_utc(self.since)
+        return out
 
     @property
     def by_submission(self) -> bool:
@@ -128,12 +219,35 @@ class EventFilter:
 
 
 def filter_from(args: argparse.Namespace) -> EventFilter:
+    since = None
+    if getattr(args, "since", None) is not None:
+        try:
+            since = parse_since(args.since)
+        except BadTime as exc:
+            raise _usage(str(exc)) from exc
     return EventFilter(
         task=getattr(args, "task", None),
         group=getattr(args, "group", None),
         workflow=getattr(args, "workflow", None),
         start_seq=getattr(args, "start_seq", None) or 1,
+        since=since,
     )
+
+
+class _Started:
+    """The ``--since`` selection while reading in log order: a task is in once its first
+    event (``seq`` 1) was read at or after the time; events of older tasks are skipped."""
+
+    def __init__(self, since: float | None, by_event_time: bool) -> None:
+        self.since, self.by_event_time = since, by_event_time
+        self.tasks: set[str] = set()
+
+    def keeps(self, event: Event) -> bool:
+        if self.since is None:
+            return True
+        if event.seq == 1 and (not self.by_event_time or event.at >= self.since):
+            self.tasks.add(event.task_id)
+        return event.task_id in self.tasks
 
 
 class Source:
@@ -141,6 +255,7 @@ class Source:
     and returns the position of the last event read."""
 
     description: dict[str, Any]
+    flt: EventFilter
 
     def feed(self, apply: Apply, end: int | None = None) -> int:
         raise NotImplementedError
@@ -151,6 +266,8 @@ class FileSource(Source):
         self.path, self.flt = path, flt
         summary = verify_file(path)
         self.description = {"file": path.name, "sha256": summary.sha256, "records": summary.records}
+        if flt.since is not None:
+            self.description["since"] = iso_utc(flt.since)
         self._tasks: set[str] | None = None
         if flt.by_submission:
             self._tasks = {
@@ -162,6 +279,7 @@ class FileSource(Source):
     def feed(self, apply: Apply, end: int | None = None) -> int:
         last = 0
         flt, tasks = self.flt, self._tasks
+        started = _Started(flt.since, by_event_time=True)
         for pos, event in logfile.read_events(open_lines(self.path), name=str(self.path)):
             if end is not None and pos > end:
                 break
@@ -170,6 +288,8 @@ class FileSource(Source):
             if flt.task is not None and event.task_id != flt.task:
                 continue
             if tasks is not None and event.task_id not in tasks:
+                continue
+            if not started.keeps(event):
                 continue
             apply(pos, event)
             last = pos
@@ -186,10 +306,16 @@ async def live_events(
             if isinstance(e, TaskSubmitted) and flt.matches_submission(e):
                 tasks.add(e.task_id)
     subject = subjects.task_events(flt.task) if flt.task else subjects.ALL_EVENTS
-    async for seq, event in log.read(start_seq=flt.start_seq, subject=subject):
+    start = flt.start_seq
+    if flt.since is not None:
+        start = max(start, await first_seq_at(log.jetstream, flt.since))
+    started = _Started(flt.since, by_event_time=False)  # the read starts at the time
+    async for seq, event in log.read(start_seq=start, subject=subject):
         if end is not None and seq > end:
             break
         if tasks is not None and event.task_id not in tasks:
+            continue
+        if not started.keeps(event):
             continue
         yield seq, event
 
@@ -198,6 +324,8 @@ class LiveSource(Source):
     def __init__(self, bridge: Bridge, flt: EventFilter) -> None:
         self.bridge, self.flt = bridge, flt
         self.description = {"live": subjects.EVENTS_STREAM}
+        if flt.since is not None:
+            self.description["since"] = iso_utc(flt.since)
 
     def feed(self, apply: Apply, end: int | None = None) -> int:
         async def run() -> int:
@@ -248,7 +376,7 @@ def export_log(source: Source, out: Path, flt: EventFilter) -> logfile.FileSumma
 def cmd_log_export(args: argparse.Namespace, settings: Settings) -> int:
     out = Path(args.out)
     with source_for(args, settings) as source:
-        summary = export_log(source, out, filter_from(args))
+        summary = export_log(source, out, source.flt)
     print(
         f"exported {summary.records} events of {len(summary.tasks)} tasks to {out} "
         f"(sha256 {summary.sha256})"
@@ -373,12 +501,18 @@ def cmd_log_replay(args: argparse.Namespace, settings: Settings) -> int:
     if args.view == "metrics":
         projection = MetricsProjection().apply_all(enumerate(events, 1))
         t = projection.tasks[args.task]
+        run = projection_metrics(projection)
         view = {**msgspec.to_builtins(t), "wall_s": t.wall_s, "total_tokens": t.total_tokens}
         if args.json:
+            view["agents"] = msgspec.to_builtins(run.agents)
+            view["tools"] = msgspec.to_builtins(run.tools)
             print(json.dumps(view, indent=2))
         else:
             for k, v in view.items():
                 print(f"{k:<20} {v}")
+            print(f"\nPer agent (time: dispatch → result)\n{agent_rows(run)}")
+            if run.tools:
+                print(f"\nPer tool ({run.tool_calls} calls)\n{tool_rows(run)}")
         return 0
     if args.view == "counters":
         state = fold(args.task, events)
@@ -658,6 +792,7 @@ def _source(p: argparse.ArgumentParser, *, task_required: bool = False) -> None:
         p.add_argument(
             "--start-seq", type=int, help="start at this stream sequence (file: record number)"
         )
+        p.add_argument("--since", metavar="TIME", help=SINCE_HELP)
     _connection(p)
 
 

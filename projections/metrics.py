@@ -16,7 +16,17 @@ finished, cancelled or rejected; running tasks are only counted):
 - geometric-mean speedup: over correct tasks with a measured speedup;
 - verdict distribution: every verification of every task;
 - per-agent latency: seconds from an agent's dispatch to its result (``at`` stamps), and
-  the LLM latency each call recorded.
+  the LLM latency each call recorded;
+- per agent (``AgentMetrics``): runs (dispatches), LLM calls (the conductor's included),
+  tool calls, successes (runs that ended in ``output_parsed``, or for the verifier in a
+  passing verification), failures (``parse_failed``, ``agent_failed``, a verification that
+  did not pass), and total and mean seconds from dispatch to result;
+- per tool (``ToolMetrics``): calls, successes (``tool_called.ok``), failures, truncated
+  outputs, total and mean duration of a call.
+
+``FOLD_VERSION`` names what ``apply`` counts: bump it whenever the fold counts something new
+or differently, so that persisted snapshots of an older fold (the daemon's read model,
+``actors.readmodel``) are rebuilt from the start instead of resumed.
 """
 
 from __future__ import annotations
@@ -39,12 +49,14 @@ from events.model import (
     TaskFinished,
     TaskRejected,
     TaskSubmitted,
+    ToolCalled,
     VerificationCompleted,
 )
 from projections.rewards import RewardInput
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 RUNNING = "running"
+FOLD_VERSION = 2
 
 
 class TaskMetrics(msgspec.Struct, kw_only=True):
@@ -54,6 +66,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True):
     group_id: str = ""
     backend: str = ""
     status: str = RUNNING
+    reason: str = ""  # why the task ended (its terminal event's reason)
     submitted_at: float | None = None
     ended_at: float | None = None
     events: int = 0
@@ -70,6 +83,8 @@ class TaskMetrics(msgspec.Struct, kw_only=True):
     models: list[str] = []
     parse_failures: int = 0
     agent_failures: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
     decisions_by_mode: dict[str, int] = {}
     verdicts: list[str] = []
     best_speedup: float | None = None  # best speedup of a passing verification
@@ -113,6 +128,26 @@ def _bump(counts: dict[str, int], key: str, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
 
 
+class AgentTally(msgspec.Struct, kw_only=True):
+    """Running counts for one agent (see ``AgentMetrics`` for the definitions)."""
+
+    runs: int = 0
+    successes: int = 0
+    failures: int = 0
+    timed_runs: int = 0  # runs whose dispatch and result were both seen
+    total_s: float = 0.0  # dispatch → result, summed over the timed runs
+    llm_calls: int = 0
+    llm_s: float = 0.0
+    tool_calls: int = 0
+
+
+class ToolTally(msgspec.Struct, kw_only=True):
+    calls: int = 0
+    successes: int = 0
+    truncated: int = 0
+    total_s: float = 0.0
+
+
 class MetricsState(msgspec.Struct, kw_only=True):
     position: int = 0
     tasks: dict[str, TaskMetrics] = {}
@@ -120,6 +155,8 @@ class MetricsState(msgspec.Struct, kw_only=True):
     open_dispatches: dict[str, dict[str, tuple[str, float]]] = {}
     agent_latency_s: dict[str, list[float]] = {}
     llm_latency_s: dict[str, list[float]] = {}
+    agents: dict[str, AgentTally] = {}
+    tools: dict[str, ToolTally] = {}
 
 
 class MetricsProjection:
@@ -144,6 +181,12 @@ class MetricsProjection:
     def restore(cls, data: bytes) -> MetricsProjection:
         return cls(msgspec.json.decode(data, type=MetricsState))
 
+    def _agent(self, name: str) -> AgentTally:
+        tally = self.state.agents.get(name)
+        if tally is None:
+            tally = self.state.agents[name] = AgentTally()
+        return tally
+
     def apply(self, position: int, event: Event) -> bool:
         st = self.state
         if position <= st.position:
@@ -164,6 +207,7 @@ class MetricsProjection:
             t.submitted_at = event.at
         elif isinstance(event, AgentDispatched):
             t.steps += 1
+            self._agent(event.agent).runs += 1
             st.open_dispatches.setdefault(event.task_id, {})[event.dispatch_id] = (
                 event.agent,
                 event.at,
@@ -182,7 +226,25 @@ class MetricsProjection:
             if event.model and event.model not in t.models:
                 t.models = sorted([*t.models, event.model])
             st.llm_latency_s.setdefault(event.agent, []).append(event.latency_s)
+            a = self._agent(event.agent)
+            a.llm_calls += 1
+            a.llm_s += event.latency_s
+        elif isinstance(event, ToolCalled):
+            t.tool_calls += 1
+            self._agent(event.agent).tool_calls += 1
+            tool = st.tools.get(event.tool)
+            if tool is None:
+                tool = st.tools[event.tool] = ToolTally()
+            tool.calls += 1
+            tool.total_s += event.duration_s
+            if event.ok:
+                tool.successes += 1
+            else:
+                t.tool_failures += 1
+            if event.truncated:
+                tool.truncated += 1
         elif isinstance(event, OutputParsed | ParseFailed | AgentFailed | VerificationCompleted):
+            succeeded = isinstance(event, OutputParsed)
             if isinstance(event, ParseFailed):
                 t.parse_failures += 1
             elif isinstance(event, AgentFailed):
@@ -190,24 +252,35 @@ class MetricsProjection:
             elif isinstance(event, VerificationCompleted):
                 r = event.report
                 t.verdicts.append(r.verdict)
+                succeeded = r.passed
                 if r.passed and r.speedup is not None:
                     t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
+            a = self._agent(event.agent)
+            if succeeded:
+                a.successes += 1
+            else:
+                a.failures += 1
             opened = st.open_dispatches.get(event.task_id, {}).pop(event.dispatch_id, None)
             if opened is not None:
                 agent, at = opened
-                st.agent_latency_s.setdefault(agent, []).append(max(0.0, event.at - at))
+                took = max(0.0, event.at - at)
+                st.agent_latency_s.setdefault(agent, []).append(took)
+                a.timed_runs += 1
+                a.total_s += took
         elif isinstance(event, ConductorDecided):
             _bump(t.decisions_by_mode, event.mode)
         elif isinstance(event, RewardAssigned):
             t.rewards[f"{event.reward_fn}@{event.version}"] = event.value
         elif isinstance(event, TaskFinished):
             t.status = event.status
+            t.reason = event.reason
             t.ended_at = event.at
             t.final_verdict = event.verdict
             t.final_speedup = event.speedup
             st.open_dispatches.pop(event.task_id, None)
         elif isinstance(event, TaskCancelled | TaskRejected):
             t.status = "cancelled" if isinstance(event, TaskCancelled) else "rejected"
+            t.reason = event.reason
             t.ended_at = event.at
             if isinstance(event, TaskRejected) and event.task_name and not t.task_name:
                 t.task_name = event.task_name
@@ -244,6 +317,63 @@ def latency_stats(values: Sequence[float]) -> LatencyStats:
     )
 
 
+class AgentMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent over a run. ``runs``: its dispatches; ``successes``: runs that ended in
+    parsed output (the verifier: in a passing verification); ``failures``: runs that
+    ended in a parse failure, an agent failure or a verification that did not pass;
+    ``unfinished``: runs with no result (yet); ``total_s`` / ``mean_s``: dispatch → result
+    over the runs whose both ends were read. ``llm_calls`` counts the conductor's too."""
+
+    runs: int
+    successes: int
+    failures: int
+    unfinished: int
+    success_rate: float | None
+    total_s: float
+    mean_s: float | None
+    llm_calls: int
+    llm_s: float
+    tool_calls: int
+
+
+class ToolMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    calls: int
+    successes: int
+    failures: int
+    truncated: int
+    success_rate: float | None
+    total_s: float
+    mean_s: float | None
+
+
+def agent_metrics(tally: AgentTally) -> AgentMetrics:
+    ended = tally.successes + tally.failures
+    return AgentMetrics(
+        runs=tally.runs,
+        successes=tally.successes,
+        failures=tally.failures,
+        unfinished=max(0, tally.runs - ended),
+        success_rate=tally.successes / ended if ended else None,
+        total_s=tally.total_s,
+        mean_s=tally.total_s / tally.timed_runs if tally.timed_runs else None,
+        llm_calls=tally.llm_calls,
+        llm_s=tally.llm_s,
+        tool_calls=tally.tool_calls,
+    )
+
+
+def tool_metrics(tally: ToolTally) -> ToolMetrics:
+    return ToolMetrics(
+        calls=tally.calls,
+        successes=tally.successes,
+        failures=tally.calls - tally.successes,
+        truncated=tally.truncated,
+        success_rate=tally.successes / tally.calls if tally.calls else None,
+        total_s=tally.total_s,
+        mean_s=tally.total_s / tally.calls if tally.calls else None,
+    )
+
+
 class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     tasks: int
     ended: int
@@ -264,6 +394,9 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     rewards_mean: dict[str, float]
     agent_latency: dict[str, LatencyStats] = {}
     llm_latency: dict[str, LatencyStats] = {}
+    tool_calls: int = 0
+    agents: dict[str, AgentMetrics] = {}
+    tools: dict[str, ToolMetrics] = {}
 
 
 def fast_p(tasks: Sequence[TaskMetrics], p: float) -> float | None:
@@ -289,6 +422,8 @@ def run_metrics(
     fast_ps: Sequence[float] = DEFAULT_FAST_P,
     agent_latency_s: dict[str, list[float]] | None = None,
     llm_latency_s: dict[str, list[float]] | None = None,
+    agents: dict[str, AgentTally] | None = None,
+    tools: dict[str, ToolTally] | None = None,
 ) -> RunMetrics:
     ts = sorted(tasks, key=lambda t: t.task_id)
     ended = [t for t in ts if t.ended]
@@ -325,6 +460,9 @@ def run_metrics(
         rewards_mean={k: math.fsum(v) / len(v) for k, v in sorted(reward_sums.items())},
         agent_latency={a: latency_stats(v) for a, v in sorted((agent_latency_s or {}).items())},
         llm_latency={a: latency_stats(v) for a, v in sorted((llm_latency_s or {}).items())},
+        tool_calls=sum(t.tool_calls for t in ts),
+        agents={a: agent_metrics(v) for a, v in sorted((agents or {}).items())},
+        tools={name: tool_metrics(v) for name, v in sorted((tools or {}).items())},
     )
 
 
@@ -337,6 +475,8 @@ def projection_metrics(
         fast_ps=fast_ps,
         agent_latency_s=st.agent_latency_s,
         llm_latency_s=st.llm_latency_s,
+        agents=st.agents,
+        tools=st.tools,
     )
 
 

@@ -86,6 +86,54 @@ def summary_rows(metrics: dict[str, RunMetrics]) -> str:
     return table(headers, rows)
 
 
+def agent_rows(m: RunMetrics) -> str:
+    agents = sorted(set(m.agents) | set(m.agent_latency) | set(m.llm_latency))
+    rows = []
+    for a in agents:
+        s, d, c = m.agents.get(a), m.agent_latency.get(a), m.llm_latency.get(a)
+        rows.append(
+            [
+                a,
+                s.runs if s else 0,
+                s.successes if s else 0,
+                s.failures if s else 0,
+                _pct(s.success_rate) if s else "-",
+                s.total_s if s else None,
+                s.mean_s if s else None,
+                d.p50_s if d else None,
+                d.p90_s if d else None,
+                d.max_s if d else None,
+                c.count if c else 0,
+                c.mean_s if c else None,
+                s.tool_calls if s else 0,
+            ]
+        )
+    headers = [
+        "agent",
+        "runs",
+        "ok",
+        "failed",
+        "ok%",
+        "total_s",
+        "mean_s",
+        "p50_s",
+        "p90_s",
+        "max_s",
+        "llm_calls",
+        "llm_mean_s",
+        "tool_calls",
+    ]
+    return table(headers, rows)
+
+
+def tool_rows(m: RunMetrics) -> str:
+    rows = [
+        [name, t.calls, t.successes, t.failures, _pct(t.success_rate), t.truncated, t.mean_s]
+        for name, t in m.tools.items()
+    ]
+    return table(["tool", "calls", "ok", "failed", "ok%", "truncated", "mean_s"], rows)
+
+
 def report_text(
     overall: RunMetrics, per_workflow: dict[str, RunMetrics], tasks: Sequence[TaskMetrics]
 ) -> str:
@@ -99,7 +147,8 @@ def report_text(
         "Verdicts: "
         + (", ".join(f"{k} {v}" for k, v in overall.verdicts.items()) or "none")
         + f"   statuses: {', '.join(f'{k} {v}' for k, v in overall.statuses.items()) or 'none'}",
-        f"LLM calls: {overall.llm_calls}   tokens: {overall.total_tokens}   cost: "
+        f"LLM calls: {overall.llm_calls}   tool calls: {overall.tool_calls}   tokens: "
+        f"{overall.total_tokens}   cost: "
         + ("-" if overall.cost_usd is None else f"${overall.cost_usd:.4f}"),
     ]
     if overall.rewards_mean:
@@ -107,27 +156,10 @@ def report_text(
             "Mean recorded reward: "
             + ", ".join(f"{k} {v:.3g}" for k, v in overall.rewards_mean.items())
         )
-    if overall.agent_latency or overall.llm_latency:
-        agents = sorted(set(overall.agent_latency) | set(overall.llm_latency))
-        rows = []
-        for a in agents:
-            d, c = overall.agent_latency.get(a), overall.llm_latency.get(a)
-            rows.append(
-                [
-                    a,
-                    d.count if d else 0,
-                    d.p50_s if d else None,
-                    d.p90_s if d else None,
-                    d.max_s if d else None,
-                    c.count if c else 0,
-                    c.mean_s if c else None,
-                ]
-            )
-        parts += [
-            "",
-            "Per-agent latency (dispatch → result; LLM call)",
-            table(["agent", "runs", "p50_s", "p90_s", "max_s", "llm_calls", "llm_mean_s"], rows),
-        ]
+    if overall.agents or overall.agent_latency or overall.llm_latency:
+        parts += ["", "Per agent (time: dispatch → result)", agent_rows(overall)]
+    if overall.tools:
+        parts += ["", f"Per tool ({overall.tool_calls} calls)", tool_rows(overall)]
     return "\n".join(parts)
 
 

@@ -1,0 +1,453 @@
+"""The status read model: per-task summaries a daemon keeps current from the log, answering
+``kernelflow status`` over NATS request/reply instead of every caller re-reading the log.
+
+What it is: ``projections.metrics.MetricsProjection`` (a pure fold that remembers the
+stream sequence of the last event it applied and ignores anything at or before it), fed
+from ``KF_EVENTS`` in stream order on the bridge loop, and a responder on
+``kf.query.status`` (queue group ``kf-readmodel``: one of the daemons that host a read
+model answers each query).
+
+Position and persistence. The fold's state and its position are one document, saved
+together (every ``snapshot_every_s`` seconds when it moved, and on stop) as one object in
+the JetStream object store ``KF_READMODEL``. On start the read model loads that snapshot
+and reads the log from ``position + 1``; if it has none (or it is unusable: another fold
+version, a recreated stream, a damaged object) it rebuilds from the start. Why this and
+not the consumer's ack floor: a durable consumer's acknowledged position and a snapshot
+stored elsewhere can never be written atomically, so after a crash one would be ahead of
+the other and events would be lost or counted twice. Keeping the position *inside* the
+snapshot makes "state = fold(log[1..position])" true of every snapshot ever written, by
+whichever daemon: the fold is deterministic, so two daemons' snapshots at one position are
+equal, and a snapshot that is behind only costs catch-up time. The durable consumer
+(``kf-readmodel-<instance>``, no acks, removed by the server a minute after its daemon
+is gone) is just the cursor of one process: recreated at ``position + 1`` on every start
+and whenever a gap in its delivery sequence shows a message was lost in transit. The fold
+also skips positions it already applied, so nothing is ever counted twice. A snapshot is
+bounded by nothing but the number of tasks (a few hundred bytes each): the object store
+chunks it, so it is not limited by the NATS message size.
+
+Queries may name a stream sequence (``after``): the answer waits (up to ``wait_s``) until
+the fold has applied it, so ``kernelflow status`` sees everything recorded before it
+asked. Replies carry at most ``limit`` rows (``offset`` pages through the rest), in the
+order tasks first appeared in the log, which is the same in every daemon's read model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext, api
+from nats.js.object_store import ObjectStore
+
+from actors.bridge import Bridge
+from actors.pull import CreditPuller
+from events import subjects
+from events.codec import MalformedMessage, decode_event
+from events.log import EventLog
+from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
+
+log = logging.getLogger("kernelflow.readmodel")
+
+QUERY_SUBJECT = "kf.query.status"
+QUEUE_GROUP = "kf-readmodel"
+BUCKET = "KF_READMODEL"
+SNAPSHOT = f"status-v{FOLD_VERSION}"
+PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
+MAX_REASON = 300
+_BATCH = 256
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    fold_version: int
+    stream_created: str  # the log it is a fold of (a recreated stream starts again at 1)
+    saved_at: float
+    state: MetricsState
+
+
+def status_row(t: TaskMetrics) -> dict[str, Any]:
+    """A task's line in ``kernelflow status``: the keys of the CLI's one-task summary,
+    without the final code (``kernelflow status TASK`` shows it)."""
+    reason = t.reason if t.ended else None
+    if reason is not None and len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 1] + "…"
+    return {
+        "task_id": t.task_id,
+        "status": t.status,
+        "steps": t.steps,
+        "verdict": t.final_verdict,
+        "speedup": t.final_speedup,
+        "reason": reason,
+        "verifications": list(t.verdicts),
+        "events": t.events,
+    }
+
+
+def status_rows(projection: MetricsProjection) -> list[dict[str, Any]]:
+    return [status_row(t) for t in projection.tasks.values()]
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:64]
+
+
+class ReadModel:
+    """Runs on the bridge loop. ``start``/``stop`` are called from another thread."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        instance: str,
+        *,
+        snapshot_every_s: float = 5.0,
+        persist: bool = True,
+        consumer_check_s: float = 10.0,
+    ) -> None:
+        self.bridge = bridge
+        self.instance = instance
+        self.durable = f"kf-readmodel-{_safe_name(instance)}"
+        self.projection = MetricsProjection()
+        self.snapshot_every_s = snapshot_every_s
+        self.consumer_check_s = consumer_check_s
+        self.persist = persist
+        self.restored_from = 0  # the position of the snapshot it started from
+        self.rebuilt_because = ""  # why it started from scratch, if it did
+        self.saved_position = 0
+        self._store: ObjectStore | None = None
+        self._stream_created = ""
+        self._moved = asyncio.Event()  # set (and replaced) whenever the position moves
+        self._tasks: list[asyncio.Task[None]] = []
+        self._queries: set[asyncio.Task[None]] = set()
+        self._sub: Subscription | None = None
+
+    @property
+    def position(self) -> int:
+        return self.projection.position
+
+    def describe(self) -> dict[str, Any]:
+        """For the health responder (called on the loop)."""
+        return {
+            "position": self.position,
+            "tasks": len(self.projection.tasks),
+            "restored_from": self.restored_from,
+            "rebuilt_because": self.rebuilt_because,
+            "saved_position": self.saved_position,
+            "persist": self._store is not None,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 60.0) -> ReadModel:
+        self.bridge.call(self._start(), timeout=timeout_s)
+        return self
+
+    async def _start(self) -> None:
+        js = self.bridge.log.jetstream
+        info = await js.stream_info(subjects.EVENTS_STREAM)
+        self._stream_created = str(info.created or "")
+        if self.persist:
+            try:
+                self._store = await self._open_store()
+                await self._restore(int(info.state.last_seq))
+            except Exception as exc:  # run without persistence rather than not at all
+                log.warning("read model: no snapshot store (%r); folding from the start", exc)
+                self._store = None
+                self.rebuilt_because = f"snapshot store unavailable: {exc!r}"
+        self._sub = await self.bridge.nc.subscribe(
+            QUERY_SUBJECT, queue=QUEUE_GROUP, cb=self._on_query
+        )
+        self._tasks.append(asyncio.create_task(self._consume(), name="kf-readmodel"))
+        if self._store is not None:
+            self._tasks.append(asyncio.create_task(self._snapshots(), name="kf-readmodel-snap"))
+        log.info(
+            "read model at position %d (%s); following %s",
+            self.position,
+            f"restored from {self.restored_from}" if self.restored_from else "from the start",
+            subjects.EVENTS_STREAM,
+        )
+
+    def stop(self, timeout_s: float = 30.0, *, save: bool = True) -> None:
+        """Stop following the log and answering; save the position reached (``save=False``
+        leaves the store as a crash would)."""
+        with contextlib.suppress(Exception):
+            self.bridge.call(self._stop(save), timeout=timeout_s)
+
+    async def _stop(self, save: bool) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        for task in [*self._tasks, *self._queries]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._queries, return_exceptions=True)
+        try:
+            if save:
+                await self.save()
+        except Exception as exc:
+            log.warning("read model: final snapshot failed: %r", exc)
+        with contextlib.suppress(Exception):
+            await self.bridge.log.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def _open_store(self) -> ObjectStore:
+        js = self.bridge.log.jetstream
+        try:
+            return await js.object_store(BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            config = api.ObjectStoreConfig(
+                description="kernelflow read-model snapshots (state + log position)",
+                storage=api.StorageType.FILE,
+                replicas=self.bridge.streams.replicas,
+            )
+            return await js.create_object_store(BUCKET, config=config)
+
+    async def _restore(self, stream_last_seq: int) -> None:
+        assert self._store is not None
+        try:
+            data = (await asyncio.wait_for(self._store.get(SNAPSHOT), 30.0)).data
+        except nats.js.errors.NotFoundError:
+            self.rebuilt_because = "no snapshot yet"
+            return
+        except Exception as exc:  # damaged, half-replaced, timed out: refold
+            self.rebuilt_because = f"snapshot unreadable: {exc!r}"
+            return
+        try:
+            snap = msgspec.json.decode(data or b"", type=Snapshot)
+        except msgspec.DecodeError as exc:
+            self.rebuilt_because = f"snapshot undecodable: {exc}"
+            return
+        why = ""
+        if snap.fold_version != FOLD_VERSION:
+            why = f"snapshot of fold version {snap.fold_version}, this is {FOLD_VERSION}"
+        elif snap.stream_created != self._stream_created:
+            why = f"snapshot of another {subjects.EVENTS_STREAM} (created {snap.stream_created})"
+        elif snap.state.position > stream_last_seq:
+            why = f"snapshot at {snap.state.position}, beyond the log's end {stream_last_seq}"
+        if why:
+            self.rebuilt_because = why
+            return
+        self.projection = MetricsProjection(snap.state)
+        self.restored_from = self.saved_position = snap.state.position
+
+    async def save(self) -> bool:
+        """Store the state with its position, unless a snapshot at least as far exists."""
+        if self._store is None or self.position <= self.saved_position:
+            return False
+        with contextlib.suppress(Exception):
+            stored = await self._store.get_info(SNAPSHOT)
+            if _position_of(stored.description) >= self.position:
+                self.saved_position = self.position  # another daemon got as far
+                return False
+        position = self.position
+        doc = Snapshot(
+            fold_version=FOLD_VERSION,
+            stream_created=self._stream_created,
+            saved_at=time.time(),
+            state=self.projection.state,
+        )
+        data = msgspec.json.encode(doc)  # one encode on the loop: state and position agree
+        meta = api.ObjectMeta(name=SNAPSHOT, description=f"position {position}")
+        await self._store.put(SNAPSHOT, data, meta=meta)
+        self.saved_position = position
+        return True
+
+    async def _snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(self.snapshot_every_s)
+            try:
+                await self.save()
+            except Exception as exc:  # the next one will do
+                log.warning("read model: snapshot failed: %r", exc)
+
+    # ------------------------------------------------------------------ folding
+
+    async def _consume(self) -> None:
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS restarting, consumer gone, a gap: go again
+                log.warning("read model: following the log from %d: %r", self.position + 1, exc)
+                await asyncio.sleep(0.5)
+
+    async def _follow(self) -> None:
+        js = self.bridge.log.jetstream
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_consumer(subjects.EVENTS_STREAM, self.durable)
+        await js.add_consumer(
+            subjects.EVENTS_STREAM,
+            api.ConsumerConfig(
+                durable_name=self.durable,
+                filter_subject=subjects.ALL_EVENTS,
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=self.position + 1,
+                ack_policy=api.AckPolicy.NONE,
+                inactive_threshold=60.0,
+                mem_storage=True,
+            ),
+        )
+        gap: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gap_at = 0
+        expected = 1  # the consumer's own delivery sequence: a jump means a lost message
+
+        def deliver(msg: Msg) -> None:
+            nonlocal expected, gap_at
+            if gap.done():
+                return
+            meta = msg.metadata
+            if meta.sequence.consumer != expected:
+                gap_at = meta.sequence.consumer
+                gap.set_result(None)
+                return
+            expected += 1
+            try:
+                event = decode_event(msg.data)
+            except MalformedMessage as exc:  # not ours to fold; the log keeps it
+                log.warning("read model: skipping %s: %s", msg.subject, exc)
+                return
+            if self.projection.apply(meta.sequence.stream, event):
+                self._moved.set()
+                self._moved = asyncio.Event()
+
+        async def watch() -> None:
+            # A consumer removed under us (e.g. after a long disconnect) answers no pulls.
+            while True:
+                await asyncio.sleep(self.consumer_check_s)
+                await js.consumer_info(subjects.EVENTS_STREAM, self.durable)
+
+        puller = CreditPuller(
+            self.bridge.nc, subjects.EVENTS_STREAM, self.durable, lambda: _BATCH, deliver
+        )
+        running = {asyncio.create_task(puller.run()), asyncio.create_task(watch())}
+        try:
+            done, _ = await asyncio.wait({*running, gap}, return_when=asyncio.FIRST_COMPLETED)
+            if gap in done:
+                raise RuntimeError(f"delivery {gap.result()} arrived where {expected} was expected")
+            for task in done:
+                task.result()  # raises why it stopped
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def caught_up(self, position: int, wait_s: float) -> bool:
+        """Wait until the fold applied ``position`` (at most ``wait_s``)."""
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while self.position < position:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), left)
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    async def _on_query(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._answer(msg))  # a waiting query blocks no other
+        self._queries.add(task)
+        task.add_done_callback(self._queries.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            request = json.loads(msg.data or b"{}")
+            if not isinstance(request, dict):
+                raise ValueError("the query must be a JSON object")
+            after = int(request.get("after", 0))
+            wait_s = min(max(float(request.get("wait_s", 5.0)), 0.0), 30.0)
+            offset = max(int(request.get("offset", 0)), 0)
+            limit = min(max(int(request.get("limit", PAGE)), 1), PAGE)
+            task_id = request.get("task_id")
+        except (ValueError, TypeError) as exc:
+            await _respond(msg, {"ok": False, "error": f"bad status query: {exc}"})
+            return
+        behind = not await self.caught_up(after, wait_s)
+        reply: dict[str, Any] = {
+            "ok": True,
+            "instance": self.instance,
+            "position": self.position,
+            "behind": behind,
+        }
+        if task_id is not None:
+            t = self.projection.tasks.get(str(task_id))
+            reply["row"] = status_row(t) if t is not None else None
+        else:
+            tasks = self.projection.tasks
+            reply["total"] = len(tasks)
+            reply["rows"] = [status_row(t) for t in list(tasks.values())[offset : offset + limit]]
+        await _respond(msg, reply)
+
+
+async def _respond(msg: Msg, body: dict[str, Any]) -> None:
+    if msg.reply:
+        with contextlib.suppress(Exception):
+            await msg.respond(json.dumps(body).encode())
+
+
+def _position_of(description: str | None) -> int:
+    match = re.fullmatch(r"position (\d+)", description or "")
+    return int(match.group(1)) if match else 0
+
+
+# --------------------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True)
+class StatusAnswer:
+    rows: list[dict[str, Any]]
+    instance: str
+    position: int
+
+
+class NoAnswer(Exception):
+    """No read model could answer (none running, or none caught up in time): why."""
+
+
+async def query_status(nc: NATS, js: JetStreamContext, wait_s: float = 5.0) -> StatusAnswer:
+    """Every task's status row from a daemon's read model, as of (at least) the end of the
+    log when asked. Raises NoAnswer."""
+    stream = await js.stream_info(subjects.EVENTS_STREAM)
+    after = int(stream.state.last_seq)
+    rows: list[dict[str, Any]] = []
+    instance, position = "", 0
+    while True:
+        query = {"after": after, "wait_s": wait_s, "offset": len(rows), "limit": PAGE}
+        try:
+            msg = await nc.request(QUERY_SUBJECT, json.dumps(query).encode(), timeout=wait_s + 5.0)
+        except nats.errors.NoRespondersError:
+            raise NoAnswer("no daemon runs a read model") from None
+        except (nats.errors.TimeoutError, TimeoutError):
+            raise NoAnswer(f"no read model answered within {wait_s + 5.0:g}s") from None
+        body = json.loads(msg.data)
+        if not body.get("ok"):
+            raise NoAnswer(f"the read model refused the query: {body.get('error')}")
+        if body.get("behind"):
+            raise NoAnswer(
+                f"the read model of {body.get('instance')} is catching up "
+                f"(at {body.get('position')} of {after})"
+            )
+        instance, position = body["instance"], max(position, int(body["position"]))
+        page = body.get("rows") or []
+        rows.extend(page)
+        if not page or len(rows) >= int(body.get("total", 0)):
+            return StatusAnswer(rows, instance, position)
+
+
+async def fold_status(event_log: EventLog) -> list[dict[str, Any]]:
+    """The same rows, folded here from the whole log in one pass (no daemon needed)."""
+    projection = MetricsProjection()
+    async for seq, event in event_log.read():
+        projection.apply(seq, event)
+    return status_rows(projection)

@@ -1,0 +1,418 @@
+"""``kernelflow health``: is everything a run needs up?
+
+Checks, in order: NATS (reachable, JetStream enabled); the streams (``KF_EVENTS``,
+``KF_CMD``: present, with the subjects, retention and storage kernelflow needs); the
+durable consumers (work waiting for a role no daemon hosts); the daemons (each answers
+``kf.health.ping`` with its roles, pools, uptime and LLM; at least ``--min-daemons`` must
+answer within ``--wait`` seconds, none with ``--no-daemons``); the LLM provider this
+machine is configured with (the spec resolves into providers, per agent; nothing is
+called, so nothing is paid); and the tool registry (every tool builds).
+
+Each check is ``ok``, ``warn`` (worth knowing, not blocking) or ``fail``. Exit status: 0
+healthy (no ``fail``), 1 unhealthy, 2 bad usage. It reads only: it creates no stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import nats
+import nats.js.errors
+from nats.js import api
+
+from actors.health import llm_description, ping_daemons, safe_spec, safe_url
+from events import subjects
+from kernelflow.nats_server import NatsServerError
+from projections.report import table
+
+if TYPE_CHECKING:
+    from kernelflow.settings import Settings
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+# The agents whose LLM settings are shown when no workflow narrows them down.
+LLM_AGENTS = ("conductor", "designer", "coder")
+DEFAULT_ROLES = ("conductor", "designer", "coder", "verifier")
+
+
+@dataclass
+class Check:
+    component: str
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: list[str]
+    retention: api.RetentionPolicy
+
+
+STREAMS = (
+    StreamSpec(subjects.EVENTS_STREAM, [subjects.ALL_EVENTS], api.RetentionPolicy.LIMITS),
+    StreamSpec(subjects.COMMANDS_STREAM, [subjects.ALL_COMMANDS], api.RetentionPolicy.WORK_QUEUE),
+)
+
+
+def _usage(message: str) -> Exception:
+    from kernelflow.cli import UsageError
+
+    return UsageError(message)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.checks: list[Check] = []
+        self.sections: dict[str, Any] = {}
+
+    def add(self, component: str, name: str, status: str, detail: str) -> None:
+        self.checks.append(Check(component, name, status, detail))
+
+    @property
+    def healthy(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "checks": [asdict(c) for c in self.checks],
+            **self.sections,
+        }
+
+    def text(self) -> str:
+        rows = [[c.component, c.name, c.status.upper(), c.detail] for c in self.checks]
+        fails = sum(c.status == FAIL for c in self.checks)
+        warns = sum(c.status == WARN for c in self.checks)
+        verdict = "healthy" if self.healthy else f"UNHEALTHY: {fails} check(s) failed"
+        if warns:
+            verdict += f" ({warns} warning{'s' if warns > 1 else ''})"
+        return table(["component", "name", "status", "detail"], rows) + f"\n\n{verdict}"
+
+
+# --------------------------------------------------------------------------- NATS side
+
+
+async def check_nats(url: str, report: Report, args: argparse.Namespace, replicas: int) -> None:
+    shown = safe_url(url)
+    report.sections["nats_url"] = shown
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc) or exc.__class__.__name__)
+
+    try:
+        # One try per server, no reconnecting: a health check must not hang.
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                name="kernelflow-health",
+                connect_timeout=3,
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.2,
+                error_cb=on_error,
+            ),
+            timeout=15,
+        )
+    except Exception as exc:
+        why = errors[-1] if errors else repr(exc)
+        report.add("nats", shown, FAIL, f"cannot connect: {why}")
+        report.add("streams", "-", SKIP, "NATS unreachable")
+        report.add("daemons", "-", SKIP if args.no_daemons else FAIL, "NATS unreachable")
+        return
+    try:
+        info = getattr(nc, "_server_info", {}) or {}
+        version = info.get("version", "?")
+        js = nc.jetstream()
+        try:
+            account = await js.account_info()
+        except Exception as exc:
+            report.add("nats", shown, FAIL, f"server {version}: JetStream not available: {exc!r}")
+            report.sections["nats"] = {"version": version, "jetstream": False}
+            return
+        report.sections["nats"] = {
+            "version": version,
+            "jetstream": True,
+            "streams": account.streams,
+            "storage_bytes": account.storage,
+        }
+        report.add(
+            "nats",
+            shown,
+            OK,
+            f"server {version}, JetStream enabled ({account.streams} streams, "
+            f"{account.storage / 1e6:.1f} MB stored)",
+        )
+        last_seq = await check_streams(js, report, replicas)
+        hosted = await check_daemons(nc, report, args, last_seq)
+        await check_consumers(js, report, hosted)
+    finally:
+        await nc.close()
+
+
+async def check_streams(js: Any, report: Report, replicas: int) -> int:
+    """Returns the event log's last sequence (0 when it is missing)."""
+    streams: dict[str, Any] = {}
+    last_seq = 0
+    for spec in STREAMS:
+        try:
+            info = await js.stream_info(spec.name)
+        except nats.js.errors.NotFoundError:
+            report.add(
+                "stream",
+                spec.name,
+                FAIL,
+                "missing (a daemon or any kernelflow command that connects creates it)",
+            )
+            streams[spec.name] = None
+            continue
+        c, s = info.config, info.state
+        streams[spec.name] = {
+            "subjects": c.subjects,
+            "retention": str(getattr(c.retention, "value", c.retention)),
+            "storage": str(getattr(c.storage, "value", c.storage)),
+            "replicas": c.num_replicas,
+            "messages": s.messages,
+            "bytes": s.bytes,
+            "first_seq": s.first_seq,
+            "last_seq": s.last_seq,
+            "consumers": s.consumer_count,
+        }
+        if spec.name == subjects.EVENTS_STREAM:
+            last_seq = int(s.last_seq)
+        problems = []
+        if c.subjects != spec.subjects:
+            problems.append(f"subjects {c.subjects}, need {spec.subjects}")
+        if c.retention != spec.retention:
+            problems.append(f"retention {c.retention}, need {spec.retention}")
+        detail = (
+            f"{s.messages} messages, {s.bytes / 1e6:.1f} MB, seq {s.first_seq}..{s.last_seq}, "
+            f"{s.consumer_count} consumers, {streams[spec.name]['storage']} storage, "
+            f"replicas {c.num_replicas}"
+        )
+        if problems:
+            report.add("stream", spec.name, FAIL, "; ".join(problems))
+        elif c.storage != api.StorageType.FILE:
+            report.add("stream", spec.name, WARN, f"{detail} (not file storage: not durable)")
+        elif (c.num_replicas or 1) != replicas:
+            report.add("stream", spec.name, WARN, f"{detail} (KF_REPLICAS is {replicas})")
+        else:
+            report.add("stream", spec.name, OK, detail)
+    report.sections["streams"] = streams
+    return last_seq
+
+
+async def check_daemons(
+    nc: Any, report: Report, args: argparse.Namespace, last_seq: int
+) -> set[str]:
+    """Ping the daemons; return the roles they host."""
+    answers = await ping_daemons(nc, args.wait)
+    report.sections["daemons"] = answers
+    hosted: set[str] = set()
+    for a in answers:
+        roles = [str(r) for r in a.get("roles", [])]
+        hosted.update(roles)
+        pools = a.get("pools", {})
+        llm = (a.get("llm") or {}).get("spec") or "none"
+        detail = (
+            f"{a.get('host')} pid {a.get('pid')}, up {float(a.get('uptime_s', 0)):.0f}s; "
+            + ", ".join(f"{r} x{pools.get(r, '?')}" for r in roles)
+            + f"; llm {llm}"
+        )
+        rm = a.get("read_model")
+        if isinstance(rm, dict):
+            lag = max(0, last_seq - int(rm.get("position", 0)))
+            detail += f"; read model at {rm.get('position')} ({lag} behind)"
+        status = WARN if "error" in a else OK
+        report.add("daemon", str(a.get("daemon_id", "?")), status, detail)
+    wanted = 0 if args.no_daemons else args.min_daemons
+    if len(answers) < wanted:
+        report.add(
+            "daemons",
+            f"{len(answers)} answering",
+            FAIL,
+            f"need at least {wanted} within {args.wait:g}s (start one: kernelflow daemon; "
+            "or pass --no-daemons)",
+        )
+    elif not answers:
+        report.add("daemons", "0 answering", SKIP, "--no-daemons")
+    else:
+        missing = [r for r in DEFAULT_ROLES if r not in hosted]
+        if missing:
+            report.add("daemons", "roles", WARN, f"no daemon hosts {', '.join(missing)}")
+    return hosted
+
+
+def _role_of(consumer: str) -> str | None:
+    if consumer.startswith("kf-conductor"):
+        return "conductor"
+    if consumer.startswith("kf-agent-"):
+        return consumer.removeprefix("kf-agent-")
+    return None
+
+
+async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
+    consumers = []
+    for spec in STREAMS:
+        try:
+            infos = await js.consumers_info(spec.name)
+        except Exception:
+            continue
+        for info in infos:
+            name = info.name
+            role = _role_of(name)
+            if role is None:
+                continue
+            pending, in_flight = info.num_pending or 0, info.num_ack_pending or 0
+            consumers.append(
+                {
+                    "stream": spec.name,
+                    "name": name,
+                    "role": role,
+                    "pending": pending,
+                    "ack_pending": in_flight,
+                    "redelivered": info.num_redelivered or 0,
+                }
+            )
+            detail = f"{pending} waiting, {in_flight} in progress"
+            if pending and role not in hosted:
+                report.add("consumer", name, WARN, f"{detail}; no answering daemon hosts {role}")
+            elif pending or in_flight:
+                report.add("consumer", name, OK, detail)
+    report.sections["consumers"] = consumers
+
+
+# --------------------------------------------------------------------------- local side
+
+
+def check_llm(report: Report, spec_arg: str | None) -> None:
+    from actors.llm import ProviderSpecError, default_llm_spec, make_provider
+
+    try:
+        spec = spec_arg or default_llm_spec()
+    except ProviderSpecError as exc:
+        report.add("llm", "config", FAIL, str(exc))
+        report.sections["llm"] = {"error": str(exc)}
+        return
+    if not spec:
+        report.add(
+            "llm",
+            "-",
+            WARN,
+            "no provider configured here (--llm, KF_LLM, KF_LLM_CONFIG or ANTHROPIC_API_KEY); "
+            "each daemon reports its own",
+        )
+        report.sections["llm"] = {"provider": None, "agents": {}}
+        return
+    try:
+        provider = make_provider(spec)
+    except ProviderSpecError as exc:
+        report.add("llm", safe_spec(spec) or "-", FAIL, str(exc))
+        report.sections["llm"] = {"spec": safe_spec(spec), "error": str(exc)}
+        return
+    config = getattr(provider, "config", None)
+    agents = sorted({*LLM_AGENTS, *getattr(config, "agents", {})})
+    described = llm_description(provider, agents)
+    report.sections["llm"] = described
+    for agent, entry in described["agents"].items():
+        if "error" in entry:
+            report.add("llm", agent, FAIL, entry["error"])
+            continue
+        model = entry.get("model")
+        status, note = OK, f", model {model}" if model else ""
+        if entry.get("provider") == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
+            status, note = WARN, f"{note}; ANTHROPIC_API_KEY is not set"
+        report.add("llm", agent, status, f"{entry.get('spec')}{note}")
+
+
+def check_tools(report: Report) -> None:
+    try:
+        from actors.tools import make_tool, tool_names
+    except Exception as exc:  # the registry is optional: say so
+        report.add("tools", "registry", WARN, f"no tool registry ({exc.__class__.__name__}: {exc})")
+        report.sections["tools"] = {"available": False, "error": str(exc)}
+        return
+    tools = []
+    try:
+        names = list(tool_names())
+    except Exception as exc:
+        report.add("tools", "registry", FAIL, f"tool_names() failed: {exc!r}")
+        report.sections["tools"] = {"available": False, "error": repr(exc)}
+        return
+    for name in names:
+        try:
+            tool = make_tool(name)
+        except Exception as exc:
+            report.add("tool", name, FAIL, f"cannot be built: {exc!r}")
+            tools.append({"name": name, "ok": False, "error": repr(exc)})
+            continue
+        limits = getattr(tool, "limits", None)
+        entry: dict[str, Any] = {"name": name, "ok": True}
+        detail = []
+        if limits is not None:
+            entry["limits"] = dict(vars(limits))
+            detail.append(
+                f"timeout {getattr(limits, 'timeout_s', '?')}s, "
+                f"output ≤ {getattr(limits, 'max_output_chars', '?')} chars"
+            )
+        description = (getattr(tool, "description", "") or "").strip()
+        detail.append(description.splitlines()[0] if description else "")
+        tools.append(entry)
+        report.add("tool", name, OK, "; ".join(d for d in detail if d)[:110])
+    if not names:
+        report.add("tools", "registry", WARN, "the registry has no tools")
+    report.sections["tools"] = {"available": True, "tools": tools}
+
+
+# --------------------------------------------------------------------------- command
+
+
+def run_checks(args: argparse.Namespace, settings: Settings) -> Report:
+    report = Report()
+    try:
+        with settings.nats() as url:
+            asyncio.run(check_nats(url, report, args, settings.replicas))
+    except NatsServerError as exc:
+        report.add("nats", "embedded", FAIL, str(exc))
+    check_llm(report, getattr(args, "llm", None) or settings.llm)
+    check_tools(report)
+    return report
+
+
+def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    if args.wait <= 0 or args.wait > 60:
+        raise _usage(f"--wait {args.wait:g}: expected seconds in (0, 60]")
+    if args.min_daemons < 0:
+        raise _usage(f"--min-daemons {args.min_daemons}: expected 0 or more")
+    report = run_checks(args, settings)
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2, default=str))
+    else:
+        print(report.text())
+    return 0 if report.healthy else 1
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "health", help="check NATS, the streams, the daemons, the LLM provider and the tools"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object for machines")
+    p.add_argument(
+        "--wait", type=float, default=1.0, help="seconds to gather daemon answers (default 1)"
+    )
+    p.add_argument(
+        "--min-daemons", type=int, default=1, help="daemons that must answer (default 1)"
+    )
+    p.add_argument(
+        "--no-daemons", action="store_true", help="no daemon needs to answer (NATS-only check)"
+    )
+    p.add_argument("--llm", help="check this provider spec instead of the configured one")
+    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
+    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    p.set_defaults(func=cmd_health)

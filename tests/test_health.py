@@ -1,0 +1,97 @@
+"""``kernelflow health`` against a real nats-server, with and without a daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from events.log import EventLog
+from tests.conftest import run_cli
+from tests.daemons import start_daemon
+
+
+def ensure_streams(url: str) -> None:
+    async def go() -> None:
+        nc = await nats.connect(url)
+        try:
+            await EventLog(nc).ensure_streams()
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def health(url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("health", "--json", "--nats-url", url, "--wait", "0.3", *args)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def statuses(report: dict[str, Any], component: str) -> list[str]:
+    return [c["status"] for c in report["checks"] if c["component"] == component]
+
+
+def test_unhealthy_without_a_daemon_or_without_nats(private_nats: str) -> None:
+    code, report = health(private_nats)
+    assert code == 1 and not report["healthy"]
+    assert statuses(report, "stream") == ["fail", "fail"]  # no stream yet
+
+    ensure_streams(private_nats)
+    code, report = health(private_nats)
+    assert code == 1 and report["daemons"] == []
+    assert statuses(report, "nats") == ["ok"] and statuses(report, "stream") == ["ok", "ok"]
+    assert statuses(report, "daemons") == ["fail"]
+    assert report["nats"]["jetstream"] is True
+    assert report["streams"]["KF_EVENTS"]["subjects"] == ["kf.ev.>"]
+    assert report["streams"]["KF_CMD"]["retention"] == "workqueue"
+
+    code, report = health(private_nats, "--no-daemons")
+    assert code == 0 and report["healthy"]
+
+    code, report = health("nats://127.0.0.1:9", "--no-daemons")
+    assert code == 1 and statuses(report, "nats") == ["fail"]
+
+    code, report = health(private_nats, "--no-daemons", "--llm", "nonsense:x")
+    (llm,) = [c for c in report["checks"] if c["component"] == "llm"]
+    assert code == 1 and llm["status"] == "fail" and "unknown LLM provider" in llm["detail"]
+
+    bad = run_cli("health", "--nats-url", private_nats, "--wait", "0")
+    assert bad.returncode == 2 and "--wait" in bad.stderr
+
+
+def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
+    daemon = start_daemon(private_nats, tmp_path / "daemon.log", "--pool", "coder=2")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            code, report = health(private_nats, "--llm", "scripted:examples/scripted/relu.yaml")
+            if code == 0 or time.monotonic() > deadline:
+                break
+        assert code == 0, report
+        (d,) = report["daemons"]
+        assert d["pid"] == daemon.pid and d["uptime_s"] >= 0
+        assert d["roles"] == ["conductor", "designer", "coder", "verifier"]
+        assert d["pools"] == {"conductor": 4, "designer": 4, "coder": 2, "verifier": 1}
+        assert d["llm"]["provider"] == "scripted"
+        assert set(d["llm"]["agents"]) == {"conductor", "designer", "coder"}
+        assert d["read_model"]["position"] >= 0
+        assert statuses(report, "daemon") == ["ok"]
+        llm = {c["name"]: c for c in report["checks"] if c["component"] == "llm"}
+        assert {"conductor", "designer", "coder"} <= set(llm)
+        assert all(c["status"] == "ok" for c in llm.values())
+        assert report["tools"]["available"] in (True, False)  # the registry is optional
+
+        code, report = health(private_nats, "--min-daemons", "2")
+        assert code == 1 and statuses(report, "daemons") == ["fail"]
+
+        text = run_cli("health", "--nats-url", private_nats, "--wait", "0.3")
+        assert text.returncode == 0, text.stdout
+        assert "healthy" in text.stdout.splitlines()[-1] and d["daemon_id"] in text.stdout
+    finally:
+        daemon.kill()
+        daemon.wait(30)

@@ -1,0 +1,178 @@
+"""Per-agent and per-tool metrics: the pure fold on synthetic logs with tool calls, and how
+``kernelflow report`` and ``kernelflow replay --view metrics`` show them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from events.model import (
+    AgentDispatched,
+    Event,
+    LLMCalled,
+    OutputParsed,
+    ParseFailed,
+    TaskFinished,
+    TaskSubmitted,
+    ToolCalled,
+    VerificationCompleted,
+    VerificationReport,
+)
+from kernelflow import offline_cmd
+from projections import logfile
+from projections.metrics import MetricsProjection, projection_metrics
+from projections.report import report_text
+from tests.test_projections_props import FAST, interleave, make_task, task_specs
+
+
+def stamp(events: list[Event], t0: float = 1000.0) -> list[Event]:
+    return [msgspec.structs.replace(e, seq=i, at=t0 + i) for i, e in enumerate(events, 1)]
+
+
+def with_tools(history: list[Event]) -> list[Event]:
+    """A task history with a tool call after each LLM call (alternately ok and failing)."""
+    out: list[Event] = []
+    for e in history:
+        out.append(e)
+        if isinstance(e, LLMCalled):
+            n = len(out)
+            out.append(
+                ToolCalled(
+                    task_id=e.task_id,
+                    agent=e.agent,
+                    dispatch_id=e.dispatch_id,
+                    call_id=f"c{n}",
+                    tool="python" if n % 2 else "calculator",
+                    args={"code": "1+1"},
+                    ok=n % 2 == 0,
+                    output="2",
+                    error="" if n % 2 == 0 else "boom",
+                    truncated=n % 3 == 0,
+                    duration_s=0.25,
+                )
+            )
+    return [msgspec.structs.replace(e, seq=i) for i, e in enumerate(out, 1)]
+
+
+def tool_task(tid: str = "tt-1") -> list[Event]:
+    def llm(agent: str, did: str) -> LLMCalled:
+        return LLMCalled(
+            task_id=tid,
+            agent=agent,
+            dispatch_id=did,
+            provider="scripted",
+            model="m",
+            messages=[],
+            response_text="…",
+            latency_s=0.5,
+        )
+
+    def tool(did: str, name: str, ok: bool, took: float, truncated: bool = False) -> ToolCalled:
+        return ToolCalled(
+            task_id=tid,
+            agent="coder",
+            dispatch_id=did,
+            call_id=f"{did}-{name}",
+            tool=name,
+            ok=ok,
+            output="out",
+            error="" if ok else "failed",
+            truncated=truncated,
+            duration_s=took,
+        )
+
+    report = VerificationReport(verdict="mismatch", summary="no")
+    return stamp(
+        [
+            TaskSubmitted(
+                task_id=tid,
+                task_name="relu",
+                task_source="",
+                workflow_name="coder_only",
+                workflow_yaml="x: 1",
+                backend="triton",
+                group_id="g",
+            ),
+            AgentDispatched(task_id=tid, agent="coder", step=1, dispatch_id="d1"),
+            llm("coder", "d1"),
+            tool("d1", "calculator", True, 0.2),
+            tool("d1", "python", False, 1.0, truncated=True),
+            llm("coder", "d1"),
+            tool("d1", "calculator", True, 0.4),
+            OutputParsed(task_id=tid, agent="coder", dispatch_id="d1", fields={"code": "x"}),
+            AgentDispatched(task_id=tid, agent="verifier", step=2, dispatch_id="d2"),
+            VerificationCompleted(
+                task_id=tid, agent="verifier", dispatch_id="d2", code="x", report=report
+            ),
+            llm("conductor", "e10"),
+            AgentDispatched(task_id=tid, agent="coder", step=3, dispatch_id="d3"),
+            llm("coder", "d3"),
+            ParseFailed(task_id=tid, agent="coder", dispatch_id="d3", reason="no code"),
+            TaskFinished(task_id=tid, status="failed", reason="gave up"),
+        ]
+    )
+
+
+def test_per_agent_and_per_tool_metrics() -> None:
+    p = MetricsProjection().apply_all(enumerate(tool_task(), 1))
+    m = projection_metrics(p)
+    coder, verifier, conductor = m.agents["coder"], m.agents["verifier"], m.agents["conductor"]
+    assert (coder.runs, coder.successes, coder.failures, coder.unfinished) == (2, 1, 1, 0)
+    assert (coder.llm_calls, coder.tool_calls, coder.success_rate) == (3, 3, 0.5)
+    # dispatch at 2, output at 8; dispatch at 12, parse failure at 14: (6 + 2) / 2
+    assert coder.total_s == pytest.approx(8.0) and coder.mean_s == pytest.approx(4.0)
+    assert (verifier.runs, verifier.successes, verifier.failures) == (1, 0, 1)
+    assert (conductor.runs, conductor.llm_calls, conductor.mean_s) == (0, 1, None)
+    calc, python = m.tools["calculator"], m.tools["python"]
+    assert (calc.calls, calc.successes, calc.failures, calc.truncated) == (2, 2, 0, 0)
+    assert calc.mean_s == pytest.approx(0.3) and calc.success_rate == 1.0
+    assert (python.calls, python.successes, python.failures, python.truncated) == (1, 0, 1, 1)
+    assert m.tool_calls == 3 and p.tasks["tt-1"].tool_failures == 1
+    assert p.tasks["tt-1"].reason == "gave up"
+
+    text = report_text(m, {}, list(p.tasks.values()))
+    assert "Per agent" in text and "Per tool (3 calls)" in text
+    calc_line = next(line for line in text.splitlines() if line.startswith("calculator"))
+    assert calc_line.split()[:5] == ["calculator", "2", "2", "0", "100.0%"]
+
+
+@FAST
+@given(task_specs(n_max=5), st.integers(0, 2**16), st.data())
+def test_agent_and_tool_tallies_resume_without_double_counting(specs, seed, data) -> None:  # type: ignore[no-untyped-def]
+    log = interleave([with_tools(make_task(s)) for s in specs], seed)
+    one = MetricsProjection().apply_all(log)
+    k = data.draw(st.integers(0, len(log)))
+    resumed = MetricsProjection.restore(MetricsProjection().apply_all(log[:k]).snapshot())
+    resumed.apply_all(log[k - data.draw(st.integers(0, k)) :])  # some delivered again
+    assert resumed.snapshot() == one.snapshot()
+    m = projection_metrics(one)
+    tools = [e for _, e in log if isinstance(e, ToolCalled)]
+    assert m.tool_calls == len(tools) == sum(t.calls for t in m.tools.values())
+    assert sum(t.successes for t in m.tools.values()) == sum(e.ok for e in tools)
+    assert sum(a.llm_calls for a in m.agents.values()) == m.llm_calls
+
+
+def test_replay_and_report_show_agents_and_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tools.jsonl"
+    writer = logfile.LogWriter()
+    lines = [writer.header(), *(writer.record(e) for e in tool_task()), writer.trailer()]
+    path.write_bytes(b"".join(lines))
+    cli = offline_cmd.main
+    replay = ["replay", "--task", "tt-1", "--from", str(path), "--view", "metrics"]
+    assert cli([*replay, "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["tools"]["python"]["failures"] == 1 and view["agents"]["coder"]["runs"] == 2
+    assert view["tool_calls"] == 3
+    assert cli(replay) == 0
+    assert "Per tool (3 calls)" in capsys.readouterr().out
+    assert cli(["report", "--from", str(path), "--json"]) == 0
+    overall = json.loads(capsys.readouterr().out)["overall"]
+    assert overall["tools"]["calculator"]["calls"] == 2
+    assert overall["agents"]["verifier"]["failures"] == 1

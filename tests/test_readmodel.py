@@ -1,0 +1,218 @@
+"""The status read model: a fold resumed from a snapshot equals one pass; a read model on a
+real NATS answers ``kernelflow status``, resumes from its persisted position after a
+crash or a restart without counting anything twice, and ``status`` folds the log itself
+when no daemon answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.bridge import Bridge
+from actors.readmodel import (
+    BUCKET,
+    SNAPSHOT,
+    ReadModel,
+    Snapshot,
+    fold_status,
+    query_status,
+    status_row,
+    status_rows,
+)
+from events.model import Event
+from kernelflow.cli import summary
+from projections.metrics import FOLD_VERSION, MetricsProjection
+from projections.task_state import fold
+from tests.conftest import EXAMPLES, run_cli
+from tests.daemons import start_daemon, submit, task_events, wait_until_over
+from tests.test_export_log import append
+from tests.test_projections_props import FAST, TaskSpec, logs, make_task
+
+# --------------------------------------------------------------------------- pure
+
+
+@FAST
+@given(logs(), st.data())
+def test_rows_resumed_from_a_snapshot_equal_one_pass(log: list[tuple[int, Event]], data) -> None:  # type: ignore[no-untyped-def]
+    one = MetricsProjection().apply_all(log)
+    k = data.draw(st.integers(0, len(log)))
+    first = MetricsProjection().apply_all(log[:k])
+    saved = msgspec.json.encode(
+        Snapshot(fold_version=FOLD_VERSION, stream_created="s", saved_at=0.0, state=first.state)
+    )
+    resumed = MetricsProjection(msgspec.json.decode(saved, type=Snapshot).state)
+    assert resumed.position == (log[k - 1][0] if k else 0)
+    # The consumer restarts at position + 1, and a redelivery may repeat some events.
+    resumed.apply_all(log[k - data.draw(st.integers(0, k)) :])
+    assert status_rows(resumed) == status_rows(one)
+    # Each row says what `kernelflow status TASK` (a fold of that task's events) says.
+    by_task: dict[str, list[Event]] = {}
+    for _, e in log:
+        by_task.setdefault(e.task_id, []).append(e)
+    for tid, events in by_task.items():
+        exact = summary(fold(tid, events))
+        del exact["final_code"]
+        assert status_row(one.tasks[tid]) == exact
+
+
+# --------------------------------------------------------------------------- NATS
+
+FIRST = [
+    TaskSpec("rm-a", "g", ("mismatch", "pass"), speedup=2.0, record_rewards=True),
+    TaskSpec("rm-b", "g", ("compile_error",)),
+    TaskSpec("rm-c", "g", ("mismatch",), end="unfinished"),
+]
+SECOND = [
+    TaskSpec("rm-d", "h", ("pass",), record_rewards=True),
+    TaskSpec("rm-e", "h", (), end="cancelled"),
+]
+
+
+def query(bridge: Bridge) -> list[dict[str, Any]]:
+    return bridge.call(query_status(bridge.nc, bridge.log.jetstream), timeout=30).rows
+
+
+def test_read_model_resumes_from_its_position_after_a_crash(
+    private_nats: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = private_nats
+    monkeypatch.setattr("actors.readmodel.PAGE", 2)  # answers come in pages of two rows
+    append(url, [make_task(s) for s in FIRST])
+    bridge = Bridge(url).start()
+    model = ReadModel(bridge, "first", snapshot_every_s=3600).start()
+    assert model.rebuilt_because == "no snapshot yet"
+    rows = query(bridge)
+    assert [r["task_id"] for r in rows] == ["rm-a", "rm-b", "rm-c"]
+    assert rows == bridge.call(fold_status(bridge.log))
+    assert bridge.call(model.save())
+    saved = model.saved_position
+    append(url, [make_task(s) for s in SECOND])
+    rows = query(bridge)  # waits until the fold has applied everything recorded
+    assert [r["task_id"] for r in rows] == ["rm-a", "rm-b", "rm-c", "rm-d", "rm-e"]
+    assert model.position > saved
+    # A crash: the process goes away with events folded after its last snapshot.
+    model.stop(save=False)
+
+    model = ReadModel(bridge, "second").start()
+    assert model.restored_from == saved and model.rebuilt_because == ""
+    again = query(bridge)
+    assert again == rows == bridge.call(fold_status(bridge.log))
+    model.stop()  # a clean stop saves the position it reached
+    assert model.saved_position == model.position > saved
+
+    # A snapshot this code cannot trust (another fold version) is refolded from the start.
+    async def plant_old_snapshot() -> None:
+        store = await bridge.log.jetstream.object_store(BUCKET)
+        stale = msgspec.json.decode((await store.get(SNAPSHOT)).data, type=Snapshot)
+        stale.fold_version = FOLD_VERSION - 1
+        await store.put(SNAPSHOT, msgspec.json.encode(stale))
+
+    bridge.call(plant_old_snapshot())
+    model = ReadModel(bridge, "third").start()
+    assert "fold version" in model.rebuilt_because and model.restored_from == 0
+    assert query(bridge) == rows
+    model.stop()
+
+    # No read model answers: `status` says so and folds the log itself.
+    result = run_cli("status", "--json", "--nats-url", url)
+    assert result.returncode == 0, result.stderr
+    assert "no daemon runs a read model; folding the log here" in result.stderr
+    assert json.loads(result.stdout) == rows
+    bridge.stop()
+
+
+def read_rows(url: str) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        nc = await nats.connect(url)
+        try:
+            from events.log import EventLog
+
+            return await fold_status(EventLog(nc))
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def settled(url: str, task_id: str) -> list[Event]:
+    """The task's events once it ended and its rewards are in."""
+    wait_until_over(url, task_id)
+    before: list[Event] = []
+    while True:
+        now = task_events(url, task_id)
+        if now == before:
+            return now
+        before = now
+        time.sleep(0.3)
+
+
+def status(url: str) -> tuple[list[dict[str, Any]], str]:
+    result = run_cli("status", "--json", "--nats-url", url)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
+
+
+def health(url: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        result = run_cli("health", "--json", "--nats-url", url, "--wait", "0.5")
+        if result.returncode == 0 or time.monotonic() > deadline:
+            assert result.returncode == 0, result.stdout + result.stderr
+            report: dict[str, Any] = json.loads(result.stdout)
+            return report
+
+
+def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
+    private_nats: str, tmp_path: Path
+) -> None:
+    url = private_nats
+    candidate = EXAMPLES / "candidates" / "solutions" / "relu.py"
+    daemon = start_daemon(url, tmp_path / "daemon-1.log")
+    try:
+        submit(url, "rm-run-1", "--workflow", "verifier_only", "--candidate", str(candidate))
+        first = settled(url, "rm-run-1")
+        rows, stderr = status(url)
+        assert stderr == ""  # the daemon's read model answered
+        assert rows == [
+            {
+                "task_id": "rm-run-1",
+                "status": "success",
+                "steps": 1,
+                "verdict": "pass",
+                "speedup": None,
+                "reason": "verification passed",
+                "verifications": ["pass"],
+                "events": len(first),
+            }
+        ]
+    finally:
+        daemon.terminate()  # a clean stop: the read model saves its position
+        daemon.wait(30)
+
+    daemon = start_daemon(url, tmp_path / "daemon-2.log")
+    try:
+        (answer,) = health(url)["daemons"]
+        assert answer["read_model"]["restored_from"] > 0
+        broken = tmp_path / "broken.py"
+        broken.write_text("import torch\ndef get_inputs(:\n")
+        submit(url, "rm-run-2", task=str(broken))
+        second = settled(url, "rm-run-2")
+        rows, stderr = status(url)
+        assert stderr == ""
+        assert [(r["task_id"], r["status"], r["events"]) for r in rows] == [
+            ("rm-run-1", "success", len(first)),
+            ("rm-run-2", "rejected", len(second)),
+        ]
+        assert rows == read_rows(url)  # what a fold of the whole log says
+    finally:
+        daemon.kill()
+        daemon.wait(30)
