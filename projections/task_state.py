@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from events.model import (
     DISPATCH_RESULTS,
@@ -114,34 +115,67 @@ class TaskState:
         return self.terminal if isinstance(self.terminal, TaskFinished) else None
 
 
+def _submitted(state: TaskState, event: TaskSubmitted) -> None:
+    state.submitted = event
+
+
+def _terminal(state: TaskState, event: Event) -> None:
+    state.terminal = event
+
+
+def _dispatched(state: TaskState, event: AgentDispatched) -> None:
+    state.dispatches.append(Dispatch(event))
+
+
+def _decided(state: TaskState, event: ConductorDecided) -> None:
+    state.decisions.append(event)
+
+
+def _llm_called(state: TaskState, event: LLMCalled) -> None:
+    if event.agent == CONDUCTOR:
+        state.conductor_calls[event.dispatch_id] = event
+    elif event.agent == JUDGE:
+        state.judge_call = event
+    elif (d := state.dispatch(event.dispatch_id)) is not None:
+        d.llm_calls.append(event)
+
+
+def _tool_called(state: TaskState, event: ToolCalled) -> None:
+    if (d := state.dispatch(event.dispatch_id)) is not None:
+        d.tool_calls.append(event)
+
+
+def _rewarded(state: TaskState, event: RewardAssigned) -> None:
+    state.rewards[event.reward_fn] = event
+
+
+def _dispatch_result(state: TaskState, event: Event) -> None:
+    d = state.dispatch(event.dispatch_id)  # type: ignore[attr-defined]
+    if d is not None:
+        d.result = event
+
+
+# One handler per event type: a dict lookup instead of a chain of isinstance checks
+# (replays fold millions of events).
+_HANDLERS: dict[type[Event], Callable[[TaskState, Any], None]] = {
+    TaskSubmitted: _submitted,
+    AgentDispatched: _dispatched,
+    ConductorDecided: _decided,
+    LLMCalled: _llm_called,
+    ToolCalled: _tool_called,
+    RewardAssigned: _rewarded,
+    **{t: _terminal for t in TERMINAL_EVENTS},
+    **{t: _dispatch_result for t in DISPATCH_RESULTS},
+}
+
+
 def apply(state: TaskState, event: Event) -> TaskState:
     """Fold one event into ``state`` (in place, returned for convenience)."""
     state.events_seen += 1
     state.last = event
-    if isinstance(event, TaskSubmitted):
-        state.submitted = event
-    elif isinstance(event, TERMINAL_EVENTS):
-        state.terminal = event
-    elif isinstance(event, AgentDispatched):
-        state.dispatches.append(Dispatch(event))
-    elif isinstance(event, ConductorDecided):
-        state.decisions.append(event)
-    elif isinstance(event, LLMCalled):
-        if event.agent == CONDUCTOR:
-            state.conductor_calls[event.dispatch_id] = event
-        elif event.agent == JUDGE:
-            state.judge_call = event
-        elif (d := state.dispatch(event.dispatch_id)) is not None:
-            d.llm_calls.append(event)
-    elif isinstance(event, ToolCalled):
-        if (d := state.dispatch(event.dispatch_id)) is not None:
-            d.tool_calls.append(event)
-    elif isinstance(event, RewardAssigned):
-        state.rewards[event.reward_fn] = event
-    elif isinstance(event, DISPATCH_RESULTS):
-        d = state.dispatch(event.dispatch_id)  # type: ignore[attr-defined]
-        if d is not None:
-            d.result = event
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(state, event)
     return state
 
 

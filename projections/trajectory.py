@@ -12,7 +12,7 @@ function) and ``metadata["rewards"]``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -135,114 +135,157 @@ def _llm_metadata(call: LLMCalled) -> dict[str, Any]:
 
 
 def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
-    t = Trajectory(request_id=task_id)
-    pending_conductor_call: LLMCalled | None = None
-    last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
-    primary_reward = ""
+    builder = _Builder(Trajectory(request_id=task_id))
+    handlers = builder.handlers
     for e in events:
-        meta: dict[str, Any] = {"event": e.event_id, "at": e.at}
-        if isinstance(e, TaskSubmitted):
-            t.metadata.update(
-                task_name=e.task_name,
-                workflow=e.workflow_name,
-                backend=e.backend,
-                group_id=e.group_id,
-                submitted_at=e.at,
-            )
-            primary_reward = rewards_for(e)[0].name
-            content = e.prompt if e.prompt is not None else e.task_source
-            t.add_step(TrajectoryStep(StepType.OBSERVATION, content, meta))
-        elif isinstance(e, LLMCalled):
-            t.total_tokens += e.usage.input_tokens + e.usage.output_tokens
-            if e.agent == CONDUCTOR:
-                pending_conductor_call = e
-                continue
-            if e.agent == JUDGE and t.steps:
-                t.steps[-1].metadata["judge"] = {**_llm_metadata(e), "response": e.response_text}
-                continue
-            step = TrajectoryStep(
-                StepType.ACTION,
-                e.response_text,
-                {**_llm_metadata(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
+        handler = handlers.get(type(e))
+        if handler is not None:
+            handler(e)
+    return builder.t
+
+
+class _Builder:
+    """The fold behind ``build_trajectory``: one method per event type, found by a dict
+    lookup (replays build trajectories for millions of events)."""
+
+    def __init__(self, t: Trajectory) -> None:
+        self.t = t
+        self.pending_conductor_call: LLMCalled | None = None
+        self.last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
+        self.primary_reward = ""
+        self.handlers: dict[type[Event], Callable[[Any], None]] = {
+            TaskSubmitted: self.submitted,
+            LLMCalled: self.llm_called,
+            OutputParsed: self.parsed,
+            ParseFailed: self.failed,
+            AgentFailed: self.failed,
+            VerificationCompleted: self.verified,
+            ToolCalled: self.tool_called,
+            RewardAssigned: self.rewarded,
+            ConductorDecided: self.decided,
+            TaskFinished: self.ended,
+            TaskRejected: self.ended,
+            TaskCancelled: self.ended,
+        }
+
+    @staticmethod
+    def meta(e: Event) -> dict[str, Any]:
+        return {"event": e.event_id, "at": e.at}
+
+    def submitted(self, e: TaskSubmitted) -> None:
+        self.t.metadata.update(
+            task_name=e.task_name,
+            workflow=e.workflow_name,
+            backend=e.backend,
+            group_id=e.group_id,
+            submitted_at=e.at,
+        )
+        self.primary_reward = rewards_for(e)[0].name
+        content = e.prompt if e.prompt is not None else e.task_source
+        self.t.add_step(TrajectoryStep(StepType.OBSERVATION, content, self.meta(e)))
+
+    def llm_called(self, e: LLMCalled) -> None:
+        t = self.t
+        t.total_tokens += e.usage.input_tokens + e.usage.output_tokens
+        if e.agent == CONDUCTOR:
+            self.pending_conductor_call = e
+            return
+        if e.agent == JUDGE and t.steps:
+            t.steps[-1].metadata["judge"] = {**_llm_metadata(e), "response": e.response_text}
+            return
+        step = TrajectoryStep(
+            StepType.ACTION,
+            e.response_text,
+            {**_llm_metadata(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
+            tool_name=e.agent,
+            log_probs=e.logprobs,
+        )
+        self.last_action[e.dispatch_id] = step
+        t.add_step(step)
+
+    def parsed(self, e: OutputParsed) -> None:
+        if (acted := self.last_action.get(e.dispatch_id)) is not None:
+            acted.tool_args = dict(e.fields)
+
+    def failed(self, e: ParseFailed | AgentFailed) -> None:
+        reason = e.reason if isinstance(e, ParseFailed) else e.error
+        self.t.add_step(
+            TrajectoryStep(
+                StepType.ACTION_RESULT,
+                reason,
+                {**self.meta(e), "agent": e.agent, "kind": e.kind},
                 tool_name=e.agent,
-                log_probs=e.logprobs,
+                is_correct=False,
             )
-            last_action[e.dispatch_id] = step
-            t.add_step(step)
-        elif isinstance(e, OutputParsed):
-            if (acted := last_action.get(e.dispatch_id)) is not None:
-                acted.tool_args = dict(e.fields)
-        elif isinstance(e, ParseFailed | AgentFailed):
-            reason = e.reason if isinstance(e, ParseFailed) else e.error
-            t.add_step(
-                TrajectoryStep(
-                    StepType.ACTION_RESULT,
-                    reason,
-                    {**meta, "agent": e.agent, "kind": e.kind},
-                    tool_name=e.agent,
-                    is_correct=False,
-                )
+        )
+
+    def verified(self, e: VerificationCompleted) -> None:
+        self.t.add_step(
+            TrajectoryStep(
+                StepType.ACTION_RESULT,
+                e.report.summary,
+                {**self.meta(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
+                tool_name=e.agent,
+                tool_args={"code": e.code},
+                tool_result=to_builtins(e.report),
+                is_correct=e.report.passed,
             )
-        elif isinstance(e, VerificationCompleted):
-            t.add_step(
-                TrajectoryStep(
-                    StepType.ACTION_RESULT,
-                    e.report.summary,
-                    {**meta, "agent": e.agent, "dispatch_id": e.dispatch_id},
-                    tool_name=e.agent,
-                    tool_args={"code": e.code},
-                    tool_result=to_builtins(e.report),
-                    is_correct=e.report.passed,
-                )
+        )
+
+    def tool_called(self, e: ToolCalled) -> None:
+        where = {**self.meta(e), "agent": e.agent, "dispatch_id": e.dispatch_id}
+        where["call_id"] = e.call_id
+        self.t.add_step(
+            TrajectoryStep(
+                StepType.ACTION,
+                f"{e.tool}({', '.join(f'{k}={v!r}' for k, v in e.args.items())})",
+                where,
+                tool_name=e.tool,
+                tool_args=dict(e.args),
             )
-        elif isinstance(e, ToolCalled):
-            where = {**meta, "agent": e.agent, "dispatch_id": e.dispatch_id, "call_id": e.call_id}
-            t.add_step(
-                TrajectoryStep(
-                    StepType.ACTION,
-                    f"{e.tool}({', '.join(f'{k}={v!r}' for k, v in e.args.items())})",
-                    where,
-                    tool_name=e.tool,
-                    tool_args=dict(e.args),
-                )
+        )
+        self.t.add_step(
+            TrajectoryStep(
+                StepType.ACTION_RESULT,
+                e.output,
+                {**where, "duration_s": e.duration_s},
+                tool_name=e.tool,
+                tool_result={"ok": e.ok, "error": e.error, "truncated": e.truncated},
+                is_correct=e.ok,
             )
-            t.add_step(
-                TrajectoryStep(
-                    StepType.ACTION_RESULT,
-                    e.output,
-                    {**where, "duration_s": e.duration_s},
-                    tool_name=e.tool,
-                    tool_result={"ok": e.ok, "error": e.error, "truncated": e.truncated},
-                    is_correct=e.ok,
-                )
+        )
+
+    def rewarded(self, e: RewardAssigned) -> None:
+        self.t.metadata.setdefault("rewards", {})[e.reward_fn] = e.value
+        if e.reward_fn == self.primary_reward:
+            self.t.final_reward = e.value
+
+    def decided(self, e: ConductorDecided) -> None:
+        meta = self.meta(e)
+        meta.update(mode=e.mode, options=e.options, chosen=e.chosen, after=e.after_agent)
+        if self.pending_conductor_call is not None:
+            call = self.pending_conductor_call
+            meta.update(_llm_metadata(call), llm_response=call.response_text)
+            self.pending_conductor_call = None
+        content = f"{e.reason} → {e.chosen}" + (f"\n{e.suggestion}" if e.suggestion else "")
+        self.t.add_step(TrajectoryStep(StepType.THOUGHT, content, meta))
+
+    def ended(self, e: TaskFinished | TaskRejected | TaskCancelled) -> None:
+        t = self.t
+        t.is_completed = True
+        t.metadata["finished_at"] = e.at
+        if isinstance(e, TaskFinished):
+            t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
+            content = e.final_answer or e.final_code or e.reason
+            correct = e.status == "success"
+        else:
+            t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
+            content, correct = e.reason, False
+        t.add_step(
+            TrajectoryStep(
+                StepType.FINAL_ANSWER,
+                content,
+                {**self.meta(e), "reason": e.reason},
+                is_correct=correct,
             )
-        elif isinstance(e, RewardAssigned):
-            t.metadata.setdefault("rewards", {})[e.reward_fn] = e.value
-            if e.reward_fn == primary_reward:
-                t.final_reward = e.value
-        elif isinstance(e, ConductorDecided):
-            meta.update(mode=e.mode, options=e.options, chosen=e.chosen, after=e.after_agent)
-            if pending_conductor_call is not None:
-                meta.update(
-                    _llm_metadata(pending_conductor_call),
-                    llm_response=pending_conductor_call.response_text,
-                )
-                pending_conductor_call = None
-            content = f"{e.reason} → {e.chosen}" + (f"\n{e.suggestion}" if e.suggestion else "")
-            t.add_step(TrajectoryStep(StepType.THOUGHT, content, meta))
-        elif isinstance(e, TaskFinished | TaskRejected | TaskCancelled):
-            t.is_completed = True
-            t.metadata["finished_at"] = e.at
-            if isinstance(e, TaskFinished):
-                t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
-                content = e.final_answer or e.final_code or e.reason
-                correct = e.status == "success"
-            else:
-                t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
-                content, correct = e.reason, False
-            t.add_step(
-                TrajectoryStep(
-                    StepType.FINAL_ANSWER, content, {**meta, "reason": e.reason}, is_correct=correct
-                )
-            )
-    return t
+        )
