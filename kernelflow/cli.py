@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,31 @@ LLM_HELP = (
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+# Per-agent LLM flags: each is the command-line spelling of a KF_AGENT_<AGENT>_* variable
+# (docs/llm.md), so one agent's provider or sampling can be changed for a single run.
+AGENT_FLAGS = {
+    "agent_llm": ("LLM", str),
+    "agent_temperature": ("TEMPERATURE", float),
+    "agent_max_tokens": ("MAX_TOKENS", int),
+}
+
+
+def apply_agent_flags(args: argparse.Namespace, env: MutableMapping[str, str]) -> None:
+    """Set ``KF_AGENT_<AGENT>_*`` in ``env`` from ``--agent-llm/--agent-temperature/
+    --agent-max-tokens AGENT=VALUE`` (flags beat the environment and the config file)."""
+    for attr, (suffix, kind) in AGENT_FLAGS.items():
+        flag = "--" + attr.replace("_", "-")
+        for item in getattr(args, attr, None) or []:
+            agent, sep, value = item.partition("=")
+            if not sep or not agent or not value:
+                raise UsageError(f"{flag} {item!r}: expected AGENT=VALUE")
+            try:
+                kind(value)
+            except ValueError:
+                raise UsageError(f"{flag} {item!r}: {value!r} is not {kind.__name__}") from None
+            env[f"KF_AGENT_{agent.upper().replace('-', '_')}_{suffix}"] = value
 
 
 class WaitTimeout(Exception):
@@ -414,6 +439,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
         p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
 
+    def with_agent_llm(p: argparse.ArgumentParser) -> None:
+        metavars = {"agent_llm": "AGENT=SPEC", "agent_temperature": "AGENT=T"}
+        for attr, (suffix, _) in AGENT_FLAGS.items():
+            p.add_argument(
+                "--" + attr.replace("_", "-"),
+                action="append",
+                metavar=metavars.get(attr, "AGENT=N"),
+                help=f"one agent's {suffix.lower().replace('_', ' ')} "
+                f"(= KF_AGENT_<AGENT>_{suffix}; repeatable)",
+            )
+
     def with_task(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "task",
@@ -436,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_task(run)
     with_connection(run)
     run.add_argument("--llm", help=LLM_HELP)
+    with_agent_llm(run)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--out", default="kernelflow-runs", help="where the kernel and trajectory go")
     run.set_defaults(func=cmd_run)
@@ -449,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool", action="append", default=[], metavar="ROLE=N", help="actors for a role"
     )
     daemon.add_argument("--llm", help=LLM_HELP)
+    with_agent_llm(daemon)
     daemon.add_argument(
         "--no-read-model", action="store_true", help="do not keep the status read model here"
     )
@@ -510,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        apply_agent_flags(args, os.environ)
         return int(args.func(args, settings_from(args)))
     except (UsageError, SettingsError, NatsServerError) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)

@@ -126,3 +126,43 @@ def test_budget_failure_finishes_with_its_own_status() -> None:
     assert finished.status == "budget_exceeded" and finished.reason == error
     other = AgentFailed(task_id="t1", seq=4, agent="designer", dispatch_id="t1:d1", error="down")
     assert finish_event(fold("t1", events("triton", other, decided)), decided).status == "failed"
+
+
+def test_per_agent_flags_and_workflow_prompts_reach_the_recorded_calls(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """`--agent-temperature coder=0.3` changes only the coder's calls; a workflow's inline
+    prompt template replaces the built-in one and is recorded with the task."""
+    import json
+
+    import yaml
+
+    from tests.conftest import run_cli
+    from tests.daemons import task_events
+
+    workflow = yaml.safe_load((EXAMPLES.parent / "workflows" / "default.yaml").read_text())
+    workflow["agent_info"]["designer"]["prompt"] = {
+        "system": "You sketch kernels for $backend_name.",
+        "user": "Sketch a kernel for:\n$task_source\n$output_format",
+    }
+    path = tmp_path / "custom_prompt.yaml"
+    path.write_text(yaml.safe_dump(workflow))
+    result = run_cli(
+        "run", "examples/tasks/relu.py", "--workflow", str(path),
+        "--llm", "scripted:examples/scripted/relu.yaml", "--agent-temperature", "coder=0.3",
+        "--agent-max-tokens", "coder=2048", "--nats-url", nats_url, "--out", str(tmp_path),
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    task_id = json.loads(result.stdout.strip().splitlines()[-1])["task_id"]
+    calls = [e for e in task_events(nats_url, task_id) if isinstance(e, LLMCalled)]
+    coder = [c for c in calls if c.agent == "coder"]
+    assert coder and all(
+        c.params["temperature"] == 0.3 and c.params["max_tokens"] == 2048 for c in coder
+    )
+    designer = next(c for c in calls if c.agent == "designer")
+    assert "temperature" not in designer.params
+    assert designer.messages[0].content == "You sketch kernels for Triton."
+    assert designer.messages[1].content.startswith('Sketch a kernel for:\n"""Elementwise ReLU')
+    bad = run_cli("run", "examples/tasks/relu.py", "--agent-temperature", "coder=hot")
+    assert bad.returncode == 2 and "'hot' is not float" in bad.stderr
