@@ -348,8 +348,12 @@ class Rollout:
 
 
 def print_progress(progress: Progress) -> None:
-    end = "\n" if progress.done == progress.total or not sys.stderr.isatty() else ""
-    print(f"\r{progress.line()}", end=end, file=sys.stderr, flush=True)
+    """A bar redrawn in place on a terminal; in a log, a line every 5% of the rollouts."""
+    last = progress.done == progress.total
+    if sys.stderr.isatty():
+        print(f"\r{progress.line()}", end="\n" if last else "", file=sys.stderr, flush=True)
+    elif last or progress.done % max(1, progress.total // 20) == 0:
+        print(progress.line(), file=sys.stderr, flush=True)
 
 
 def rollout_summary(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
