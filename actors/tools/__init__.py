@@ -7,12 +7,14 @@ points (:mod:`.registry`), the workspace projection the file tools act on
 
 from actors.tools import calculator, coding, kernel, sandboxed
 from actors.tools.base import (
+    TEXT,
     Tool,
     ToolContext,
     ToolError,
     ToolLimits,
     ToolOutcome,
     argument_errors,
+    arguments,
     run_tool,
     truncate,
 )
@@ -28,6 +30,7 @@ from actors.tools.workspace import check_path, materialise, workspace_files
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "TEXT",
     "CommandResult",
     "Tool",
     "ToolContext",
@@ -36,6 +39,7 @@ __all__ = [
     "ToolOutcome",
     "UnknownTool",
     "argument_errors",
+    "arguments",
     "calculator",
     "check_path",
     "coding",

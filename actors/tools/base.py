@@ -103,6 +103,21 @@ class Tool(ABC):
         return True
 
 
+def arguments(
+    required: dict[str, dict[str, Any]], optional: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments object: these properties, no others."""
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+TEXT: dict[str, Any] = {"type": "string", "minLength": 1}  # a non-empty string argument
+
+
 def argument_errors(tool: Tool, args: Any) -> str | None:
     """Why ``args`` do not match the tool's schema, or None."""
     if not isinstance(args, dict):

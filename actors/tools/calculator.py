@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from actors.tools.base import Tool, ToolContext, ToolError
+from actors.tools.base import Tool, ToolContext, ToolError, arguments
 from actors.tools.registry import register_tool
 
 __all__ = ["MAX_EXPRESSION_CHARS", "MAX_INT_DIGITS", "Calculator", "evaluate", "format_number"]
@@ -197,14 +197,9 @@ class Calculator(Tool):
         "parentheses, comparisons, functions sqrt, exp, log(x[, base]), log10, sin, cos, "
         "tan, asin, acos, atan, abs, round, floor, ceil, factorial, min, max; constants pi, e."
     )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "expression": {"type": "string", "description": "e.g. 'sqrt(2) * (3 + 4) ** 2'"}
-        },
-        "required": ["expression"],
-        "additionalProperties": False,
-    }
+    parameters = arguments(
+        {"expression": {"type": "string", "description": "e.g. 'sqrt(2) * (3 + 4) ** 2'"}}
+    )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         return format_number(evaluate(args["expression"]))

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from actors.tools.base import Tool, ToolContext, ToolError, ToolLimits
+from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from actors.tools.registry import register_tool
 from actors.tools.sandboxed import run_sandboxed
 from actors.tools.workspace import check_content, check_path
@@ -81,16 +81,13 @@ class ViewFile(Tool):
         "Show a workspace file with line numbers; start_line/end_line (1-based, inclusive) "
         "show only part of it."
     )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "path": _PATH,
+    parameters = arguments(
+        {"path": _PATH},
+        {
             "start_line": {"type": "integer", "minimum": 1},
             "end_line": {"type": "integer", "minimum": 1},
         },
-        "required": ["path"],
-        "additionalProperties": False,
-    }
+    )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         path, content = _read(ctx.files, args["path"])
@@ -114,12 +111,7 @@ class CreateFile(Tool):
         "Create a new workspace file with the given content. Fails if the file exists "
         "(change an existing file with edit_file)."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"path": _PATH, "content": {"type": "string"}},
-        "required": ["path", "content"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"path": _PATH, "content": {"type": "string"}})
 
     def effect(self, files: Mapping[str, str], args: dict[str, Any]) -> dict[str, str]:
         path = check_path(args["path"])
@@ -171,16 +163,7 @@ class EditFile(Tool):
         "Replace old_str by new_str in a workspace file. old_str must occur exactly once "
         "(copy it from view_file, with enough lines to make it unique)."
     )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "path": _PATH,
-            "old_str": {"type": "string", "minLength": 1},
-            "new_str": {"type": "string"},
-        },
-        "required": ["path", "old_str", "new_str"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"path": _PATH, "old_str": TEXT, "new_str": {"type": "string"}})
 
     def effect(self, files: Mapping[str, str], args: dict[str, Any]) -> dict[str, str]:
         path, updated, _ = _edited(files, args)
@@ -201,12 +184,7 @@ class SearchFiles(Tool):
         "List the workspace files whose path matches a glob ('*' also matches '/': "
         "'*.py' finds every Python file, 'tests/*' everything under tests/)."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"glob": {"type": "string", "minLength": 1}},
-        "required": ["glob"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"glob": TEXT})
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         found = sorted(p for p in ctx.files if _glob_match(p, args["glob"]))
@@ -254,15 +232,7 @@ class SearchCode(Tool):
         "Search the workspace files for a Python regular expression; prints 'file:line: text' "
         "for each matching line. glob (as in search_files) restricts the files searched."
     )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "minLength": 1},
-            "glob": {"type": "string", "minLength": 1},
-        },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"pattern": TEXT}, {"glob": TEXT})
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
@@ -308,12 +278,7 @@ class ExecuteBash(_Command):
         "Changes it makes to files are discarded: edit files with create_file/edit_file. "
         "A non-zero exit status is reported as a failure."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"command": {"type": "string", "minLength": 1}},
-        "required": ["command"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"command": TEXT})
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         return await self.shell(args["command"], ctx)
@@ -326,11 +291,7 @@ class RunTests(_Command):
         f"Run the tests in a copy of the workspace; command defaults to "
         f"'{DEFAULT_TEST_COMMAND}'. Failing tests are reported as a failure with the output."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"command": {"type": "string", "minLength": 1}},
-        "additionalProperties": False,
-    }
+    parameters = arguments({}, {"command": TEXT})
 
     @classmethod
     def default_limits(cls) -> ToolLimits:

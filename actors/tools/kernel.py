@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.tools.base import Tool, ToolContext, ToolError, ToolLimits
+from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from actors.tools.registry import register_tool
 from actors.verifier.engine import VerifierConfig, verify
 from actors.verifier.gate import check_candidate
@@ -22,14 +22,7 @@ __all__ = ["CHECK_MAX_SIZE", "CheckKernel", "CompileKernel", "static_problems"]
 
 CHECK_MAX_SIZE = 64  # on the CPU, check_kernel scales larger size constants down to this
 
-_CODE = {
-    "type": "object",
-    "properties": {
-        "code": {"type": "string", "minLength": 1, "description": "the whole candidate module"}
-    },
-    "required": ["code"],
-    "additionalProperties": False,
-}
+_CODE = arguments({"code": {**TEXT, "description": "the whole candidate module"}})
 
 
 def static_problems(code: str, backend: str, task_source: str = "") -> list[str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.tools.base import Tool, ToolContext, ToolError, ToolLimits
+from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from actors.tools.registry import register_tool
 from actors.tools.workspace import materialise
 from actors.verifier.engine import SANDBOX_CHILD, network_prefixes, run_process, sandbox_env
@@ -171,12 +171,7 @@ class PythonTool(Tool):
         "Run Python code in a fresh sandbox (CPU only, no network, nothing kept) and show "
         "its exit status and output: print what you want to see."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"code": {"type": "string", "minLength": 1}},
-        "required": ["code"],
-        "additionalProperties": False,
-    }
+    parameters = arguments({"code": TEXT})
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
