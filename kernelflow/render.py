@@ -127,9 +127,14 @@ def workflow_text(workflow: Workflow) -> str:
             f"{f.name}:{f.field_type}{'' if f.mandatory else '?'}" for f in agent.output_fields
         )
         mandatory = " [LLM analysis]" if agent.name in workflow.mandatory_llm_analysis else ""
+        how = ""
+        if agent.kind != "llm" or agent.tools:
+            tools = f" with {', '.join(agent.tools)}" if agent.tools else ""
+            how = f"   [{agent.kind}{tools}]"
         lines.append(
             f"  {agent.name:<12} → {', '.join(agent.possible_next) or '(nothing)'}{mandatory}"
             + (f"   output: {fields}" if fields else "")
+            + how
         )
     limits = [f"{a} ≤ {n} in a row" for a, n in workflow.single_agent_limits.items()]
     limits += [
