@@ -179,8 +179,10 @@ def follow_task(
                     inbox.put(event)
                     if isinstance(event, TERMINAL_EVENTS):
                         return
-            except (nats.errors.Error, TimeoutError) as exc:
-                # A slow or restarting server: pick up again where we were.
+            except TimeoutError:
+                continue  # a busy machine answered a request late: pick up where we were
+            except nats.errors.Error as exc:
+                # A restarting server: pick up again where we were.
                 logging.getLogger("kernelflow.cli").warning("following %s: %r", task_id, exc)
                 await asyncio.sleep(0.5)
 

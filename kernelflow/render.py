@@ -17,6 +17,7 @@ from events.model import (
     TaskFinished,
     TaskRejected,
     TaskSubmitted,
+    ToolCalled,
     VerificationCompleted,
 )
 from projections.counters import RepeatCounters
@@ -44,6 +45,9 @@ def describe(event: Event) -> str:
         return (
             f"  {e.agent} LLM call: {tokens} tokens in {e.latency_s:.2f}s ({e.provider}/{e.model})"
         )
+    if isinstance(e, ToolCalled):
+        outcome = "ok" if e.ok else f"failed: {_first_line(e.error, 70)}"
+        return f"  {e.agent} → {e.tool} in {e.duration_s:.2f}s: {outcome}"
     if isinstance(e, OutputParsed):
         sizes = ", ".join(f"{k} ({len(str(v))} chars)" for k, v in e.fields.items())
         return f"  {e.agent} output: {sizes}"
