@@ -312,3 +312,25 @@ def test_react_dispatch_resumes_after_kills_between_its_steps(
     state = fold(task_id, events)
     assert state.finished is not None and state.finished.status == "success"
     assert [e.tool for e in events if isinstance(e, ToolCalled)] == ["check_kernel"] * 2
+
+
+def test_datasets_load_from_verl_style_parquet(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    rows = [
+        {
+            "prompt": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 6*7?"},
+            ],
+            "reward_model": {"style": "rule", "ground_truth": "42"},
+            "uid": "q1",
+        }
+    ]
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    (item,) = load_dataset(path)
+    assert (item.prompt, item.reference, item.id) == ("What is 6*7?", "42", "q1")
+    commands = Rollout(RolloutConfig(tools=("calculator",))).commands([item], n=3)
+    assert len({c.group_id for c in commands}) == 1 and len({c.task_id for c in commands}) == 3
+    assert all(c.reference_answer == "42" and c.task_name == "q1" for c in commands)
