@@ -381,3 +381,12 @@ def test_report_roundtrips_msgspec() -> None:
     assert report.verdict == "pass"
     data = msgspec.json.encode(report)
     assert msgspec.json.decode(data, type=VerificationReport) == report
+
+
+def test_a_verifier_pinned_to_a_gpu_shows_its_sandboxes_that_device_only() -> None:
+    from actors.verifier.engine import sandbox_env
+
+    assert sandbox_env("/tmp/w", "3")["CUDA_VISIBLE_DEVICES"] == "3"
+    assert "ANTHROPIC_API_KEY" not in sandbox_env("/tmp/w", "3")
+    unpinned = sandbox_env("/tmp/w")
+    assert unpinned.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")

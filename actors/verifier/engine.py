@@ -102,6 +102,9 @@ class VerifierConfig:
     static_gate: bool = True  # the AST reward-hack gate (disable only to test the sandbox)
     warm: bool = True  # fork from a warm worker instead of starting a fresh interpreter
     device: str | None = None  # "cpu" / "cuda" to require one; None: whatever is here
+    # The CUDA device (index or UUID) this verifier owns; its sandboxes see only that one
+    # (``kernelflow daemon --gpus``: one verifier actor per device). None: all of them.
+    gpu: str | None = None
     timing: bool = True  # on a GPU: time candidate vs baseline
     timing_reps: int = 50
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
@@ -118,9 +121,10 @@ class _Signed(msgspec.Struct):
 # --------------------------------------------------------------------------- probes
 
 
-def sandbox_env(home: str) -> dict[str, str]:
+def sandbox_env(home: str, gpu: str | None = None) -> dict[str, str]:
     """The whole environment of a sandboxed process: a minimal one, with ``home`` as its
-    HOME and TMPDIR; nothing of the daemon's (API keys, tokens) leaks in."""
+    HOME and TMPDIR; nothing of the daemon's (API keys, tokens) leaks in. With ``gpu``,
+    the process sees that CUDA device only."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": home,
@@ -130,6 +134,8 @@ def sandbox_env(home: str) -> dict[str, str]:
     for name in _PASSTHROUGH_ENV:
         if name in os.environ:
             env[name] = os.environ[name]
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 
@@ -426,12 +432,12 @@ class _WarmWorker:
                     stream.close()
 
 
-_WORKERS: dict[tuple[str, str, tuple[str, ...]], _WarmWorker] = {}
+_WORKERS: dict[tuple[str, str, tuple[str, ...], str | None], _WarmWorker] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
-def _worker_for(python: str, device: str, plan: _SandboxPlan) -> _WarmWorker:
-    key = (python, device, plan.prefix)
+def _worker_for(python: str, device: str, plan: _SandboxPlan, gpu: str | None) -> _WarmWorker:
+    key = (python, device, plan.prefix, gpu)
     with _WORKERS_LOCK:
         worker = _WORKERS.get(key)
         if worker is not None and worker.alive():
@@ -439,7 +445,7 @@ def _worker_for(python: str, device: str, plan: _SandboxPlan) -> _WarmWorker:
         if worker is not None:
             worker.close()
         home = tempfile.gettempdir()
-        env = sandbox_env(home)
+        env = sandbox_env(home, gpu)
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         cmd = [*plan.prefix, python, "-I", str(SANDBOX_CHILD), "--serve", device]
@@ -469,7 +475,7 @@ def _run_warm(
     python: str, device: str, plan: _SandboxPlan, workdir: str, nonce: str, config: VerifierConfig
 ) -> ProcessOutcome:
     for attempt in range(2):
-        worker = _worker_for(python, device, plan)
+        worker = _worker_for(python, device, plan, config.gpu)
         with worker.lock:
             try:
                 reply = worker.run(workdir, nonce, config.timeout_s)
@@ -659,7 +665,7 @@ def verify(
             if config.warm:
                 outcome = _run_warm(config.python, device, plan, workdir, nonce, config)
             else:
-                env = sandbox_env(workdir)
+                env = sandbox_env(workdir, config.gpu)
                 env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
                 if device == "cpu":
                     env["TRITON_INTERPRET"] = "1"  # Triton kernels run in the numpy interpreter
