@@ -5,15 +5,20 @@ react, tool, coding or a plugin's) say what to do next from the dispatch's recor
 call the LLM, run tools, or finish. The agent does that one piece of I/O, records it, and
 asks again, until the dispatch ends with its parsed output (or why there is none). A
 redelivered dispatch resumes from the log: a recorded call is never made twice, a
-recorded tool result never rerun.
+recorded tool result never rerun. When the step after a piece of I/O needs none (the
+answer is parsed, or the kind gives up), it is decided on top of the I/O's record and
+appended with it: one append per piece of I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
+
+import msgspec
 
 from actors.bridge import Bridge
 from actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
@@ -24,17 +29,18 @@ from actors.prompts import agent_messages
 from actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events.codec import decode_event
-from events.log import AppendConflict
+from events.log import AppendConflict, TaskHistory
 from events.model import (
     AgentDispatched,
     AgentFailed,
     Event,
+    LLMCalled,
     OutputParsed,
     ParseFailed,
     ToolCalled,
     ToolUse,
 )
-from projections.task_state import Dispatch, TaskState
+from projections.task_state import Dispatch, TaskState, fold
 from workflows.model import AgentSpec
 from workflows.parsing import ParseError, parse_output
 
@@ -79,12 +85,36 @@ class LLMAgent(Worker):
             d = current_dispatch(state, dispatched)
             if d is None:
                 return "ack"
+            events = self.next_events(state, d)
             try:
-                history = self.append(history, *self.next_events(state, d))
+                history = self.append(history, *events, *self.ending(history, events, d))
             except AppendConflict:
                 history = self.read(dispatched.task_id)
 
+    def ending(self, history: TaskHistory, events: list[Event], d: Dispatch) -> list[Event]:
+        """The dispatch's end (its answer parsed, or giving up) when the I/O results in
+        ``events`` lead straight to it: decided on top of them, to be appended with them
+        (nothing is called in between, so nothing is lost if the append is refused)."""
+        if not events or not all(isinstance(e, LLMCalled | ToolCalled) for e in events):
+            return []
+        first, now = len(history.events) + 1, time.time()
+        planned = [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
+        state = fold(history.task_id, (*history.events, *planned))
+        after = current_dispatch(state, d.event)
+        if after is None:
+            return []
+        step, spec, tools, files = self.step(state, after)
+        if not isinstance(step, Finish | GiveUp):
+            return []  # more I/O: done on what the log holds, in the next round
+        return self.perform(state, after, step, spec, tools, files)
+
     def next_events(self, state: TaskState, d: Dispatch) -> list[Event]:
+        return self.perform(state, d, *self.step(state, d))
+
+    def step(
+        self, state: TaskState, d: Dispatch
+    ) -> tuple[Step, AgentSpec, dict[str, Tool], Mapping[str, str]]:
+        """What the agent's kind does next, and the agent's tools and workspace."""
         spec = workflow_of(state).agents[self.agent]
         tools = tools_of(spec)
         files = workspace_files(state) if tools else {}
@@ -95,7 +125,18 @@ class LLMAgent(Worker):
             tools=[t.spec() for t in tools.values()],
             files=files,
         )
-        step: Step = agent_kind(spec.kind)(spec).next_step(turn)
+        return agent_kind(spec.kind)(spec).next_step(turn), spec, tools, files
+
+    def perform(
+        self,
+        state: TaskState,
+        d: Dispatch,
+        step: Step,
+        spec: AgentSpec,
+        tools: dict[str, Tool],
+        files: Mapping[str, str],
+    ) -> list[Event]:
+        """Do the step's I/O, if any; the events that record it."""
         if isinstance(step, CallLLM):
             return [self.call_llm(state, d, step)]
         if isinstance(step, RunTools):

@@ -3,14 +3,25 @@
 It holds no authority of its own: every decision is ``plan_next(fold(events))``, appended
 with optimistic concurrency. Any number of conductors, in any number of daemons, may run
 against one log; a conflict just means "someone else moved this task: reload".
+
+Within one daemon, one conductor at a time advances a given task: a trigger for a task
+another conductor is advancing is handed to that conductor (``_Claims``), which looks at
+the task again when it is done and settles the trigger then, so conductors of one process
+never race each other into conflicts. Decisions that need no I/O (a routing decision and
+the dispatch it calls for, a finish and its rewards) are planned on top of one another
+and appended together: one call into the bridge, where the log records them one after
+the other (a crash in between leaves the trigger unacked: the rest is decided again).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import msgspec
 
 from actors.bridge import Bridge
 from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
@@ -20,7 +31,7 @@ from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from actors.llm.budget import task_budget_error
 from actors.prompts import conductor_messages, judge_messages
 from actors.verifier.taskfile import TaskFileError, check_task_source
-from actors.worker import Job, Settlement, Worker, state_of, workflow_of
+from actors.worker import Delivery, Job, Settlement, Worker, state_of, workflow_of
 from events import subjects
 from events.codec import MalformedMessage, decode_command
 from events.log import AppendConflict, TaskHistory
@@ -41,13 +52,60 @@ from projections.rewards import (
     needs_judge,
     pending_reward_events,
 )
-from projections.task_state import CONDUCTOR, JUDGE, TaskState
+from projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
 from workflows.loader import WorkflowError, load_workflow, parse_workflow
 from workflows.model import Workflow
 
-# Each round appends one event; a task never needs more rounds than this between two
-# agent runs, so hitting it means something is wrong (and the trigger is redelivered).
+# Each round decides one event (or appends what was decided); a task never needs more
+# rounds than this between two agent runs, so hitting it means something is wrong (and
+# the trigger is redelivered).
 MAX_ROUNDS = 64
+
+_ClaimKey = tuple[Bridge, str]
+
+
+class _Claims:
+    """The tasks this process's conductors are advancing, and the triggers handed over
+    for each meanwhile (None: "look again", from a conductor with no message to settle).
+
+    A conductor that holds a task's claim advances it, then takes what was handed over,
+    advances again from a history that includes those triggers' events, and settles them
+    once it has (ack), or on failure (nak): a trigger is never acked before the decision
+    it calls for is recorded, so a crash anywhere leaves it to be redelivered.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handed: dict[_ClaimKey, list[Delivery | None]] = {}
+
+    def claim(self, key: _ClaimKey, delivery: Delivery | None) -> bool:
+        """True: the caller holds the claim now. False: the task is being advanced and
+        ``delivery`` was handed to the conductor advancing it."""
+        with self._lock:
+            handed = self._handed.get(key)
+            if handed is None:
+                self._handed[key] = []
+                return True
+            handed.append(delivery)
+            return False
+
+    def next_or_release(self, key: _ClaimKey) -> list[Delivery | None]:
+        """What was handed over since the last call; nothing ends the claim."""
+        with self._lock:
+            handed = self._handed[key]
+            if handed:
+                self._handed[key] = []
+            else:
+                del self._handed[key]
+            return handed
+
+    def release(self, key: _ClaimKey) -> list[Delivery | None]:
+        """End the claim (on failure); what was handed over and not taken yet."""
+        with self._lock:
+            return self._handed.pop(key, [])
+
+
+_CLAIMS = _Claims()
 
 
 class Conductor(Worker):
@@ -62,6 +120,22 @@ class Conductor(Worker):
             return self.on_command(job)
         self.advance(self.history_at(job))
         return "ack"
+
+    def receive(self, delivery: Delivery) -> None:
+        """A trigger (an event that calls for a decision) is advanced by whichever
+        conductor of this process holds its task's claim, and settled by it."""
+        job = delivery.job
+        if job.source != "event":
+            super().receive(delivery)
+            return
+        key = (self.bridge, _task_of(job))
+        if not _CLAIMS.claim(key, delivery):
+            delivery.release()  # free for other work; the claim holder settles this one
+            return
+        try:
+            self._advance_claimed(key, lambda: self.history_at(job), [delivery])
+        except Exception:
+            self.log.exception("conductor failed on %s; it will be redelivered", job.subject)
 
     # ------------------------------------------------------------------ commands
 
@@ -172,28 +246,89 @@ class Conductor(Worker):
 
     def advance(self, history: TaskHistory) -> None:
         """Append what the workflow says comes next, until an agent must work or the
-        task is over."""
+        task is over (or leave it to the conductor of this process advancing it now)."""
+        key = (self.bridge, history.task_id)
+        if _CLAIMS.claim(key, None):
+            self._advance_claimed(key, lambda: history, [])
+
+    def _advance_claimed(
+        self, key: _ClaimKey, first: Callable[[], TaskHistory], held: list[Delivery]
+    ) -> None:
+        """Advance a task whose claim this conductor holds, then again for whatever was
+        handed over meanwhile; settle the ``held`` triggers and those handed over."""
+        settlement: Settlement = "nak"
+        try:
+            history = self._advance(first())
+            while handed := _CLAIMS.next_or_release(key):
+                held.extend(d for d in handed if d is not None)
+                history = self._advance(self._through(history, handed))
+            settlement = "ack"
+        finally:
+            if settlement == "nak":
+                held.extend(d for d in _CLAIMS.release(key) if d is not None)
+            for delivery in held:
+                delivery.settle(settlement)
+
+    def _through(self, history: TaskHistory, handed: list[Delivery | None]) -> TaskHistory:
+        """The newest history known that includes the events of the triggers handed over."""
+        jobs = [d.job for d in handed if d is not None]
+        if jobs:
+            through = self.history_at(max(jobs, key=lambda job: job.stream_seq))
+            if len(through.events) > len(history.events):
+                history = through
+        return self._latest(history)
+
+    def _latest(self, history: TaskHistory) -> TaskHistory:
+        """``history``, or the one this process remembers for the task if it is newer (the
+        log only grows, so the longer is the newer)."""
+        known = self.bridge.log.remembered(history.task_id)
+        return known if known is not None and len(known.events) > len(history.events) else history
+
+    def _advance(self, history: TaskHistory) -> TaskHistory:
+        """Decide and append until the workflow waits on an agent or the task is over.
+        What needs no I/O is decided on top of what was decided before it and appended
+        with it; before asking an LLM, what was decided is appended first."""
         task_id = history.task_id
+        history = self._latest(history)
+        planned: list[Event] = []  # decided on top of ``history``, not appended yet
         for _ in range(MAX_ROUNDS):
-            state = state_of(history)
+            state = fold(task_id, (*history.events, *planned))
             if state.submitted is None:
-                return
+                break
             if needs_judge(state):  # the judge scores a finished prompt task's answer
-                history = self._append_or_reload(history, [self.judge(state)])
+                if planned:  # an LLM is only asked on what the log holds
+                    history, planned = self._append_or_reload(history, planned), []
+                else:
+                    history = self._append_or_reload(history, [self.judge(state)])
                 continue
             if late := pending_reward_events(state):  # a conductor died after the finish
-                history = self._append_or_reload(history, late)
+                planned.extend(self._stamped(history, planned, late))
                 continue
             workflow = workflow_of(state)
             plan = plan_next(state, workflow, now=time.time())
             if isinstance(plan, Idle):
-                return
+                break
+            if isinstance(plan, AskLLM) and planned:
+                history, planned = self._append_or_reload(history, planned), []
+                continue
             event = plan.event if isinstance(plan, Append) else self.ask(state, workflow, plan)
             # The outcome rewards follow the finish they score (if this conductor dies in
             # between, the next visit records them: see pending_reward_events above).
             rewards = finish_reward_events(state, event) if isinstance(event, TaskFinished) else []
-            history = self._append_or_reload(history, [event, *rewards])
-        raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
+            planned.extend(self._stamped(history, planned, [event, *rewards]))
+        else:
+            raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
+        return self._append_or_reload(history, planned) if planned else history
+
+    @staticmethod
+    def _stamped(
+        history: TaskHistory, planned: Sequence[Event], events: Sequence[Event]
+    ) -> list[Event]:
+        """``events`` as the log will number them after ``planned`` (the append stamps
+        them again, with the same sequence)."""
+        first = len(history.events) + len(planned) + 1
+        now = time.time()
+        return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
 
     def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
         try:
@@ -246,3 +381,8 @@ class Conductor(Worker):
 
 def _cause(job: Job) -> str:
     return f"cmd:{job.stream_seq}"
+
+
+def _task_of(job: Job) -> str:
+    """The task an event job is about: its subject is ``kf.ev.<task_id>.<kind>...``."""
+    return job.subject[len(subjects.EVENTS_ROOT) + 1 :].partition(".")[0]

@@ -6,6 +6,11 @@ A pump fetches only as many messages as its pool has idle actors (backpressure),
 them "in progress" while an actor works, and acks them when the actor is done. A daemon
 that dies leaves its messages unacked: JetStream redelivers them after ``ack_wait`` to
 whichever daemon is consuming, and the log tells that daemon how far the work got.
+
+Per message the loop does: hand it to an idle actor (one ``tell``), keep it in progress
+(one sweep every ``ack_wait / 3`` covers every message held), and settle it when the actor
+says so (one ack). An actor may give its message to another actor (``Delivery.release``):
+it is free for new work at once, and the message is held until the other settles it.
 """
 
 from __future__ import annotations
@@ -76,6 +81,23 @@ class _Pool:
     idle: asyncio.Queue[ActorRef]
     puller: CreditPuller | None = None
 
+    def free(self, actor: ActorRef) -> None:
+        """On the loop: the actor can take new work."""
+        self.idle.put_nowait(actor)
+        if self.puller is not None:
+            self.puller.credit_changed()
+
+
+@dataclass(eq=False)
+class _Held:
+    """A message handed to an actor and not settled yet."""
+
+    pool: _Pool
+    actor: ActorRef
+    msg: Msg
+    actor_freed: bool = False
+    settled: bool = False
+
 
 class Daemon:
     def __init__(self, bridge: Bridge, config: DaemonConfig) -> None:
@@ -84,6 +106,8 @@ class Daemon:
         self._pools: dict[str, _Pool] = {}
         self._pumps: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self._held: set[_Held] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -147,6 +171,7 @@ class Daemon:
         return lambda: LLMAgent.start(bridge, role, llm)
 
     async def _start_pumps(self) -> None:
+        self._heartbeat = asyncio.create_task(self._keep_in_progress(), name="kf-in-progress")
         for feed in self._feeds():
             pool = self._pools[feed.durable]
             for actor in pool.actors:
@@ -191,15 +216,17 @@ class Daemon:
             stream_seq=msg.metadata.sequence.stream,
             deliveries=msg.metadata.num_delivered,
         )
-        heartbeat = self._in_background(self._keep_in_progress(msg))
+        held = _Held(pool, actor, msg)
+        self._held.add(held)
         loop = self.bridge.loop
 
-        def settle(how: Settlement) -> None:  # called on the actor's thread
-            loop.call_soon_threadsafe(
-                lambda: loop.create_task(self._settle(pool, actor, msg, heartbeat, how))
-            )
+        def settle(how: Settlement) -> None:  # called on an actor's thread
+            loop.call_soon_threadsafe(self._settle, held, how)
 
-        actor.tell(Delivery(job, settle))
+        def release() -> None:  # called on an actor's thread
+            loop.call_soon_threadsafe(self._free, held)
+
+        actor.tell(Delivery(job, settle, release))
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -207,26 +234,36 @@ class Daemon:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _keep_in_progress(self, msg: Msg) -> None:
+    async def _keep_in_progress(self) -> None:
+        """Tell JetStream every message an actor holds is still being worked on, so that
+        only a dead daemon's messages are redelivered."""
         while True:
             await asyncio.sleep(self.config.ack_wait_s / 3)
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+            for held in list(self._held):
+                with contextlib.suppress(Exception):
+                    await held.msg.in_progress()
 
-    async def _settle(
-        self, pool: _Pool, actor: ActorRef, msg: Msg, heartbeat: asyncio.Task[None], how: Settlement
-    ) -> None:
-        heartbeat.cancel()
+    def _free(self, held: _Held) -> None:
+        if not held.actor_freed:
+            held.actor_freed = True
+            held.pool.free(held.actor)
+
+    def _settle(self, held: _Held, how: Settlement) -> None:
+        if held.settled:
+            return
+        held.settled = True
+        self._held.discard(held)
+        self._free(held)
+        self._in_background(self._answer(held, how))
+
+    async def _answer(self, held: _Held, how: Settlement) -> None:
         try:
             if how == "ack":
-                await msg.ack()
+                await held.msg.ack()
             else:
-                await msg.nak(delay=self.config.ack_wait_s)
+                await held.msg.nak(delay=self.config.ack_wait_s)
         except Exception as exc:  # the message will be redelivered; the log makes that safe
-            log.warning("%s: could not settle %s: %s", pool.role, msg.subject, exc)
-        pool.idle.put_nowait(actor)
-        if pool.puller is not None:
-            pool.puller.credit_changed()
+            log.warning("%s: could not settle %s: %s", held.pool.role, held.msg.subject, exc)
 
     def stop(self) -> None:
         """Stop taking work, let actors finish what they hold, then stop them."""
@@ -247,4 +284,8 @@ class Daemon:
         for future in stopping:
             with contextlib.suppress(Exception):
                 future.get(timeout=max(0.0, deadline - time.monotonic()))
+        heartbeat = self._heartbeat  # kept up while the actors finished their jobs
+        if heartbeat is not None:
+            with contextlib.suppress(Exception):
+                self.bridge.loop.call_soon_threadsafe(heartbeat.cancel)
         log.info("daemon stopped")

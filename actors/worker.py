@@ -37,10 +37,20 @@ class Job:
     deliveries: int
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class Delivery:
+    """A job and how to answer for it. ``settle`` acks or naks the message (and frees the
+    actor); ``release`` frees the actor while the message stays held, for a worker that
+    hands the job to another actor which settles it later. Both may be called from any
+    thread; the first of them frees the actor."""
+
     job: Job
     settle: Callable[[Settlement], None]
+    release: Callable[[], None] = _nothing
 
 
 class Worker(pykka.ThreadingActor):
@@ -59,15 +69,19 @@ class Worker(pykka.ThreadingActor):
         if not isinstance(message, Delivery):
             self.log.error("unexpected message %r", message)
             return
+        self.receive(message)
+
+    def receive(self, delivery: Delivery) -> None:
+        """Handle one delivery and settle it, whatever happens."""
         settlement: Settlement = "nak"
         try:
-            settlement = self.handle(message.job)
+            settlement = self.handle(delivery.job)
         except Exception:
             self.log.exception(
-                "%s failed on %s; it will be redelivered", self.role, message.job.subject
+                "%s failed on %s; it will be redelivered", self.role, delivery.job.subject
             )
         finally:
-            message.settle(settlement)
+            delivery.settle(settlement)
 
     def handle(self, job: Job) -> Settlement:
         raise NotImplementedError
@@ -78,8 +92,13 @@ class Worker(pykka.ThreadingActor):
         return self.bridge.call(self.bridge.log.read_task(task_id))
 
     def history_at(self, job: Job) -> TaskHistory:
-        """The task's history up to at least the event this job carries."""
+        """The task's history up to at least the event this job carries: the one this
+        process remembers when it holds that event (no trip to the bridge loop), else the
+        log's."""
         event = decode_event(job.data)
+        known = self.bridge.log.remembered(event.task_id)
+        if known is not None and known.next_seq > event.seq:
+            return known
         return self.bridge.call(self.bridge.log.history_through(event, job.stream_seq))
 
     def append(self, history: TaskHistory, *events: Event) -> TaskHistory:

@@ -8,19 +8,35 @@ Invariants (what every caller may rely on):
 - each event has the deterministic ``Nats-Msg-Id`` ``<task_id>:<seq>``, so a re-sent
   publish is recognised by the server and never recorded twice;
 - nothing is appended after a task's terminal event but the rewards that score it
-  (callers check the fold; see ``projections.task_state`` and ``projections.rewards``).
+  (callers check the fold; see ``projections.task_state`` and ``projections.rewards``);
+- the events of one append are recorded one after the other, each with the checks above
+  (the next one's check needs the stream sequence of the one before), so a crash in the
+  middle leaves a history that is merely shorter: its writer's trigger is redelivered and
+  the rest is decided again.
+
+Cost: each event is one publish and its ack, answered on one reply subscription shared by
+every request of the log; reading a task is one batched direct get (nats-server 2.11+)
+instead of an ephemeral consumer created and deleted per read. Atomic batch publishes
+(nats-server 2.12+) would save the acks between the events of one append, but nats-server
+2.15 commits each batch in ~2 ms, one batch at a time: far slower than sequential
+publishes under load.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
+import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -33,6 +49,12 @@ from events.model import TERMINAL_EVENTS, Command, Event
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
 _FETCH_BATCH = 256
+# How long an append or a read waits for the server's answer (nats-py's default).
+_TIMEOUT_S = 5.0
+# The server version that answers batched direct gets.
+_DIRECT_BATCH_SINCE = (2, 11)
+_STATUS = "Status"
+T = TypeVar("T")
 
 
 class AppendConflict(Exception):
@@ -79,13 +101,17 @@ class EventLog:
         settings: StreamSettings | None = None,
         after_append: Callable[[Event], None] | None = None,
     ) -> None:
-        # Not thread-safe: use one EventLog from one event loop (the bridge's).
+        # Not thread-safe: use one EventLog from one event loop (the bridge's); only
+        # ``remembered`` may be called from any thread.
         self._nc = nc
         self._js = nc.jetstream()
         self._settings = settings or StreamSettings()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
         # Called with each event once it is recorded (fault injection in tests).
         self._after_append = after_append
+        self._replies = _Replies(nc)
+        # Whether the events stream answers batched direct gets (False once it did not).
+        self._direct = _server_at_least(nc, _DIRECT_BATCH_SINCE)
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
@@ -142,59 +168,112 @@ class EventLog:
         """Record ``new_events`` after ``history``; return the history that includes them.
 
         Events are stamped with their task sequence and time here. Raises AppendConflict
-        when the task gained events since ``history`` was read.
+        when the task gained events since ``history`` was read (or when these very events
+        were recorded already, by an earlier attempt whose answer was lost).
         """
-        events = list(history.events)
-        last = history.last_stream_seq
+        task_id = history.task_id
+        now = time.time()
+        # A remembered history is known not to have ended: only new events can end it.
+        ended = self._known.get(task_id) is not history and _ended(history.events)
         for event in new_events:
-            if event.task_id != history.task_id:
-                raise ValueError(f"event for task {event.task_id} appended to {history.task_id}")
-            stamped = msgspec.structs.replace(event, seq=len(events) + 1, at=time.time())
-            headers = {
-                "Nats-Msg-Id": stamped.event_id,
-                "Nats-Expected-Last-Subject-Sequence": str(last),
-                "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(
-                    history.task_id
-                ),
-            }
-            try:
-                ack = await self._js.publish(
-                    subjects.event_subject(stamped), encode(stamped), headers=headers
-                )
-            except nats.js.errors.APIError as exc:
-                if exc.err_code == _WRONG_LAST_SEQUENCE:
-                    raise AppendConflict(
-                        f"task {history.task_id} moved past stream seq {last}"
-                    ) from exc
-                raise
-            if ack.duplicate:
-                # Someone (maybe our own earlier attempt) already recorded this position.
-                raise AppendConflict(f"event {stamped.event_id} was already recorded")
-            events.append(stamped)
-            last = ack.seq
-            if self._after_append is not None:
-                self._after_append(stamped)
-        return self._remember(TaskHistory(history.task_id, tuple(events), last))
+            if event.task_id != task_id:
+                raise ValueError(f"event for task {event.task_id} appended to {task_id}")
+            stamped = msgspec.structs.replace(event, seq=history.next_seq, at=now)
+            ended = ended or isinstance(stamped, TERMINAL_EVENTS)
+            history = await self._replies.request(
+                subjects.event_subject(stamped),
+                encode(stamped),
+                {
+                    "Nats-Msg-Id": stamped.event_id,
+                    "Nats-Expected-Last-Subject-Sequence": str(history.last_stream_seq),
+                    "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(task_id),
+                },
+                functools.partial(self._recorded, history, stamped, ended),
+            )
+        return history
+
+    def _recorded(self, before: TaskHistory, event: Event, ended: bool, ack: Msg) -> TaskHistory:
+        """The history once the server acknowledged ``event`` on top of ``before``. Run as
+        soon as the answer arrives: a delivery of the event that came with it then finds
+        the history remembered."""
+        answer = _pub_ack(ack, before.task_id, before.last_stream_seq)
+        if answer.duplicate:
+            # Someone (maybe our own earlier attempt) already recorded this position.
+            raise AppendConflict(f"event {event.event_id} was already recorded")
+        after = self._remember(
+            TaskHistory(before.task_id, (*before.events, event), answer.seq), ended
+        )
+        if self._after_append is not None:
+            self._after_append(event)
+        return after
 
     async def publish_command(
         self, command: Command, subject: str, headers: dict[str, str] | None = None
     ) -> int:
-        ack = await self._js.publish(subject, encode(command), headers=headers)
-        return ack.seq
+        """Publish a command to its stream; its stream sequence."""
+        return await self._replies.request(subject, encode(command), headers or {}, _command_seq)
 
     # ------------------------------------------------------------------ reading
 
-    async def read_task(self, task_id: str) -> TaskHistory:
-        """The task's events, fetching only those after the history remembered for it."""
+    def remembered(self, task_id: str) -> TaskHistory | None:
+        """The history of an unfinished task this process last recorded or read, if it
+        still remembers it (possibly behind the log, never wrong). Safe from any thread:
+        it looks up one immutable value."""
+        return self._known.get(task_id)
+
+    async def read_task(self, task_id: str, *, direct: bool = True) -> TaskHistory:
+        """The task's events, fetching only those after the history remembered for it.
+
+        Read by direct gets where the stream answers them (``direct``), else through an
+        ephemeral consumer.
+        """
         known = self._known.get(task_id)
         events = list(known.events) if known is not None else []
         last = known.last_stream_seq if known is not None else 0
-        async for stream_seq, event in self.read(
-            start_seq=last + 1, subject=subjects.task_events(task_id)
-        ):
-            events.append(event)
+        new: list[Event] = []
+        fetched = await self._read_direct(task_id, last + 1) if direct and self._direct else None
+        if fetched is None:
+            fetched = [
+                item
+                async for item in self.read(
+                    start_seq=last + 1, subject=subjects.task_events(task_id)
+                )
+            ]
+            if direct:  # the stream is there but did not answer the direct get
+                self._direct = False
+        for stream_seq, event in fetched:
+            new.append(event)
             last = stream_seq
-        return self._remember(TaskHistory(task_id, tuple(events), last))
+        events.extend(new)
+        # A remembered history is known not to have ended: only new events can end it.
+        ended = _ended(new) if known is not None else _ended(events)
+        return self._remember(TaskHistory(task_id, tuple(events), last), ended)
+
+    async def _read_direct(self, task_id: str, start_seq: int) -> list[tuple[int, Event]] | None:
+        """The task's events from ``start_seq`` to the end of the log, by batched direct
+        gets (one request per 256 events); None when the stream does not answer them."""
+        found: list[tuple[int, Event]] = []
+        subject = subjects.task_events(task_id)
+        seq = start_seq
+        while True:
+            request = json.dumps({"seq": seq, "next_by_subj": subject, "batch": _FETCH_BATCH})
+            msgs = await self._replies.collect(
+                f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request.encode()
+            )
+            end = msgs[-1].headers or {}
+            status = end.get(_STATUS)
+            if status == "503":  # no responders: a stream without allow_direct, or none
+                return None
+            if status not in ("204", "404"):
+                raise nats.js.errors.APIError(
+                    code=int(status or 0), description=str(end.get("Description", ""))
+                )
+            for msg in msgs[:-1]:
+                found.append((int((msg.headers or {})["Nats-Sequence"]), decode_event(msg.data)))
+            # End of batch: read on if the server holds more than one batch returns.
+            if status == "404" or len(msgs) == 1 or int(end.get("Nats-Num-Pending", 0)) == 0:
+                return found
+            seq = found[-1][0] + 1
 
     async def history_through(self, event: Event, stream_seq: int) -> TaskHistory:
         """The task's history up to at least ``event`` (just delivered from the stream at
@@ -202,16 +281,24 @@ class EventLog:
         known = self._known.get(event.task_id)
         if known is not None and known.next_seq > event.seq:
             return known  # this process recorded or read the event already
-        if known is not None and known.next_seq == event.seq:
-            return self._remember(TaskHistory(event.task_id, (*known.events, event), stream_seq))
-        return await self.read_task(event.task_id)
+        if known is None or known.next_seq < event.seq:
+            known = await self.read_task(event.task_id)
+            if known.next_seq < event.seq:
+                # In a cluster any replica may answer a direct get, one a little behind
+                # the stream: read again through a consumer.
+                known = await self.read_task(event.task_id, direct=False)
+        if known.next_seq == event.seq:
+            return self._remember(
+                TaskHistory(event.task_id, (*known.events, event), stream_seq), _ended([event])
+            )
+        return known
 
-    def _remember(self, history: TaskHistory) -> TaskHistory:
+    def _remember(self, history: TaskHistory, ended: bool) -> TaskHistory:
         # A remembered history is never wrong, only possibly behind (the log only grows):
         # reads fetch what came after it, and an append decided on a stale one is refused
-        # by the concurrency check. Finished tasks are not worth the memory.
+        # by the concurrency check. Finished tasks (``ended``) are not worth the memory.
         self._known.pop(history.task_id, None)
-        if history.events and not _ended(history.events):
+        if history.events and not ended:
             self._known[history.task_id] = history
             if len(self._known) > self._settings.remembered_tasks:
                 self._known.popitem(last=False)
@@ -271,3 +358,121 @@ def _ended(events: Sequence[Event]) -> bool:
 
 def _stream_seq(msg: Msg) -> int:
     return msg.metadata.sequence.stream
+
+
+def _server_at_least(nc: NATS, version: tuple[int, int]) -> bool:
+    server = nc.connected_server_version
+    return (server.major, server.minor) >= version
+
+
+class _PubAck(msgspec.Struct):
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+_PUB_ACKS = msgspec.json.Decoder(_PubAck)
+
+
+def _pub_ack(reply: Msg, task_id: str, last: int) -> _PubAck:
+    """The server's answer to a publish, or the error it stands for (a conflict when an
+    append to ``task_id`` expected its last stream sequence to be ``last``)."""
+    if reply.headers and reply.headers.get(_STATUS) == "503":
+        raise nats.js.errors.NoStreamResponseError
+    ack = _PUB_ACKS.decode(reply.data)
+    if ack.error is not None:
+        try:
+            nats.js.errors.APIError.from_error(ack.error)  # raises the error it describes
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                raise AppendConflict(f"task {task_id} moved past stream seq {last}") from exc
+            raise
+    return ack
+
+
+def _command_seq(reply: Msg) -> int:
+    return _pub_ack(reply, "", 0).seq
+
+
+def _give_up(answer: asyncio.Future[Any]) -> None:
+    if not answer.done():
+        answer.set_exception(nats.errors.TimeoutError())
+
+
+class _Replies:
+    """The answers to one EventLog's requests (publish acks, direct gets) on a single
+    wildcard inbox subscription: a request costs one publish, a dictionary entry and a
+    timer handle (nats-py's ``request`` adds a task, random bytes and JSON dataclasses)."""
+
+    def __init__(self, nc: NATS) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._subscribing: asyncio.Lock | None = None
+        self._waiting: dict[str, Callable[[Msg], None]] = {}
+        self._tokens = itertools.count()
+
+    async def _inbox(self) -> str:
+        if not self._prefix:
+            self._subscribing = self._subscribing or asyncio.Lock()
+            async with self._subscribing:
+                if not self._prefix:
+                    prefix = f"{self._nc.new_inbox()}."
+                    await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+                    self._prefix = prefix
+        return self._prefix
+
+    async def _on_reply(self, msg: Msg) -> None:
+        handler = self._waiting.get(msg.subject[len(self._prefix) :])
+        if handler is not None:
+            handler(msg)
+
+    async def request(
+        self, subject: str, payload: bytes, headers: dict[str, str], read: Callable[[Msg], T]
+    ) -> T:
+        """Publish a request answered by one message; what ``read`` makes of it, run as
+        soon as it arrives (what ``read`` raises is raised here)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def on_reply(msg: Msg) -> None:
+            if answer.done():
+                return
+            try:
+                answer.set_result(read(msg))
+            except Exception as exc:
+                answer.set_exception(exc)
+
+        return await self._exchange(subject, payload, headers, on_reply, answer)
+
+    async def collect(self, subject: str, payload: bytes) -> list[Msg]:
+        """Publish a request answered by several messages, the last of them carrying a
+        status header (a direct get's end of batch, or its error); all of them."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[Msg]] = loop.create_future()
+        got: list[Msg] = []
+
+        def on_reply(msg: Msg) -> None:
+            got.append(msg)
+            if msg.headers and _STATUS in msg.headers and not answer.done():
+                answer.set_result(got)
+
+        return await self._exchange(subject, payload, None, on_reply, answer)
+
+    async def _exchange(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        on_reply: Callable[[Msg], None],
+        answer: asyncio.Future[Any],
+    ) -> Any:
+        prefix = await self._inbox()
+        token = str(next(self._tokens))
+        self._waiting[token] = on_reply
+        timer = asyncio.get_running_loop().call_later(_TIMEOUT_S, _give_up, answer)
+        try:
+            await self._nc.publish(subject, payload, reply=prefix + token, headers=headers or None)
+            return await answer
+        finally:
+            timer.cancel()
+            del self._waiting[token]

@@ -1,0 +1,144 @@
+"""The cheap paths of the framework keep its guarantees: reads by batched direct gets, the
+history remembered as soon as an append is acknowledged, and one conductor per task in a
+process, to which triggers for that task are handed (and settled only once handled)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from actors.bridge import Bridge
+from actors.conductor import _CLAIMS, Conductor
+from actors.worker import Delivery, Job, Settlement
+from events import subjects
+from events.codec import encode
+from events.log import EventLog, TaskHistory
+from events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
+from workflows.loader import load_workflow
+
+
+def new_task() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def dispatch(task: str, n: int) -> AgentDispatched:
+    return AgentDispatched(task_id=task, agent="coder", step=n + 1, dispatch_id=f"{task}:d{n}")
+
+
+def test_direct_read_matches_a_consumer_read(event_log: EventLog) -> None:
+    """More events than one direct get returns, read whole and from a remembered point."""
+    task = new_task()
+    history = TaskHistory(task)
+    for chunk in range(3):
+        events = [dispatch(task, 120 * chunk + i) for i in range(120)]
+        history = event_log.run(event_log.append(history, events))
+    fresh = EventLog(event_log._nc)  # remembers nothing
+    direct = event_log.run(fresh.read_task(task))
+    by_consumer = event_log.run(EventLog(event_log._nc).read_task(task, direct=False))
+    assert direct == by_consumer == history
+    assert [e.seq for e in direct.events] == list(range(1, 361))
+    more = event_log.run(event_log.append(direct, [dispatch(task, 360)]))
+    assert fresh.remembered(task) == direct
+    assert event_log.run(fresh.read_task(task)) == more  # fetches only the new event
+
+
+def test_reads_fall_back_to_a_consumer_without_direct_gets(private_nats: str) -> None:
+    async def scenario() -> None:
+        nc = await nats.connect(private_nats)
+        js = nc.jetstream()
+        # A stream made by hand without allow_direct: nobody answers direct gets.
+        await nc.request(
+            f"$JS.API.STREAM.CREATE.{subjects.EVENTS_STREAM}",
+            json.dumps(
+                {"name": subjects.EVENTS_STREAM, "subjects": [subjects.ALL_EVENTS]}
+            ).encode(),
+        )
+        task = new_task()
+        event = TaskCancelled(task_id=task, seq=1, reason="x")
+        await js.publish(subjects.event_subject(event), encode(event))
+        log = EventLog(nc)
+        history = await log.read_task(task)
+        assert [e.reason for e in history.events] == ["x"]  # type: ignore[attr-defined]
+        assert (await log.read_task(new_task())).events == ()
+        await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_append_is_remembered_when_its_ack_arrives(event_log: EventLog) -> None:
+    """Another thread may look up the history (``remembered``) without the bridge loop,
+    and a delivered event this process recorded needs no read."""
+    task = new_task()
+    history = event_log.run(
+        event_log.append(TaskHistory(task), [dispatch(task, 0), dispatch(task, 1)])
+    )
+    assert event_log.remembered(task) is history
+    first = history.events[0]
+    assert event_log.run(event_log.history_through(first, history.last_stream_seq - 1)) is history
+
+
+@pytest.fixture
+def bridge(private_nats: str) -> Iterator[Bridge]:
+    b = Bridge(private_nats).start()
+    yield b
+    b.stop()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.settled: list[Settlement] = []
+        self.released = 0
+
+    def delivery(self, job: Job) -> Delivery:
+        return Delivery(job, self.settled.append, self._release)
+
+    def _release(self) -> None:
+        self.released += 1
+
+
+def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> None:
+    """Two conductors of one process get triggers for one task: the second hands its
+    trigger to the first, which advances the task and only then settles both."""
+    task_id = new_task()
+    _, text = load_workflow("default")
+    submitted = TaskSubmitted(
+        task_id=task_id,
+        task_name="relu",
+        task_source="class Model: ...",
+        workflow_name="default",
+        workflow_yaml=text,
+        backend="triton",
+        group_id="g",
+    )
+    history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
+    trigger = history.events[0]
+    job = Job(
+        source="event",
+        subject=subjects.event_subject(trigger),
+        data=encode(trigger),
+        headers={},
+        stream_seq=history.last_stream_seq,
+        deliveries=1,
+    )
+    first, second = Conductor(bridge, llm=None), Conductor(bridge, llm=None)
+    key = (bridge, task_id)
+    assert _CLAIMS.claim(key, None)  # the first conductor is busy with the task
+    handed = _Recorder()
+    second.receive(handed.delivery(job))
+    assert handed.released == 1 and handed.settled == []  # freed, not settled yet
+    # The first conductor advances the task, then takes what was handed over and settles
+    # it once it has looked at the task again.
+    first._advance_claimed(key, lambda: history, [])
+    assert handed.settled == ["ack"]
+    events = bridge.call(bridge.log.read_task(task_id)).events
+    assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
+    # Nothing is left claimed: the next trigger is handled (a no-op) and settled at once.
+    again = _Recorder()
+    second.receive(again.delivery(job))
+    assert again.settled == ["ack"] and again.released == 0
+    assert len(bridge.call(bridge.log.read_task(task_id)).events) == 3
