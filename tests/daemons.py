@@ -21,6 +21,7 @@ from events.model import (
     RewardAssigned,
     ToolCalled,
 )
+from projections.rewards import pending_reward_events
 from projections.task_state import fold
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
 
@@ -58,8 +59,11 @@ def task_events(url: str, task_id: str) -> list[Event]:
     return asyncio.run(read())
 
 
-def is_over(url: str, task_id: str) -> bool:
-    return fold(task_id, task_events(url, task_id)).terminal is not None
+def is_settled(url: str, task_id: str) -> bool:
+    """The task is over and every reward of its finish is recorded (a daemon killed right
+    after the finish leaves them to the next daemon)."""
+    state = fold(task_id, task_events(url, task_id))
+    return state.terminal is not None and not pending_reward_events(state)
 
 
 def wait_for(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from projections.rewards import KERNEL_REWARDS
 from projections.task_state import fold
-from tests.daemons import assert_each_step_once, is_over, start_daemon, submit, task_events
+from tests.daemons import assert_each_step_once, is_settled, start_daemon, submit, task_events
 
 # coder_only on relu with the relu script: coder, verifier (fail), conductor LLM, coder,
 # verifier (pass), finish, and the finish's rewards — 21 events.
@@ -23,7 +23,7 @@ def test_crash_between_every_pair_of_events(private_nats: str, tmp_path: Path) -
     log = tmp_path / "daemons.log"
 
     def all_over() -> bool:
-        return all(is_over(private_nats, t) for t in tasks)
+        return all(is_settled(private_nats, t) for t in tasks)
 
     crashes = 0
     deadline = time.monotonic() + 400
