@@ -24,6 +24,10 @@ T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
 
 
+class NatsUnreachable(ConnectionError):
+    """No NATS server answered in time when the bridge started."""
+
+
 class Bridge:
     def __init__(
         self,
@@ -48,7 +52,14 @@ class Bridge:
 
     def start(self, timeout_s: float = 30.0) -> Bridge:
         self._thread.start()
-        self.call(self._connect(), timeout=timeout_s)
+        try:
+            self.call(asyncio.wait_for(self._connect(), timeout_s))
+        except TimeoutError:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout_s)
+            raise NatsUnreachable(
+                f"no NATS server answered at {self.nats_url} within {timeout_s:.0f}s"
+            ) from None
         return self
 
     async def _connect(self) -> None:

@@ -19,8 +19,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
@@ -59,10 +59,21 @@ class DaemonConfig:
     # How long stop() lets actors finish the job they hold.
     stop_timeout_s: float = 30.0
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    # CUDA devices (indices or UUIDs) the verifier pool owns: one verifier actor per
+    # device, each checking on its own device only. Empty: one pool as sized above.
+    gpus: tuple[str, ...] = ()
 
     def pool_size(self, role: str) -> int:
+        if role == VERIFIER and self.gpus:
+            return len(self.gpus)
         default = 1 if role == VERIFIER else self.default_pool_size
         return self.pool_sizes.get(role, default)
+
+    def verifier_configs(self) -> list[VerifierConfig]:
+        """One configuration per verifier actor: with ``gpus``, each owns its device."""
+        if not self.gpus:
+            return [self.verifier] * self.pool_size(VERIFIER)
+        return [replace(self.verifier, gpu=g, device="cuda") for g in self.gpus]
 
 
 @dataclass(frozen=True)
@@ -113,8 +124,7 @@ class Daemon:
 
     def start(self) -> Daemon:
         for feed in self._feeds():
-            make = self._factory(feed.role)
-            actors = [make() for _ in range(self.config.pool_size(feed.role))]
+            actors = self._actors(feed.role)
             self._pools[feed.durable] = _Pool(feed.role, actors, asyncio.Queue())
         self.bridge.call(self._start_pumps())
         log.info(
@@ -159,16 +169,16 @@ class Daemon:
                 )
         return feeds
 
-    def _factory(self, role: str) -> Callable[[], ActorRef]:
+    def _actors(self, role: str) -> list[ActorRef]:
         bridge, config = self.bridge, self.config
-        if role == CONDUCTOR_ROLE:
-            return lambda: Conductor.start(bridge, config.llm)
         if role == VERIFIER:
-            return lambda: Verifier.start(bridge, config.verifier)
+            return [Verifier.start(bridge, c) for c in config.verifier_configs()]
+        size = config.pool_size(role)
+        if role == CONDUCTOR_ROLE:
+            return [Conductor.start(bridge, config.llm) for _ in range(size)]
         if config.llm is None:
             raise ValueError(f"role {role!r} is an LLM agent and needs an LLM provider (--llm)")
-        llm = config.llm
-        return lambda: LLMAgent.start(bridge, role, llm)
+        return [LLMAgent.start(bridge, role, config.llm) for _ in range(size)]
 
     async def _start_pumps(self) -> None:
         self._heartbeat = asyncio.create_task(self._keep_in_progress(), name="kf-in-progress")

@@ -26,13 +26,13 @@ from typing import Any
 import msgspec
 import nats.errors
 
-from actors.bridge import Bridge
+from actors.bridge import Bridge, NatsUnreachable
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
 from actors.health import HealthResponder, daemon_describer, new_daemon_id
 from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.readmodel import NoAnswer, ReadModel, fold_status, query_status
-from actors.verifier.engine import VerifierConfig
+from actors.verifier.engine import VerifierConfig, detect_device
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
@@ -42,12 +42,14 @@ from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
 from kernelflow.render import describe, workflow_text
-from kernelflow.settings import Settings, SettingsError
+from kernelflow.settings import Settings, SettingsError, parse_gpus
 from projections.task_state import TaskState, apply, fold
 from projections.trajectory import build_trajectory
 from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+log = logging.getLogger("kernelflow.cli")
+
 LLM_HELP = (
     "LLM provider (env KF_LLM): anthropic[:MODEL] | openai:URL[#MODEL] | scripted:FILE | "
     "record:DIR:SPEC | replay:DIR[#position]; default anthropic when ANTHROPIC_API_KEY is set"
@@ -122,8 +124,23 @@ def start_daemon(
         ack_wait_s=settings.ack_wait_s,
         llm=llm,
         verifier=VerifierConfig(timeout_s=settings.verify_timeout_s),
+        gpus=settings.gpus,
     )
+    if "verifier" in roles:
+        warn_unseen_gpus(config)
     return Daemon(bridge, config).start()
+
+
+def warn_unseen_gpus(config: DaemonConfig) -> None:
+    """Say at start-up, not at the first verdict, that a configured GPU is not there
+    (its verifier will answer every candidate with 'unsupported')."""
+    for gpu in config.gpus:
+        if detect_device(config.verifier.python, gpu) != "cuda":
+            log.warning(
+                "--gpus: CUDA device %s is not visible here; its verifier will report "
+                "every candidate as unsupported",
+                gpu,
+            )
 
 
 def read_task_file(path: str) -> str:
@@ -183,7 +200,7 @@ def follow_task(
                 continue  # a busy machine answered a request late: pick up where we were
             except nats.errors.Error as exc:
                 # A restarting server: pick up again where we were.
-                logging.getLogger("kernelflow.cli").warning("following %s: %r", task_id, exc)
+                log.warning("following %s: %r", task_id, exc)
                 await asyncio.sleep(0.5)
 
     pump = bridge.spawn(tail())
@@ -296,6 +313,8 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         if not n.isdigit() or int(n) < 1:
             raise UsageError(f"--pool {item!r}: expected ROLE=N with N ≥ 1")
         pools[role] = int(n)
+    if settings.gpus and "verifier" in pools:
+        raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -452,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
                 f"(= KF_AGENT_<AGENT>_{suffix}; repeatable)",
             )
 
+    def with_gpus(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--gpus",
+            metavar="LIST",
+            help="CUDA devices for the verifiers, one verifier each, e.g. 0,1 (env KF_GPUS)",
+        )
+
     def with_task(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "task",
@@ -475,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_connection(run)
     run.add_argument("--llm", help=LLM_HELP)
     with_agent_llm(run)
+    with_gpus(run)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--out", default="kernelflow-runs", help="where the kernel and trajectory go")
     run.set_defaults(func=cmd_run)
@@ -489,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     daemon.add_argument("--llm", help=LLM_HELP)
     with_agent_llm(daemon)
+    with_gpus(daemon)
     daemon.add_argument(
         "--no-read-model", action="store_true", help="do not keep the status read model here"
     )
@@ -540,6 +568,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.data_dir = Path(args.data_dir)
     if getattr(args, "llm", None):
         settings.llm = args.llm
+    if getattr(args, "gpus", None):
+        settings.gpus = parse_gpus(args.gpus, "--gpus")
     return settings
 
 
@@ -555,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SettingsError, NatsServerError) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except NatsUnreachable as exc:
+        print(f"kernelflow: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except WaitTimeout as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT

@@ -35,6 +35,22 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def parse_gpus(raw: str, source: str) -> tuple[str, ...]:
+    """A list of CUDA devices, e.g. "0,1" or "GPU-8f3…,GPU-1a2…" (as CUDA_VISIBLE_DEVICES
+    names them); ``source`` names where it came from, for the error."""
+    gpus = tuple(g.strip() for g in raw.split(","))
+    if not all(gpus):
+        raise SettingsError(f"{source}={raw!r}: expected device indices or UUIDs, e.g. 0,1")
+    if len(set(gpus)) != len(gpus):
+        raise SettingsError(f"{source}={raw!r}: a device is named twice")
+    return gpus
+
+
+def _env_gpus() -> tuple[str, ...]:
+    raw = os.environ.get("KF_GPUS")
+    return parse_gpus(raw, "KF_GPUS") if raw else ()
+
+
 @dataclass
 class Settings:
     # NATS server to use; None starts the embedded one.
@@ -53,6 +69,8 @@ class Settings:
     llm: str | None = field(default_factory=lambda: os.environ.get("KF_LLM") or None)
     # Wall-clock limit for verifying one candidate.
     verify_timeout_s: float = field(default_factory=lambda: _env_float("KF_VERIFY_TIMEOUT", 300.0))
+    # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
+    gpus: tuple[str, ...] = field(default_factory=_env_gpus)
 
     @property
     def nats_store(self) -> Path:

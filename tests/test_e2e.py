@@ -11,7 +11,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from actors.bridge import Bridge
+from actors.bridge import Bridge, NatsUnreachable
 from actors.daemon import Daemon, DaemonConfig
 from actors.llm.scripted import ScriptedProvider
 from actors.verifier.engine import VerifierConfig
@@ -208,3 +208,10 @@ def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> Non
     assert first["ok"] is False  # rejected: no Model / get_inputs
     assert second.get("duplicate") is True
     assert len(daemon.call(daemon.log.read_task(task_id)).events) == 1
+
+
+def test_unreachable_nats_is_a_clear_error_not_a_hang() -> None:
+    started = time.monotonic()
+    with pytest.raises(NatsUnreachable, match="no NATS server answered at"):
+        Bridge("nats://127.0.0.1:9").start(timeout_s=1.5)
+    assert time.monotonic() - started < 10

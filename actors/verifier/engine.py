@@ -158,18 +158,19 @@ def _run_quiet(cmd: list[str], timeout: float, env: dict[str, str] | None = None
 
 
 @functools.cache
-def detect_device(python: str = sys.executable) -> str:
-    """Return "cuda" if ``python`` sees a usable CUDA GPU, else "cpu".
+def detect_device(python: str = sys.executable, gpu: str | None = None) -> str:
+    """Return "cuda" if ``python`` sees a usable CUDA GPU (``gpu``, if given), else "cpu".
 
-    Asked in a short subprocess (once per interpreter, then cached) so the daemon itself
-    never initialises CUDA.
+    Asked in a short subprocess (once per interpreter and GPU, then cached) so the daemon
+    itself never initialises CUDA.
     """
     code = (
         "import torch\n"
         "ok = torch.cuda.is_available() and torch.cuda.device_count() > 0\n"
         "print('cuda' if ok else 'cpu')\n"
     )
-    out = _run_quiet([python, "-I", "-c", code], _PROBE_TIMEOUT_S)
+    env = sandbox_env(tempfile.gettempdir(), gpu)
+    out = _run_quiet([python, "-I", "-c", code], _PROBE_TIMEOUT_S, env)
     return "cuda" if out is not None and out.strip().endswith("cuda") else "cpu"
 
 
@@ -574,7 +575,7 @@ def verify(
     Never raises for problems of the candidate or the task: every outcome is a report.
     """
     started = time.perf_counter()
-    device = detect_device(config.python)
+    device = detect_device(config.python, config.gpu)
 
     def finish(report: VerificationReport) -> VerificationReport:
         return msgspec.structs.replace(
@@ -608,7 +609,8 @@ def verify(
         supported = ", ".join(sorted(SUPPORTED_BACKENDS))
         return report("unsupported", f"backend {backend!r} is unsupported (supported: {supported})")
     if config.device == "cuda" and device != "cuda":
-        return report("unsupported", "device 'cuda' is unsupported here (no CUDA GPU)")
+        where = f"GPU {config.gpu} is not visible" if config.gpu else "no CUDA GPU"
+        return report("unsupported", f"device 'cuda' is unsupported here ({where})")
     if backend == "cuda" and device != "cuda":
         return report("unsupported", "backend 'cuda' is unsupported on this device (no CUDA GPU)")
     if config.device == "cpu" and device != "cpu":
