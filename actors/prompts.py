@@ -50,9 +50,15 @@ def prompts_dir() -> Path | None:
     raw = os.environ.get("KF_PROMPTS_DIR")
     if raw:
         return Path(raw)
+    return _configured_prompts_dir(os.environ.get("KF_LLM_CONFIG"))
+
+
+@cache
+def _configured_prompts_dir(config_path: str | None) -> Path | None:
+    """The LLM config file's ``prompts_dir``, read once per file (every prompt asks)."""
     from actors.llm.config import load_config
 
-    return load_config().prompts_dir
+    return load_config({"KF_LLM_CONFIG": config_path} if config_path else {}).prompts_dir
 
 
 def _find(name: str, fallback: str | None, override: Path | None) -> Traversable | None:
