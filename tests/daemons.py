@@ -19,11 +19,13 @@ from events.model import (
     Event,
     LLMCalled,
     RewardAssigned,
+    TaskSubmitted,
     ToolCalled,
 )
 from projections.rewards import pending_reward_events
 from projections.task_state import fold
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
+from workflows.loader import load_workflow
 
 RELU_SCRIPT = "examples/scripted/relu.yaml"
 
@@ -99,3 +101,17 @@ def assert_each_step_once(events: list[Event]) -> None:
     assert all(n == 1 for n in decisions.values()), decisions
     rewards = Counter(e.reward_fn for e in events if isinstance(e, RewardAssigned))
     assert all(n == 1 for n in rewards.values()), rewards
+
+
+def submitted_on_default(task_id: str) -> TaskSubmitted:
+    """A task on the default workflow that no agent will ever run (no daemon here)."""
+    _, text = load_workflow("default")
+    return TaskSubmitted(
+        task_id=task_id,
+        task_name="relu",
+        task_source="class Model: ...",
+        workflow_name="default",
+        workflow_yaml=text,
+        backend="triton",
+        group_id="g",
+    )

@@ -19,10 +19,10 @@ from tests.daemons import (
     assert_each_step_once,
     start_daemon,
     submit,
+    submitted_on_default,
     task_events,
     wait_until_over,
 )
-from workflows.loader import load_workflow
 
 
 @pytest.fixture
@@ -35,16 +35,7 @@ def bridge(private_nats: str) -> Iterator[Bridge]:
 
 def test_a_stale_conductor_cannot_double_a_step(bridge: Bridge) -> None:
     task_id = f"t-{uuid.uuid4().hex[:12]}"
-    _, text = load_workflow("default")
-    submitted = TaskSubmitted(
-        task_id=task_id,
-        task_name="relu",
-        task_source="class Model: ...",
-        workflow_name="default",
-        workflow_yaml=text,
-        backend="triton",
-        group_id="g",
-    )
+    submitted = submitted_on_default(task_id)
     seen_at_submit = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
     # Two conductors (never started as actors: their logic is called directly) both
     # handle the same trigger; the second decides on what is by then a stale history.

@@ -19,7 +19,7 @@ from events import subjects
 from events.codec import encode
 from events.log import EventLog, TaskHistory
 from events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
-from workflows.loader import load_workflow
+from tests.daemons import submitted_on_default
 
 
 def new_task() -> str:
@@ -105,16 +105,7 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     """Two conductors of one process get triggers for one task: the second hands its
     trigger to the first, which advances the task and only then settles both."""
     task_id = new_task()
-    _, text = load_workflow("default")
-    submitted = TaskSubmitted(
-        task_id=task_id,
-        task_name="relu",
-        task_source="class Model: ...",
-        workflow_name="default",
-        workflow_yaml=text,
-        backend="triton",
-        group_id="g",
-    )
+    submitted = submitted_on_default(task_id)
     history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
     trigger = history.events[0]
     job = Job(
