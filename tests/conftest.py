@@ -64,3 +64,12 @@ def run_cli(
         cwd=REPO,
         timeout=timeout,
     )
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (zombies may linger unreaped in containers)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -30,6 +30,7 @@ from actors.tools import (
 )
 from actors.tools.sandboxed import _isolation
 from actors.verifier.engine import network_prefixes
+from tests.conftest import alive
 
 REPO = Path(__file__).resolve().parent.parent
 CTX = ToolContext(task_id="t1", agent="tester")
@@ -41,15 +42,6 @@ def call(tool: Tool | str, args: Any, ctx: ToolContext = CTX) -> ToolOutcome:
 
 def calc(expression: str) -> ToolOutcome:
     return call("calculator", {"expression": expression})
-
-
-def _alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # --------------------------------------------------------------------------- calculator
@@ -275,9 +267,9 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     pids = [int(p) for p in line.split()[1:]]
     must_die = pids if "--pid" in _isolation() else pids[:2]  # a new session needs a PID ns
     deadline = time.monotonic() + 5
-    while any(map(_alive, must_die)) and time.monotonic() < deadline:
+    while any(map(alive, must_die)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(map(_alive, must_die)), "a process outlived the tool's timeout"
+    assert not any(map(alive, must_die)), "a process outlived the tool's timeout"
 
 
 KILLED_DAEMON = """
@@ -302,9 +294,9 @@ def test_python_tool_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     daemon.kill()
     daemon.wait()
     deadline = time.monotonic() + 5
-    while _alive(command) and time.monotonic() < deadline:
+    while alive(command) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(command), "the command outlived the daemon that started it"
+    assert not alive(command), "the command outlived the daemon that started it"
 
 
 def test_python_tool_memory_bomb_is_contained() -> None:

@@ -15,6 +15,7 @@ import yaml
 
 from actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
 from events.model import VerificationReport
+from tests.conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "examples" / "tasks"
@@ -64,15 +65,6 @@ def candidate(forward_body: str, prelude: str = "") -> str:
         "    def forward(self, x):\n"
         f"{body}\n"
     )
-
-
-def _alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie (zombies may linger unreaped in containers)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # --------------------------------------------------------------------------- examples
@@ -231,10 +223,10 @@ def test_timeout_kills_process_group() -> None:
     assert said, report.errors
     child, sleeper, workdir = json.loads(said.group(1))
     deadline = time.monotonic() + 5
-    while (_alive(child) or _alive(sleeper)) and time.monotonic() < deadline:
+    while (alive(child) or alive(sleeper)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), "sandbox process survived the timeout"
-    assert not _alive(sleeper), "a process started by the candidate survived the timeout"
+    assert not alive(child), "sandbox process survived the timeout"
+    assert not alive(sleeper), "a process started by the candidate survived the timeout"
     assert not Path(workdir).exists(), "sandbox temp dir was not removed"
 
 
@@ -267,9 +259,9 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     daemon.kill()
     daemon.wait()
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child), "the sandbox outlived the daemon that started it"
+    assert not alive(child), "the sandbox outlived the daemon that started it"
 
 
 def test_segfault_is_error_with_stack() -> None:
