@@ -165,7 +165,10 @@ class AllProjections:
 
     def apply(self, pos: int, e: Event) -> None:
         self.metrics.apply(pos, e)
-        state, events = self.open.setdefault(e.task_id, (TaskState(e.task_id), []))
+        opened = self.open.get(e.task_id)
+        if opened is None:
+            opened = self.open[e.task_id] = (TaskState(e.task_id), [])
+        state, events = opened
         apply(state, e)
         events.append(e)
         if isinstance(e, TERMINAL_EVENTS):
