@@ -241,19 +241,44 @@ def run(url: str, n_target: int, tmp: Path) -> None:
     print(f"generating ~{n_target:,} events into JetStream ({url})", flush=True)
 
     async def fill() -> tuple[int, int]:
+        # Publishes acknowledged a window at a time: fire-and-forget publishes outrun
+        # JetStream on a slow disk and some are dropped. Within a window they stay in order
+        # (one connection), so every task's events are stored in sequence.
         n = size = 0
+        inbox = nc.new_inbox()
+        acks: list[bytes] = []
+        window_done = asyncio.Event()
+        window = 0
+
+        async def on_ack(msg) -> None:  # type: ignore[no-untyped-def]
+            acks.append(msg.data)
+            if len(acks) >= window:
+                window_done.set()
+
+        sub = await nc.subscribe(inbox, cb=on_ack)
+
+        async def settle() -> None:
+            await nc.flush()
+            await asyncio.wait_for(window_done.wait(), 60)
+            failed = [a for a in acks if b'"error"' in a]
+            assert not failed, f"JetStream refused events: {failed[0]!r}"
+            acks.clear()
+            window_done.clear()
+
         for e in synthetic(n_target):
             data = encode(e)
-            await nc.publish(subjects.event_subject(e), data, headers={"Nats-Msg-Id": e.event_id})
+            await nc.publish(
+                subjects.event_subject(e), data, reply=inbox, headers={"Nats-Msg-Id": e.event_id}
+            )
             n += 1
+            window += 1
             size += len(data)
-            if n % 2000 == 0:
-                await nc.flush()
-        await nc.flush()
-        for _ in range(600):
-            if (await log.jetstream.stream_info(subjects.EVENTS_STREAM)).state.messages >= n:
-                break
-            await asyncio.sleep(0.1)
+            if window == 2000:
+                await settle()
+                window = 0
+        if window:
+            await settle()
+        await sub.unsubscribe()
         return n, size
 
     t = time.perf_counter()
