@@ -28,6 +28,29 @@ class NatsUnreachable(ConnectionError):
     """No NATS server answered in time when the bridge started."""
 
 
+class _RepeatedErrors:
+    """Logs an error once, then every ``every``-th repeat with a count: while NATS is down
+    the client retries every 0.5 s and fails the same way each time."""
+
+    def __init__(self, every: int = 20) -> None:
+        self.every = every
+        self.last = ""
+        self.repeats = 0
+
+    def report(self, text: str) -> None:
+        if text != self.last:
+            self.last, self.repeats = text, 0
+            log.warning("NATS error: %s", text)
+            return
+        self.repeats += 1
+        if self.repeats % self.every == 0:
+            log.warning("NATS error, still (%d attempts): %s", self.repeats + 1, text)
+
+    def reset(self) -> None:
+        """The connection is back: the next outage's first error is news."""
+        self.last, self.repeats = "", 0
+
+
 class Bridge:
     def __init__(
         self,
@@ -63,8 +86,10 @@ class Bridge:
         return self
 
     async def _connect(self) -> None:
+        errors = _RepeatedErrors()
+
         async def on_error(exc: Exception) -> None:
-            log.warning("NATS error: %s", exc)
+            errors.report(str(exc))
 
         async def on_disconnect() -> None:
             if self._closing:
@@ -72,6 +97,7 @@ class Bridge:
             log.warning("disconnected from NATS at %s; reconnecting", self.nats_url)
 
         async def on_reconnect() -> None:
+            errors.reset()
             log.info("reconnected to NATS at %s", self.nats_url)
 
         self._nc = await nats.connect(
