@@ -40,7 +40,8 @@ def find_nats_server() -> str:
 
 
 class EmbeddedNats:
-    """Run ``nats-server -js`` on a free loopback port with its store in ``data_dir``.
+    """Run ``nats-server -js`` on a loopback port (a free one unless ``port`` is given) with
+    its store in ``data_dir``.
 
     ``sync_interval`` is JetStream's fsync period ("2m" by default, "always" to fsync every
     write): a killed process loses nothing either way, a power loss loses at most that much.
@@ -52,8 +53,10 @@ class EmbeddedNats:
         *,
         sync_interval: str | None = None,
         startup_timeout_s: float = 15.0,
+        port: int = -1,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.port = port
         self.sync_interval = sync_interval
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -68,7 +71,7 @@ class EmbeddedNats:
         if self.sync_interval:
             jetstream["sync_interval"] = self.sync_interval
         config.write_text(
-            "listen: 127.0.0.1:-1\n"
+            f"listen: 127.0.0.1:{self.port}\n"
             # LLM prompts and kernels travel inside events; the default 1 MB is tight.
             "max_payload: 8MB\n"
             f"jetstream: {json.dumps(jetstream)}\n"

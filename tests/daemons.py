@@ -62,9 +62,13 @@ def task_events(url: str, task_id: str) -> list[Event]:
 
 
 def is_settled(url: str, task_id: str) -> bool:
+    return is_settled_events(task_id, task_events(url, task_id))
+
+
+def is_settled_events(task_id: str, events: list[Event]) -> bool:
     """The task is over and every reward of its finish is recorded (a daemon killed right
     after the finish leaves them to the next daemon)."""
-    state = fold(task_id, task_events(url, task_id))
+    state = fold(task_id, events)
     return state.terminal is not None and not pending_reward_events(state)
 
 

@@ -1,14 +1,33 @@
-"""A daemon killed with SIGKILL between every pair of events of a task, at each point in
-turn, and restarted: every task still ends as it would have, each step exactly once."""
+"""Faults the design promises to survive: a daemon killed with SIGKILL between every pair
+of events of a task, at each point in turn, and restarted; nats-server killed and
+restarted under a running daemon. Every task still ends as it would have, each step
+exactly once."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import time
 from pathlib import Path
 
+import yaml
+
+from events.model import LLMCalled
+from kernelflow.nats_server import EmbeddedNats
 from projections.rewards import KERNEL_REWARDS
 from projections.task_state import fold
-from tests.daemons import assert_each_step_once, is_settled, start_daemon, submit, task_events
+from tests.conftest import REPO
+from tests.daemons import (
+    RELU_SCRIPT,
+    assert_each_step_once,
+    is_settled,
+    is_settled_events,
+    start_daemon,
+    submit,
+    task_events,
+    wait_for,
+)
 
 # coder_only on relu with the relu script: coder, verifier (fail), conductor LLM, coder,
 # verifier (pass), finish, and the finish's rewards — 21 events.
@@ -52,3 +71,45 @@ def test_crash_between_every_pair_of_events(private_nats: str, tmp_path: Path) -
         assert state.history == ["coder", "verifier", "coder", "verifier"], task_id
         assert len(events) == EVENTS_PER_TASK, (task_id, [e.kind for e in events])
         assert_each_step_once(events)
+
+
+def test_daemon_rides_out_a_nats_crash_and_restart(tmp_path: Path) -> None:
+    """nats-server is SIGKILLed while tasks are mid-flight and started again on the same
+    port and store: the daemon reconnects on its own, and every task still ends as it
+    would have, each step exactly once."""
+    with socket.socket() as probe:  # a free port the restarted server can take again
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = yaml.safe_load((REPO / RELU_SCRIPT).read_text())
+    for agent in ("designer", "coder", "conductor"):
+        for entry in script[agent]:
+            entry["latency_s"] = 1.0  # the crash lands while LLM calls are in flight
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump(script))
+
+    server = EmbeddedNats(tmp_path / "nats", port=port)
+    url = server.start()
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(url, log, script=slow, KF_ACK_WAIT="2")
+    try:
+        tasks = [f"restart-{k}" for k in range(4)]
+        for task_id in tasks:
+            submit(url, task_id, "--workflow", "coder_only")
+        wait_for(url, tasks[-1], lambda ev: any(isinstance(e, LLMCalled) for e in ev), 60)
+        os.kill(server.pid or 0, signal.SIGKILL)
+        server.stop()
+        time.sleep(1.5)  # the daemon finds NATS gone and keeps retrying
+        assert daemon.poll() is None, log.read_text()[-3000:]
+        assert server.start() == url
+
+        for task_id in tasks:
+            events = wait_for(url, task_id, lambda ev, t=task_id: is_settled_events(t, ev), 180)
+            state = fold(task_id, events)
+            assert state.finished is not None and state.finished.status == "success", task_id
+            assert len(events) == EVENTS_PER_TASK, (task_id, [e.kind for e in events])
+            assert_each_step_once(events)
+        assert "reconnected to NATS" in log.read_text()
+    finally:
+        daemon.kill()
+        daemon.wait(30)
+        server.stop()
