@@ -13,12 +13,9 @@ appended with it: one append per piece of I/O.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
-
-import msgspec
 
 from actors.bridge import Bridge
 from actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
@@ -29,7 +26,7 @@ from actors.prompts import agent_messages
 from actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from actors.worker import Job, Settlement, Worker, state_of, workflow_of
 from events.codec import decode_event
-from events.log import AppendConflict, TaskHistory
+from events.log import AppendConflict, TaskHistory, numbered_after
 from events.model import (
     AgentDispatched,
     AgentFailed,
@@ -97,9 +94,7 @@ class LLMAgent(Worker):
         (nothing is called in between, so nothing is lost if the append is refused)."""
         if not events or not all(isinstance(e, LLMCalled | ToolCalled) for e in events):
             return []
-        first, now = len(history.events) + 1, time.time()
-        planned = [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
-        state = fold(history.task_id, (*history.events, *planned))
+        state = fold(history.task_id, (*history.events, *numbered_after(history.events, events)))
         after = current_dispatch(state, d.event)
         if after is None:
             return []

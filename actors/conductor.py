@@ -21,8 +21,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-import msgspec
-
 from actors.bridge import Bridge
 from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
 from actors.kinds.check import check_agents
@@ -34,7 +32,7 @@ from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Delivery, Job, Settlement, Worker, state_of, workflow_of
 from events import subjects
 from events.codec import MalformedMessage, decode_command
-from events.log import AppendConflict, TaskHistory
+from events.log import AppendConflict, TaskHistory, numbered_after
 from events.model import (
     CancelTask,
     Event,
@@ -273,16 +271,12 @@ class Conductor(Worker):
         """The newest history known that includes the events of the triggers handed over."""
         jobs = [d.job for d in handed if d is not None]
         if jobs:
-            through = self.history_at(max(jobs, key=lambda job: job.stream_seq))
-            if len(through.events) > len(history.events):
-                history = through
+            history = _newest(history, self.history_at(max(jobs, key=lambda job: job.stream_seq)))
         return self._latest(history)
 
     def _latest(self, history: TaskHistory) -> TaskHistory:
-        """``history``, or the one this process remembers for the task if it is newer (the
-        log only grows, so the longer is the newer)."""
-        known = self.bridge.log.remembered(history.task_id)
-        return known if known is not None and len(known.events) > len(history.events) else history
+        """``history``, or the one this process remembers for the task if it is newer."""
+        return _newest(history, self.bridge.log.remembered(history.task_id))
 
     def _advance(self, history: TaskHistory) -> TaskHistory:
         """Decide and append until the workflow waits on an agent or the task is over.
@@ -302,7 +296,7 @@ class Conductor(Worker):
                     history = self._append_or_reload(history, [self.judge(state)])
                 continue
             if late := pending_reward_events(state):  # a conductor died after the finish
-                planned.extend(self._stamped(history, planned, late))
+                planned += numbered_after((*history.events, *planned), late)
                 continue
             workflow = workflow_of(state)
             plan = plan_next(state, workflow, now=time.time())
@@ -315,20 +309,10 @@ class Conductor(Worker):
             # The outcome rewards follow the finish they score (if this conductor dies in
             # between, the next visit records them: see pending_reward_events above).
             rewards = finish_reward_events(state, event) if isinstance(event, TaskFinished) else []
-            planned.extend(self._stamped(history, planned, [event, *rewards]))
+            planned += numbered_after((*history.events, *planned), [event, *rewards])
         else:
             raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
         return self._append_or_reload(history, planned) if planned else history
-
-    @staticmethod
-    def _stamped(
-        history: TaskHistory, planned: Sequence[Event], events: Sequence[Event]
-    ) -> list[Event]:
-        """``events`` as the log will number them after ``planned`` (the append stamps
-        them again, with the same sequence)."""
-        first = len(history.events) + len(planned) + 1
-        now = time.time()
-        return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
 
     def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
         try:
@@ -381,6 +365,11 @@ class Conductor(Worker):
 
 def _cause(job: Job) -> str:
     return f"cmd:{job.stream_seq}"
+
+
+def _newest(history: TaskHistory, other: TaskHistory | None) -> TaskHistory:
+    """The newer of two histories of one task: the log only grows, so the longer."""
+    return other if other is not None and len(other.events) > len(history.events) else history
 
 
 def _task_of(job: Job) -> str:

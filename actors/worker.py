@@ -37,10 +37,6 @@ class Job:
     deliveries: int
 
 
-def _nothing() -> None:
-    pass
-
-
 @dataclass(frozen=True)
 class Delivery:
     """A job and how to answer for it. ``settle`` acks or naks the message (and frees the
@@ -50,7 +46,7 @@ class Delivery:
 
     job: Job
     settle: Callable[[Settlement], None]
-    release: Callable[[], None] = _nothing
+    release: Callable[[], None]
 
 
 class Worker(pykka.ThreadingActor):
@@ -96,8 +92,7 @@ class Worker(pykka.ThreadingActor):
         process remembers when it holds that event (no trip to the bridge loop), else the
         log's."""
         event = decode_event(job.data)
-        known = self.bridge.log.remembered(event.task_id)
-        if known is not None and known.next_seq > event.seq:
+        if (known := self.bridge.log.remembered_through(event)) is not None:
             return known
         return self.bridge.call(self.bridge.log.history_through(event, job.stream_seq))
 

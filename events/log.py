@@ -78,6 +78,14 @@ class TaskHistory:
         return len(self.events) + 1
 
 
+def numbered_after(prior: Sequence[Event], events: Sequence[Event]) -> list[Event]:
+    """``events`` numbered and timed as an append after a task's ``prior`` events records
+    them (the append stamps them again, the same way): for deciding on top of events not
+    recorded yet."""
+    first, now = len(prior) + 1, time.time()
+    return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
+
+
 @dataclass(frozen=True)
 class StreamSettings:
     """What the streams promise. See deploy/README.md for what each setting buys.
@@ -221,6 +229,12 @@ class EventLog:
         it looks up one immutable value."""
         return self._known.get(task_id)
 
+    def remembered_through(self, event: Event) -> TaskHistory | None:
+        """The remembered history of ``event``'s task if it already holds ``event`` (this
+        process recorded or read it): no read needed. Safe from any thread."""
+        known = self._known.get(event.task_id)
+        return known if known is not None and known.next_seq > event.seq else None
+
     async def read_task(self, task_id: str, *, direct: bool = True) -> TaskHistory:
         """The task's events, fetching only those after the history remembered for it.
 
@@ -278,9 +292,9 @@ class EventLog:
     async def history_through(self, event: Event, stream_seq: int) -> TaskHistory:
         """The task's history up to at least ``event`` (just delivered from the stream at
         ``stream_seq``): free when every event before it is remembered."""
+        if (through := self.remembered_through(event)) is not None:
+            return through
         known = self._known.get(event.task_id)
-        if known is not None and known.next_seq > event.seq:
-            return known  # this process recorded or read the event already
         if known is None or known.next_seq < event.seq:
             known = await self.read_task(event.task_id)
             if known.next_seq < event.seq:
