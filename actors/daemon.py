@@ -228,13 +228,13 @@ class Daemon:
         )
         held = _Held(pool, actor, msg)
         self._held.add(held)
-        loop = self.bridge.loop
+        post = self.bridge.post
 
         def settle(how: Settlement) -> None:  # called on an actor's thread
-            loop.call_soon_threadsafe(self._settle, held, how)
+            post(lambda: self._settle(held, how))
 
         def release() -> None:  # called on an actor's thread
-            loop.call_soon_threadsafe(self._free, held)
+            post(lambda: self._free(held))
 
         actor.tell(Delivery(job, settle, release))
 
