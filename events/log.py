@@ -79,9 +79,9 @@ class TaskHistory:
 
 
 def numbered_after(prior: Sequence[Event], events: Sequence[Event]) -> list[Event]:
-    """``events`` numbered and timed as an append after a task's ``prior`` events records
-    them (the append stamps them again, the same way): for deciding on top of events not
-    recorded yet."""
+    """``events`` numbered and timed as an append after a task's ``prior`` events would
+    record them (the append stamps them again, with their publish times): for deciding on
+    top of events not recorded yet."""
     first, now = len(prior) + 1, time.time()
     return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
 
@@ -175,18 +175,18 @@ class EventLog:
     async def append(self, history: TaskHistory, new_events: Sequence[Event]) -> TaskHistory:
         """Record ``new_events`` after ``history``; return the history that includes them.
 
-        Events are stamped with their task sequence and time here. Raises AppendConflict
-        when the task gained events since ``history`` was read (or when these very events
-        were recorded already, by an earlier attempt whose answer was lost).
+        Events are stamped here with their task sequence and the time each is published
+        (the one before it acknowledged). Raises AppendConflict when the task gained events
+        since ``history`` was read (or when these very events were recorded already, by an
+        earlier attempt whose answer was lost).
         """
         task_id = history.task_id
-        now = time.time()
         # A remembered history is known not to have ended: only new events can end it.
         ended = self._known.get(task_id) is not history and _ended(history.events)
         for event in new_events:
             if event.task_id != task_id:
                 raise ValueError(f"event for task {event.task_id} appended to {task_id}")
-            stamped = msgspec.structs.replace(event, seq=history.next_seq, at=now)
+            stamped = msgspec.structs.replace(event, seq=history.next_seq, at=time.time())
             ended = ended or isinstance(stamped, TERMINAL_EVENTS)
             history = await self._replies.request(
                 subjects.event_subject(stamped),
