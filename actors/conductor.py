@@ -151,30 +151,31 @@ class Conductor(Worker):
         return "ack"
 
     def submit(self, job: Job, command: SubmitTask) -> None:
+        """Record the task (or why it is refused) and its first decisions in one append.
+
+        The command is acked only once that append is in, so a conductor that dies before
+        leaves it to be redelivered; the retry finds the task in the log (the append of
+        its first event expects an empty one) and advances it as it stands. A second
+        command for a task id that exists is answered as a duplicate."""
         # Without a publisher-chosen id, derive one from the command's stream position so
         # a redelivered command maps to the same task.
         task_id = command.task_id or f"cmd-{job.stream_seq}"
-        history = self.read(task_id)
-        if history.events:
-            self.reply(job, {"ok": True, "task_id": task_id, "duplicate": True})
-            return
-        event: TaskSubmitted | TaskRejected
+        first: TaskSubmitted | TaskRejected
         try:
-            event = self.accepted(task_id, command, job)
-            reply = {"ok": True, "task_id": task_id}
+            first = self.accepted(task_id, command, job)
+            reply: dict[str, object] = {"ok": True, "task_id": task_id}
         except (TaskFileError, WorkflowError, UnknownReward) as exc:
-            event = TaskRejected(
+            first = TaskRejected(
                 task_id=task_id, cause=_cause(job), reason=str(exc), task_name=command.task_name
             )
             reply = {"ok": False, "task_id": task_id, "error": str(exc)}
-        try:
-            history = self.append(history, event)
-        except AppendConflict:
-            self.reply(job, {"ok": True, "task_id": task_id, "duplicate": True})
-            return
+        history = TaskHistory(task_id)
+        key = (self.bridge, task_id)
+        if _CLAIMS.claim(key, None):  # else another conductor here is advancing that task
+            history = self._advance_claimed(key, lambda: history, [], first=first)
+        if not history.events or history.events[0].cause != first.cause:
+            reply = {"ok": True, "task_id": task_id, "duplicate": True}
         self.reply(job, reply)
-        if isinstance(event, TaskSubmitted):
-            self.advance(history)  # start right away; the trigger's delivery is then a no-op
 
     def accepted(self, task_id: str, command: SubmitTask, job: Job) -> TaskSubmitted:
         name = command.task_name or task_id
@@ -250,17 +251,23 @@ class Conductor(Worker):
             self._advance_claimed(key, lambda: history, [])
 
     def _advance_claimed(
-        self, key: _ClaimKey, first: Callable[[], TaskHistory], held: list[Delivery]
-    ) -> None:
-        """Advance a task whose claim this conductor holds, then again for whatever was
-        handed over meanwhile; settle the ``held`` triggers and those handed over."""
+        self,
+        key: _ClaimKey,
+        first_history: Callable[[], TaskHistory],
+        held: list[Delivery],
+        first: Event | None = None,
+    ) -> TaskHistory:
+        """Advance a task whose claim this conductor holds (recording ``first`` first, for
+        a new task), then again for whatever was handed over meanwhile; settle the
+        ``held`` triggers and those handed over. The history it ended on."""
         settlement: Settlement = "nak"
         try:
-            history = self._advance(first())
+            history = self._advance(first_history(), first)
             while handed := _CLAIMS.next_or_release(key):
                 held.extend(d for d in handed if d is not None)
                 history = self._advance(self._through(history, handed))
             settlement = "ack"
+            return history
         finally:
             if settlement == "nak":
                 held.extend(d for d in _CLAIMS.release(key) if d is not None)
@@ -278,13 +285,29 @@ class Conductor(Worker):
         """``history``, or the one this process remembers for the task if it is newer."""
         return _newest(history, self.bridge.log.remembered(history.task_id))
 
-    def _advance(self, history: TaskHistory) -> TaskHistory:
+    def _advance(self, history: TaskHistory, first: Event | None = None) -> TaskHistory:
         """Decide and append until the workflow waits on an agent or the task is over.
-        What needs no I/O is decided on top of what was decided before it and appended
-        with it; before asking an LLM, what was decided is appended first."""
+        ``first``, a new task's first event, goes first, and only into an empty log. An
+        append refused because the task moved on meanwhile is followed by a fresh read
+        and a fresh decision."""
+        for _ in range(MAX_ROUNDS):
+            history, planned = self._plan(self._latest(history), first)
+            if not planned:
+                return history
+            try:
+                return self.append(history, *planned)
+            except AppendConflict:
+                history, first = self.read(history.task_id), None
+        raise RuntimeError(f"task {history.task_id}: still contended after {MAX_ROUNDS} tries")
+
+    def _plan(self, history: TaskHistory, first: Event | None) -> tuple[TaskHistory, list[Event]]:
+        """What to append on top of ``history`` (which may grow on the way) up to the next
+        wait. What needs no I/O is decided on top of what was decided before it and
+        appended with it; before asking an LLM, what was decided is appended first."""
         task_id = history.task_id
-        history = self._latest(history)
-        planned: list[Event] = []  # decided on top of ``history``, not appended yet
+        # Decided on top of ``history``, not appended yet. A task already in the log (a
+        # redelivered or repeated submit) is advanced as it stands.
+        planned = [] if first is None or history.events else numbered_after((), [first])
         for _ in range(MAX_ROUNDS):
             state = fold(task_id, (*history.events, *planned))
             if state.submitted is None:
@@ -312,7 +335,7 @@ class Conductor(Worker):
             planned += numbered_after((*history.events, *planned), [event, *rewards])
         else:
             raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
-        return self._append_or_reload(history, planned) if planned else history
+        return history, planned
 
     def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
         try:

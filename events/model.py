@@ -344,9 +344,10 @@ AnyEvent = (
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 COMMAND_TYPES: tuple[type[Command], ...] = AnyCommand.__args__
 
-# Events after which the conductor must decide what happens next.
+# Events after which the conductor must decide what happens next. (A task's first
+# decisions are recorded with its TaskSubmitted, by the conductor that took the submit
+# command, which is acked only then: a redelivered command takes them up again.)
 DECISION_TRIGGERS: tuple[type[Event], ...] = (
-    TaskSubmitted,
     OutputParsed,
     ParseFailed,
     AgentFailed,
