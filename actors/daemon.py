@@ -43,12 +43,16 @@ ActorRef = pykka.ActorRef[Any]  # refs are invariant in the actor type; pools mi
 
 CONDUCTOR_ROLE = "conductor"
 DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
+# Pool sizes that differ from the default: the verifier owns the (single) GPU; a conductor
+# spends most of a decision waiting on the log's round trips, so a burst of tasks needs
+# many of them (threads that wait cost next to nothing).
+_DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
 
 
 @dataclass
 class DaemonConfig:
     roles: tuple[str, ...] = DEFAULT_ROLES
-    # Actors per role. The verifier defaults to one: it owns the (single) GPU.
+    # Actors per role (see _DEFAULT_POOLS for the roles whose default is not 4).
     pool_sizes: dict[str, int] = field(default_factory=dict)
     default_pool_size: int = 4
     # Redelivery delay for work a dead daemon left behind; live work is kept alive by
@@ -66,8 +70,7 @@ class DaemonConfig:
     def pool_size(self, role: str) -> int:
         if role == VERIFIER and self.gpus:
             return len(self.gpus)
-        default = 1 if role == VERIFIER else self.default_pool_size
-        return self.pool_sizes.get(role, default)
+        return self.pool_sizes.get(role, _DEFAULT_POOLS.get(role, self.default_pool_size))
 
     def verifier_configs(self) -> list[VerifierConfig]:
         """One configuration per verifier actor: with ``gpus``, each owns its device."""

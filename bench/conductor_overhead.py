@@ -84,8 +84,10 @@ def main(tasks: int, delay: float, workdir: Path) -> None:
         bridge = Bridge(server.url).start()
         config = DaemonConfig(
             llm=ScriptedProvider(script_path),
-            # Every task may be waiting on the LLM at once: one agent actor per task.
-            pool_sizes={"designer": tasks, "coder": tasks, "conductor": 8, "verifier": 8},
+            # Every task may be waiting on the LLM at once: one agent actor per task. A
+            # conductor mostly waits on the log's round trips: size the pool for the
+            # burst of decisions, not for the cores.
+            pool_sizes={"designer": tasks, "coder": tasks, "conductor": 32, "verifier": 8},
         )
         daemon = Daemon(bridge, config).start()
         ids = [f"bench-{i}" for i in range(tasks)]

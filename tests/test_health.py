@@ -76,7 +76,7 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
         (d,) = report["daemons"]
         assert d["pid"] == daemon.pid and d["uptime_s"] >= 0
         assert d["roles"] == ["conductor", "designer", "coder", "verifier"]
-        assert d["pools"] == {"conductor": 4, "designer": 4, "coder": 2, "verifier": 1}
+        assert d["pools"] == {"conductor": 16, "designer": 4, "coder": 2, "verifier": 1}
         assert d["llm"]["provider"] == "scripted"
         assert set(d["llm"]["agents"]) == {"conductor", "designer", "coder"}
         assert d["read_model"]["position"] >= 0
