@@ -129,6 +129,15 @@ def _bump(counts: dict[str, int], key: str, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
 
 
+def _append(lists: dict[str, list[float]], key: str, value: float) -> None:
+    # Not setdefault: it would build a throwaway list for every event of a long replay.
+    values = lists.get(key)
+    if values is None:
+        lists[key] = [value]
+    else:
+        values.append(value)
+
+
 class AgentTally(msgspec.Struct, kw_only=True):
     """Running counts for one agent (see ``AgentMetrics`` for the definitions)."""
 
@@ -226,10 +235,10 @@ def _on_submitted(p: MetricsProjection, t: TaskMetrics, event: TaskSubmitted) ->
 def _on_dispatched(p: MetricsProjection, t: TaskMetrics, event: AgentDispatched) -> None:
     t.steps += 1
     p._agent(event.agent).runs += 1
-    p.state.open_dispatches.setdefault(event.task_id, {})[event.dispatch_id] = (
-        event.agent,
-        event.at,
-    )
+    opened = p.state.open_dispatches.get(event.task_id)
+    if opened is None:
+        opened = p.state.open_dispatches[event.task_id] = {}
+    opened[event.dispatch_id] = (event.agent, event.at)
 
 
 def _on_llm_called(p: MetricsProjection, t: TaskMetrics, event: LLMCalled) -> None:
@@ -245,7 +254,7 @@ def _on_llm_called(p: MetricsProjection, t: TaskMetrics, event: LLMCalled) -> No
     t.llm_latency_s += event.latency_s
     if event.model and event.model not in t.models:
         t.models = sorted([*t.models, event.model])
-    p.state.llm_latency_s.setdefault(event.agent, []).append(event.latency_s)
+    _append(p.state.llm_latency_s, event.agent, event.latency_s)
     a = p._agent(event.agent)
     a.llm_calls += 1
     a.llm_s += event.latency_s
@@ -288,11 +297,12 @@ def _on_dispatch_result(
         a.successes += 1
     else:
         a.failures += 1
-    opened = p.state.open_dispatches.get(event.task_id, {}).pop(event.dispatch_id, None)
+    task_opened = p.state.open_dispatches.get(event.task_id)
+    opened = task_opened.pop(event.dispatch_id, None) if task_opened is not None else None
     if opened is not None:
         agent, at = opened
         took = max(0.0, event.at - at)
-        p.state.agent_latency_s.setdefault(agent, []).append(took)
+        _append(p.state.agent_latency_s, agent, took)
         a.timed_runs += 1
         a.total_s += took
 

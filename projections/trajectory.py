@@ -136,41 +136,27 @@ def _llm_metadata(call: LLMCalled) -> dict[str, Any]:
 
 def build_trajectory(task_id: str, events: Iterable[Event]) -> Trajectory:
     builder = _Builder(Trajectory(request_id=task_id))
-    handlers = builder.handlers
+    handlers = _Builder.HANDLERS
     for e in events:
         handler = handlers.get(type(e))
         if handler is not None:
-            handler(e)
+            handler(builder, e)
     return builder.t
 
 
 class _Builder:
     """The fold behind ``build_trajectory``: one method per event type, found by a dict
-    lookup (replays build trajectories for millions of events)."""
+    lookup (replays build trajectories for millions of events, so a step's metadata is
+    built as one dict, and steps are appended directly)."""
+
+    HANDLERS: dict[type[Event], Callable[[_Builder, Any], None]]
 
     def __init__(self, t: Trajectory) -> None:
         self.t = t
+        self.steps = t.steps
         self.pending_conductor_call: LLMCalled | None = None
         self.last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
         self.primary_reward = ""
-        self.handlers: dict[type[Event], Callable[[Any], None]] = {
-            TaskSubmitted: self.submitted,
-            LLMCalled: self.llm_called,
-            OutputParsed: self.parsed,
-            ParseFailed: self.failed,
-            AgentFailed: self.failed,
-            VerificationCompleted: self.verified,
-            ToolCalled: self.tool_called,
-            RewardAssigned: self.rewarded,
-            ConductorDecided: self.decided,
-            TaskFinished: self.ended,
-            TaskRejected: self.ended,
-            TaskCancelled: self.ended,
-        }
-
-    @staticmethod
-    def meta(e: Event) -> dict[str, Any]:
-        return {"event": e.event_id, "at": e.at}
 
     def submitted(self, e: TaskSubmitted) -> None:
         self.t.metadata.update(
@@ -182,7 +168,8 @@ class _Builder:
         )
         self.primary_reward = rewards_for(e)[0].name
         content = e.prompt if e.prompt is not None else e.task_source
-        self.t.add_step(TrajectoryStep(StepType.OBSERVATION, content, self.meta(e)))
+        meta = {"event": e.event_id, "at": e.at}
+        self.steps.append(TrajectoryStep(StepType.OBSERVATION, content, meta))
 
     def llm_called(self, e: LLMCalled) -> None:
         t = self.t
@@ -190,18 +177,17 @@ class _Builder:
         if e.agent == CONDUCTOR:
             self.pending_conductor_call = e
             return
+        meta = _llm_metadata(e)
         if e.agent == JUDGE and t.steps:
-            t.steps[-1].metadata["judge"] = {**_llm_metadata(e), "response": e.response_text}
+            meta["response"] = e.response_text
+            t.steps[-1].metadata["judge"] = meta
             return
+        meta["agent"], meta["dispatch_id"] = e.agent, e.dispatch_id
         step = TrajectoryStep(
-            StepType.ACTION,
-            e.response_text,
-            {**_llm_metadata(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
-            tool_name=e.agent,
-            log_probs=e.logprobs,
+            StepType.ACTION, e.response_text, meta, tool_name=e.agent, log_probs=e.logprobs
         )
         self.last_action[e.dispatch_id] = step
-        t.add_step(step)
+        self.steps.append(step)
 
     def parsed(self, e: OutputParsed) -> None:
         if (acted := self.last_action.get(e.dispatch_id)) is not None:
@@ -209,22 +195,22 @@ class _Builder:
 
     def failed(self, e: ParseFailed | AgentFailed) -> None:
         reason = e.reason if isinstance(e, ParseFailed) else e.error
-        self.t.add_step(
+        self.steps.append(
             TrajectoryStep(
                 StepType.ACTION_RESULT,
                 reason,
-                {**self.meta(e), "agent": e.agent, "kind": e.kind},
+                {"event": e.event_id, "at": e.at, "agent": e.agent, "kind": e.kind},
                 tool_name=e.agent,
                 is_correct=False,
             )
         )
 
     def verified(self, e: VerificationCompleted) -> None:
-        self.t.add_step(
+        self.steps.append(
             TrajectoryStep(
                 StepType.ACTION_RESULT,
                 e.report.summary,
-                {**self.meta(e), "agent": e.agent, "dispatch_id": e.dispatch_id},
+                {"event": e.event_id, "at": e.at, "agent": e.agent, "dispatch_id": e.dispatch_id},
                 tool_name=e.agent,
                 tool_args={"code": e.code},
                 tool_result=to_builtins(e.report),
@@ -233,9 +219,14 @@ class _Builder:
         )
 
     def tool_called(self, e: ToolCalled) -> None:
-        where = {**self.meta(e), "agent": e.agent, "dispatch_id": e.dispatch_id}
-        where["call_id"] = e.call_id
-        self.t.add_step(
+        where = {
+            "event": e.event_id,
+            "at": e.at,
+            "agent": e.agent,
+            "dispatch_id": e.dispatch_id,
+            "call_id": e.call_id,
+        }
+        self.steps.append(
             TrajectoryStep(
                 StepType.ACTION,
                 f"{e.tool}({', '.join(f'{k}={v!r}' for k, v in e.args.items())})",
@@ -244,7 +235,7 @@ class _Builder:
                 tool_args=dict(e.args),
             )
         )
-        self.t.add_step(
+        self.steps.append(
             TrajectoryStep(
                 StepType.ACTION_RESULT,
                 e.output,
@@ -261,14 +252,20 @@ class _Builder:
             self.t.final_reward = e.value
 
     def decided(self, e: ConductorDecided) -> None:
-        meta = self.meta(e)
-        meta.update(mode=e.mode, options=e.options, chosen=e.chosen, after=e.after_agent)
+        meta = {
+            "event": e.event_id,
+            "at": e.at,
+            "mode": e.mode,
+            "options": e.options,
+            "chosen": e.chosen,
+            "after": e.after_agent,
+        }
         if self.pending_conductor_call is not None:
             call = self.pending_conductor_call
             meta.update(_llm_metadata(call), llm_response=call.response_text)
             self.pending_conductor_call = None
         content = f"{e.reason} → {e.chosen}" + (f"\n{e.suggestion}" if e.suggestion else "")
-        self.t.add_step(TrajectoryStep(StepType.THOUGHT, content, meta))
+        self.steps.append(TrajectoryStep(StepType.THOUGHT, content, meta))
 
     def ended(self, e: TaskFinished | TaskRejected | TaskCancelled) -> None:
         t = self.t
@@ -281,11 +278,27 @@ class _Builder:
         else:
             t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
             content, correct = e.reason, False
-        t.add_step(
+        self.steps.append(
             TrajectoryStep(
                 StepType.FINAL_ANSWER,
                 content,
-                {**self.meta(e), "reason": e.reason},
+                {"event": e.event_id, "at": e.at, "reason": e.reason},
                 is_correct=correct,
             )
         )
+
+
+_Builder.HANDLERS = {
+    TaskSubmitted: _Builder.submitted,
+    LLMCalled: _Builder.llm_called,
+    OutputParsed: _Builder.parsed,
+    ParseFailed: _Builder.failed,
+    AgentFailed: _Builder.failed,
+    VerificationCompleted: _Builder.verified,
+    ToolCalled: _Builder.tool_called,
+    RewardAssigned: _Builder.rewarded,
+    ConductorDecided: _Builder.decided,
+    TaskFinished: _Builder.ended,
+    TaskRejected: _Builder.ended,
+    TaskCancelled: _Builder.ended,
+}
