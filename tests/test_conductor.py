@@ -3,18 +3,24 @@ daemons on one NATS share a batch of tasks without processing any step twice."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actors.bridge import Bridge
 from actors.conductor import Conductor
+from actors.worker import Job
+from events import subjects
+from events.codec import encode
 from events.log import TaskHistory
-from events.model import AgentDispatched, ConductorDecided, TaskSubmitted
+from events.model import AgentDispatched, ConductorDecided, SubmitTask, TaskSubmitted
 from projections.task_state import fold
+from tests.conftest import REPO
 from tests.daemons import (
     assert_each_step_once,
     start_daemon,
@@ -68,3 +74,44 @@ def test_two_daemons_share_a_batch(private_nats: str, tmp_path: Path) -> None:
     verified_by = [log.read_text().count("verifying a triton candidate") for log in logs]
     assert sum(verified_by) == 2 * len(tasks)  # nothing verified twice...
     assert all(n > 0 for n in verified_by)  # ...and both daemons took a share
+
+
+def test_a_redelivered_submit_takes_up_a_task_recorded_but_not_advanced(bridge: Bridge) -> None:
+    """A conductor died between recording a task and its first decisions: the submit
+    command, redelivered, advances the task as it stands (one TaskSubmitted, one first
+    decision) and answers as for a new task; another command for that id is a duplicate
+    and changes nothing."""
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+    source = (REPO / "examples/tasks/relu.py").read_text()
+    command = SubmitTask(task_id=task_id, task_source=source, task_name="relu")
+    recorded = msgspec.structs.replace(submitted_on_default(task_id), cause="cmd:7")
+    bridge.call(bridge.log.append(TaskHistory(task_id), [recorded]))
+    replies: list[dict[str, object]] = []
+
+    async def on_reply(msg) -> None:  # type: ignore[no-untyped-def]
+        replies.append(json.loads(msg.data))
+
+    inbox = bridge.nc.new_inbox()
+    bridge.call(bridge.nc.subscribe(inbox, cb=on_reply))
+    conductor = Conductor(bridge, llm=None)
+    for stream_seq in (7, 8):  # the redelivered command, then another one for that id
+        job = Job(
+            source="command",
+            subject=subjects.SUBMIT,
+            data=encode(command),
+            headers={subjects.REPLY_HEADER: inbox},
+            stream_seq=stream_seq,
+            deliveries=2,
+        )
+        assert conductor.handle(job) == "ack"
+    bridge.call(bridge.nc.flush())
+    deadline = time.monotonic() + 10
+    while len(replies) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert replies == [
+        {"ok": True, "task_id": task_id},
+        {"ok": True, "task_id": task_id, "duplicate": True},
+    ]
+    events = bridge.call(bridge.log.read_task(task_id)).events
+    assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
+    assert events[0].cause == "cmd:7" and events[1].cause == events[0].event_id
