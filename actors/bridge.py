@@ -213,7 +213,12 @@ class Bridge:
             if self._drain_scheduled:
                 return  # the loop is already due to run the posts
             self._drain_scheduled = True
-        self.loop.call_soon_threadsafe(self._run_posts)
+        try:
+            self.loop.call_soon_threadsafe(self._run_posts)
+        except RuntimeError:  # the loop is closed: say so now and on every later post
+            with self._posts_lock:
+                self._drain_scheduled = False
+            raise
 
     def _run_posts(self) -> None:
         with self._posts_lock:

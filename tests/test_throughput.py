@@ -133,3 +133,26 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     second.receive(again.delivery(job))
     assert again.settled == ["ack"] and again.released == 0
     assert len(bridge.call(bridge.log.read_task(task_id)).events) == 3
+
+
+def test_bridge_calls_answer_raise_and_time_out_on_the_callers_thread(bridge: Bridge) -> None:
+    """The lean hop keeps ``Bridge.call``'s contract: the coroutine's result or exception
+    on the caller's thread, TimeoutError when given up on, and posts run in order."""
+
+    async def answer(value: int) -> int:
+        await asyncio.sleep(0)
+        return value
+
+    async def fail() -> None:
+        raise ValueError("from the loop")
+
+    assert [bridge.call(answer(i)) for i in range(3)] == [0, 1, 2]
+    with pytest.raises(ValueError, match="from the loop"):
+        bridge.call(fail())
+    with pytest.raises(TimeoutError):
+        bridge.call(asyncio.sleep(5), timeout=0.05)
+    seen: list[int] = []
+    for i in range(100):
+        bridge.post(lambda i=i: seen.append(i))
+    assert bridge.call(answer(1)) == 1  # posted after them: runs after them
+    assert seen == list(range(100))
