@@ -169,7 +169,10 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- events
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+# gc=False: events are trees of plain data and can never be part of a reference cycle.
+# Replays and conductors hold a task's events until it ends; tracked, every one of them
+# would be promoted to the oldest generation and walked by each full collection.
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
     """Something that happened to a task. Events are facts: they are never refused."""
 
     v: int = SCHEMA_VERSION

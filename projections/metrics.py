@@ -60,7 +60,10 @@ RUNNING = "running"
 FOLD_VERSION = 2
 
 
-class TaskMetrics(msgspec.Struct, kw_only=True):
+# Untracked by the cycle collector (plain data, no cycles possible; tuples, not lists): the
+# read model keeps one per task for the life of the daemon, and each full collection would
+# walk them all.
+class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     task_id: str
     task_name: str = ""
     workflow: str = ""
@@ -81,13 +84,13 @@ class TaskMetrics(msgspec.Struct, kw_only=True):
     cost_usd: float | None = None
     llm_retries: int = 0
     llm_latency_s: float = 0.0
-    models: list[str] = []
+    models: tuple[str, ...] = ()
     parse_failures: int = 0
     agent_failures: int = 0
     tool_calls: int = 0
     tool_failures: int = 0
     decisions_by_mode: dict[str, int] = {}
-    verdicts: list[str] = []
+    verdicts: tuple[str, ...] = ()
     best_speedup: float | None = None  # best speedup of a passing verification
     final_verdict: str | None = None
     final_speedup: float | None = None
@@ -121,7 +124,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True):
             status=status,
             verdict=self.final_verdict,
             speedup=self.final_speedup,
-            verdicts=tuple(self.verdicts),
+            verdicts=self.verdicts,
         )
 
 
@@ -253,7 +256,7 @@ def _on_llm_called(p: MetricsProjection, t: TaskMetrics, event: LLMCalled) -> No
     t.llm_retries += event.retries
     t.llm_latency_s += event.latency_s
     if event.model and event.model not in t.models:
-        t.models = sorted([*t.models, event.model])
+        t.models = tuple(sorted([*t.models, event.model]))
     _append(p.state.llm_latency_s, event.agent, event.latency_s)
     a = p._agent(event.agent)
     a.llm_calls += 1
@@ -288,7 +291,7 @@ def _on_dispatch_result(
         t.agent_failures += 1
     elif isinstance(event, VerificationCompleted):
         r = event.report
-        t.verdicts.append(r.verdict)
+        t.verdicts = (*t.verdicts, r.verdict)
         succeeded = r.passed
         if r.passed and r.speedup is not None:
             t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)

@@ -3,6 +3,7 @@ trajectory format and the exported-log file format, on synthetic logs."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
@@ -230,7 +231,7 @@ def test_metrics_count_what_the_log_says(log: list[tuple[int, Event]]) -> None:
         state = fold(tid, events)
         assert t.steps == state.step
         assert t.llm_calls == sum(isinstance(e, LLMCalled) for e in events)
-        assert t.verdicts == [v.report.verdict for v in state.verifications]
+        assert t.verdicts == tuple(v.report.verdict for v in state.verifications)
         assert t.ended == (state.terminal is not None)
     m = projection_metrics(p)
     assert m.tasks == len(by_task)
@@ -257,6 +258,21 @@ def test_run_metrics_definitions() -> None:
     assert p.tasks["a"].best_speedup == 2.0 and p.tasks["a"].cost_usd == pytest.approx(0.03)
     assert m.agent_latency["coder"].count == 6 and m.llm_latency["designer"].mean_s == 0.5
     assert fast_p([], 1.0) is None and geomean([]) is None
+
+
+def test_the_metrics_read_model_leaves_the_cycle_collector_nothing_to_scan() -> None:
+    """The read model keeps one TaskMetrics per task for the life of the daemon, and a
+    replay folds every task of the log: if they were tracked, each full collection would
+    walk all of them, and a 1M-event replay spent seconds in the collector."""
+    specs = [TaskSpec(f"t{i}", "g", ("mismatch", "pass"), speedup=1.5) for i in range(300)]
+    log = interleave([make_task(s) for s in specs], 5)
+    gc.collect()
+    before = len(gc.get_objects())
+    p = MetricsProjection().apply_all(log)
+    del log
+    gc.collect()
+    assert len(p.tasks) == 300 and p.tasks["t7"].verdicts == ("mismatch", "pass")
+    assert len(gc.get_objects()) - before < 30  # a few per agent, none per task or event
 
 
 # --------------------------------------------------------------------------- rewards
