@@ -36,6 +36,7 @@ from actors.verifier.actor import Verifier
 from actors.verifier.engine import VerifierConfig
 from actors.worker import Delivery, Job, Settlement, Source
 from events import subjects
+from events.log import delivery_of
 from workflows.model import VERIFIER
 
 log = logging.getLogger("kernelflow.daemon")
@@ -221,13 +222,14 @@ class Daemon:
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
     def _hand_over(self, pool: _Pool, actor: ActorRef, msg: Msg, source: Source) -> None:
+        stream_seq, deliveries = delivery_of(msg)
         job = Job(
             source=source,
             subject=msg.subject,
             data=msg.data,
             headers=dict(msg.headers or {}),
-            stream_seq=msg.metadata.sequence.stream,
-            deliveries=msg.metadata.num_delivered,
+            stream_seq=stream_seq,
+            deliveries=deliveries,
         )
         held = _Held(pool, actor, msg)
         self._held.add(held)

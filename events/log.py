@@ -30,7 +30,7 @@ import functools
 import itertools
 import json
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -48,7 +48,8 @@ from events.model import TERMINAL_EVENTS, Command, Event
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
-_FETCH_BATCH = 256
+_FETCH_BATCH = 256  # events a direct get asks for at a time
+_READ_BATCH = 512  # events a read asks for at a time (and at most holds)
 # How long an append or a read waits for the server's answer (nats-py's default).
 _TIMEOUT_S = 5.0
 # The server version that answers batched direct gets.
@@ -343,19 +344,40 @@ class EventLog:
             ),
         )
         remaining = info.num_pending or 0
-        sub = await self._js.pull_subscribe_bind(consumer=info.name, stream=subjects.EVENTS_STREAM)
+        pull = _Pull(self._nc, f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{info.name}")
+        # A subscription of its own: messages a pull delivers carry their own subject,
+        # not the reply subject the request named, so only the subscription tells them.
+        pull.reply = self._nc.new_inbox()
+        sub = await self._nc.subscribe(pull.reply, cb=pull.on_reply)
         try:
             while follow or remaining > 0:
-                try:
-                    batch = min(_FETCH_BATCH, remaining) if not follow else _FETCH_BATCH
-                    msgs = await sub.fetch(batch=max(1, batch), timeout=idle_timeout)
-                except nats.errors.TimeoutError:
-                    if not follow and (await sub.consumer_info()).num_pending == 0:
-                        break  # events can expire under max_age while we read
+                if not pull.buffered:
+                    if pull.failure is not None:
+                        raise nats.js.errors.Error(f"reading the log: {pull.failure}")
+                    if pull.dry and not follow:
+                        pull.dry = False
+                        if (
+                            await self._js.consumer_info(subjects.EVENTS_STREAM, info.name)
+                        ).num_pending == 0:
+                            break  # events can expire under max_age while we read
+                    pull.arrived.clear()  # before asking: an answer may come meanwhile
+                    if not pull.open:
+                        await pull.ask(
+                            min(_READ_BATCH, _READ_BATCH if follow else remaining), idle_timeout
+                        )
+                    with contextlib.suppress(TimeoutError):
+                        # A request lost to a reconnect is never answered: ask again.
+                        await asyncio.wait_for(pull.arrived.wait(), idle_timeout + _TIMEOUT_S)
+                        continue
+                    pull.open = False
                     continue
-                for msg in msgs:
-                    remaining -= 1
-                    yield _stream_seq(msg), decode_event(msg.data)
+                msg = pull.buffered.popleft()
+                remaining -= 1
+                # Ask for the next batch while the caller works through this one.
+                ahead = _READ_BATCH if follow else remaining - len(pull.buffered)
+                if not pull.open and ahead > 0 and len(pull.buffered) < _READ_BATCH // 2:
+                    await pull.ask(min(_READ_BATCH, ahead), idle_timeout)
+                yield delivery_of(msg)[0], decode_event(msg.data)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -365,13 +387,57 @@ class EventLog:
                 await asyncio.shield(self._js.delete_consumer(subjects.EVENTS_STREAM, info.name))
 
 
+class _Pull:
+    """A read's pull requests to its consumer, one at a time: messages are buffered the
+    moment they arrive. (nats-py's ``fetch`` awaits each message with a timeout of its
+    own, which held reads to ~12k events/s.)"""
+
+    def __init__(self, nc: NATS, next_subject: str) -> None:
+        self._nc = nc
+        self._next_subject = next_subject
+        self.reply = ""
+        self.buffered: deque[Msg] = deque()
+        self.arrived = asyncio.Event()  # set on every message and status
+        self.open = False  # a request is waiting for messages
+        self.dry = False  # the last request ended with fewer messages than asked
+        self.failure: str | None = None
+        self._owed = 0
+
+    async def ask(self, n: int, expires_s: float) -> None:
+        self._owed, self.open, self.dry = n, True, False
+        request = {"batch": n, "expires": int(expires_s * 1e9)}
+        await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self.reply)
+
+    async def on_reply(self, msg: Msg) -> None:
+        status = msg.headers.get(_STATUS) if msg.headers else None
+        if status is None:
+            self.buffered.append(msg)
+            self._owed -= 1
+            self.open = self._owed > 0
+        elif status in ("404", "408"):  # nothing (more) to deliver / the request expired
+            self.open, self.dry = False, True
+        elif status != "100":  # a heartbeat; anything else refused the request
+            self.open = False
+            self.failure = f"{status} {msg.headers.get('Description', '')}".strip()  # type: ignore[union-attr]
+        self.arrived.set()
+
+
 def _ended(events: Sequence[Event]) -> bool:
     # Rewards (and the judge's call) follow the end they score: look past them.
     return any(isinstance(event, TERMINAL_EVENTS) for event in reversed(events))
 
 
-def _stream_seq(msg: Msg) -> int:
-    return msg.metadata.sequence.stream
+def delivery_of(msg: Msg) -> tuple[int, int]:
+    """``(stream sequence, times delivered)`` of a message a consumer delivered, read from
+    its ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...``, with
+    ``<domain>.<account hash>`` after ``$JS.ACK`` on newer servers). nats-py's
+    ``Msg.metadata`` parses every field and builds a datetime: a fifth of a read's time."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9:
+        return int(tokens[5]), int(tokens[4])
+    if len(tokens) >= 11:
+        return int(tokens[7]), int(tokens[6])
+    raise ValueError(f"not a JetStream delivery: reply subject {msg.reply!r}")
 
 
 def _server_at_least(nc: NATS, version: tuple[int, int]) -> bool:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from events import subjects
 from events.codec import encode
-from events.log import AppendConflict, EventLog, TaskHistory
+from events.log import AppendConflict, EventLog, TaskHistory, delivery_of
 from events.model import AgentDispatched, TaskCancelled, TaskRejected
 
 
@@ -100,6 +102,70 @@ def test_read_whole_log_from_a_position(event_log: EventLog) -> None:
     assert [seq for seq, _ in tail][:5] == list(range(first, first + 5))
     assert {t for _, t in tail[:5]} == {task}
     assert all(a < b for (a, _), (b, _) in itertools.pairwise(tail))
+
+
+def test_a_read_spans_many_pull_batches_and_stops_where_the_log_ended(
+    event_log: EventLog,
+) -> None:
+    """More events than one pull asks for, read in order, and only those recorded when
+    the read began (a task appended to meanwhile does not keep it going)."""
+    tasks = [new_task() for _ in range(3)]
+
+    async def fill() -> int:
+        for task in tasks:
+            await event_log.append(
+                TaskHistory(task), [TaskCancelled(task_id=task, reason=str(i)) for i in range(450)]
+            )
+        return (await event_log.jetstream.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+
+    last = event_log.run(fill())
+    start = last - 3 * 450 + 1
+
+    async def read_while_appending() -> list[tuple[int, str]]:
+        seen = []
+        async for seq, event in event_log.read(start_seq=start):
+            seen.append((seq, event.task_id))
+            if len(seen) == 10:  # recorded after the read began: not part of it
+                later = TaskCancelled(task_id=new_task(), reason="late")
+                await event_log.append(TaskHistory(later.task_id), [later])
+        return seen
+
+    seen = event_log.run(read_while_appending())
+    assert [seq for seq, _ in seen] == list(range(start, last + 1))
+    assert [task for _, task in seen[::450]] == tasks
+
+
+def test_a_following_read_delivers_events_recorded_after_it_began(event_log: EventLog) -> None:
+    task = new_task()
+
+    async def follow() -> list[str]:
+        got: list[str] = []
+        reader = event_log.read(subject=subjects.task_events(task), follow=True, idle_timeout=0.2)
+        async for _, event in reader:
+            got.append(event.reason)  # type: ignore[attr-defined]
+            if len(got) == 3:
+                break
+        await reader.aclose()
+        return got
+
+    async def both() -> list[str]:
+        reading = asyncio.ensure_future(follow())
+        await asyncio.sleep(0.5)  # the read waits through a few expired pull requests
+        history = TaskHistory(task)
+        for i in range(3):
+            history = await event_log.append(history, [TaskCancelled(task_id=task, reason=str(i))])
+        return await asyncio.wait_for(reading, 10)
+
+    assert event_log.run(both()) == ["0", "1", "2"]
+
+
+def test_delivery_of_reads_both_forms_of_ack_subject() -> None:
+    msg = Msg(None, reply="$JS.ACK.KF_EVENTS.c1.3.1234.77.1700000000000000000.9")  # type: ignore[arg-type]
+    assert delivery_of(msg) == (1234, 3)
+    msg = Msg(None, reply="$JS.ACK.hub.ACCHASH.KF_EVENTS.c1.2.99.7.1700000000000000000.0.tok")  # type: ignore[arg-type]
+    assert delivery_of(msg) == (99, 2)
+    with pytest.raises(ValueError, match="not a JetStream delivery"):
+        delivery_of(Msg(None, reply="_INBOX.abc"))  # type: ignore[arg-type]
 
 
 def test_event_for_another_task_is_refused(event_log: EventLog) -> None:
