@@ -222,14 +222,14 @@ class Daemon:
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
     def _hand_over(self, pool: _Pool, actor: ActorRef, msg: Msg, source: Source) -> None:
-        stream_seq, deliveries = delivery_of(msg)
+        at = delivery_of(msg)
         job = Job(
             source=source,
             subject=msg.subject,
             data=msg.data,
             headers=dict(msg.headers or {}),
-            stream_seq=stream_seq,
-            deliveries=deliveries,
+            stream_seq=at.stream_seq,
+            deliveries=at.delivered,
         )
         held = _Held(pool, actor, msg)
         self._held.add(held)

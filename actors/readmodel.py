@@ -55,7 +55,7 @@ from actors.bridge import Bridge
 from actors.pull import CreditPuller
 from events import subjects
 from events.codec import MalformedMessage, decode_event
-from events.log import EventLog
+from events.log import EventLog, delivery_of
 from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")
@@ -306,9 +306,9 @@ class ReadModel:
             nonlocal expected, gap_at
             if gap.done():
                 return
-            meta = msg.metadata
-            if meta.sequence.consumer != expected:
-                gap_at = meta.sequence.consumer
+            at = delivery_of(msg)
+            if at.consumer_seq != expected:
+                gap_at = at.consumer_seq
                 gap.set_result(None)
                 return
             expected += 1
@@ -317,7 +317,7 @@ class ReadModel:
             except MalformedMessage as exc:  # not ours to fold; the log keeps it
                 log.warning("read model: skipping %s: %s", msg.subject, exc)
                 return
-            if self.projection.apply(meta.sequence.stream, event):
+            if self.projection.apply(at.stream_seq, event):
                 self._moved.set()
                 self._moved = asyncio.Event()
 

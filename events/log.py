@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -377,7 +377,7 @@ class EventLog:
                 ahead = _READ_BATCH if follow else remaining - len(pull.buffered)
                 if not pull.open and ahead > 0 and len(pull.buffered) < _READ_BATCH // 2:
                     await pull.ask(min(_READ_BATCH, ahead), idle_timeout)
-                yield delivery_of(msg)[0], decode_event(msg.data)
+                yield delivery_of(msg).stream_seq, decode_event(msg.data)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -427,16 +427,22 @@ def _ended(events: Sequence[Event]) -> bool:
     return any(isinstance(event, TERMINAL_EVENTS) for event in reversed(events))
 
 
-def delivery_of(msg: Msg) -> tuple[int, int]:
-    """``(stream sequence, times delivered)`` of a message a consumer delivered, read from
-    its ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...``, with
+class DeliveryInfo(NamedTuple):
+    stream_seq: int
+    consumer_seq: int
+    delivered: int  # times the consumer delivered this message
+
+
+def delivery_of(msg: Msg) -> DeliveryInfo:
+    """Where a message a consumer delivered stands, read from its ack subject
+    (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>...``, with
     ``<domain>.<account hash>`` after ``$JS.ACK`` on newer servers). nats-py's
     ``Msg.metadata`` parses every field and builds a datetime: a fifth of a read's time."""
     tokens = (msg.reply or "").split(".")
     if len(tokens) == 9:
-        return int(tokens[5]), int(tokens[4])
+        return DeliveryInfo(int(tokens[5]), int(tokens[6]), int(tokens[4]))
     if len(tokens) >= 11:
-        return int(tokens[7]), int(tokens[6])
+        return DeliveryInfo(int(tokens[7]), int(tokens[8]), int(tokens[6]))
     raise ValueError(f"not a JetStream delivery: reply subject {msg.reply!r}")
 
 

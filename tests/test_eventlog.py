@@ -161,9 +161,9 @@ def test_a_following_read_delivers_events_recorded_after_it_began(event_log: Eve
 
 def test_delivery_of_reads_both_forms_of_ack_subject() -> None:
     msg = Msg(None, reply="$JS.ACK.KF_EVENTS.c1.3.1234.77.1700000000000000000.9")  # type: ignore[arg-type]
-    assert delivery_of(msg) == (1234, 3)
+    assert delivery_of(msg) == (1234, 77, 3)
     msg = Msg(None, reply="$JS.ACK.hub.ACCHASH.KF_EVENTS.c1.2.99.7.1700000000000000000.0.tok")  # type: ignore[arg-type]
-    assert delivery_of(msg) == (99, 2)
+    assert delivery_of(msg) == (99, 7, 2)
     with pytest.raises(ValueError, match="not a JetStream delivery"):
         delivery_of(Msg(None, reply="_INBOX.abc"))  # type: ignore[arg-type]
 
