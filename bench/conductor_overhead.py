@@ -1,6 +1,6 @@
 """How close the framework gets to free: many tasks at once through one daemon.
 
-    python bench/conductor_overhead.py [--tasks 200] [--delay 2.0]
+    python bench/conductor_overhead.py [--tasks 200] [--delay 2.0] [--runs 5]
 
 The scripted LLM answers after a fixed delay and the verifier is a no-op that passes
 every candidate, so the only costs left are the framework's: NATS round trips, folds,
@@ -23,6 +23,10 @@ lockstep, spaced by how fast the daemon started them; the last step (verificatio
 finish, rewards) costs more events per task than the first, so its triggers arrive
 faster than one GIL-bound process decides them and queue up: a daemon that starts tasks
 faster gets a better ratio and a worse p99.
+
+Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
+over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the
+machine moves it (on a shared 2-core VM, rounds of the same code range from 5 to 70 ms).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -70,7 +75,20 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main(tasks: int, delay: float, workdir: Path) -> None:
+@dataclass(frozen=True)
+class Round:
+    total_s: float
+    cpu_s: float
+    latencies_ms: list[float]
+
+    @property
+    def p99(self) -> float:
+        return quantile(self.latencies_ms, 0.99)
+
+
+def one_round(tasks: int, delay: float, workdir: Path) -> Round:
+    """A fresh nats-server and daemon; ``tasks`` tasks submitted at once, timed until the
+    last one finished, and every decision's latency read back from the log."""
     script = yaml.safe_load((REPO / "examples/scripted/relu.yaml").read_text())
     for agent in ("designer", "coder"):
         for entry in script[agent]:
@@ -112,21 +130,35 @@ def main(tasks: int, delay: float, workdir: Path) -> None:
                     latencies.append((event.at - before.at) * 1000)
         daemon.stop()
         bridge.stop()
+    return Round(total, cpu, latencies)
+
+
+def main(tasks: int, delay: float, runs: int) -> None:
     ideal = delay * LLM_CALLS_PER_TASK
-    print(f"{tasks} tasks at once, LLM delay {delay * 1000:.0f} ms, no-op verifier")
-    print(f"measured total:  {total:8.3f} s   (first submit to last task_finished)")
-    print(f"ideal:           {ideal:8.3f} s   (delay x {LLM_CALLS_PER_TASK} LLM calls per task)")
-    print(f"ratio:           {total / ideal:8.2f}     (target <= 1.25)")
-    # Python runs the daemon's work on one core at a time (the GIL): a run cannot take less
-    # than the CPU it needs, whatever the delay.
+    print(f"{tasks} tasks at once, LLM delay {delay * 1000:.0f} ms, no-op verifier, {runs} rounds")
+    print(f"ideal: {ideal:.3f} s (delay x {LLM_CALLS_PER_TASK} LLM calls per task)")
+    rounds = []
+    for i in range(runs):
+        r = one_round(tasks, delay, Path(tempfile.mkdtemp(prefix="kf-bench-")))
+        rounds.append(r)
+        # Python runs the daemon's work on one core at a time (the GIL): a run cannot take
+        # less than the CPU it needs, whatever the delay.
+        print(
+            f"  round {i + 1}: total {r.total_s:6.3f} s  ratio {r.total_s / ideal:5.2f}  "
+            f"daemon CPU {r.cpu_s / tasks * 1000:4.1f} ms/task  decision latency over "
+            f"{len(r.latencies_ms)} decisions: p50 {statistics.median(r.latencies_ms):5.1f} ms"
+            f"  p99 {r.p99:6.1f} ms",
+            flush=True,
+        )
+    # One round's p99 is the ~8th-worst of 800 decisions: a single stall of the machine
+    # moves it. The median over rounds is the figure to compare.
+    ratio = statistics.median(r.total_s / ideal for r in rounds)
+    p99 = statistics.median(r.p99 for r in rounds)
+    print(f"ratio:    median {ratio:5.2f}     (target <= 1.25)")
     print(
-        f"daemon CPU:      {cpu:8.3f} s   ({cpu / tasks * 1000:.1f} ms per task; alone it "
-        f"bounds the ratio at >= {max(1.0, cpu / ideal):.2f})"
-    )
-    print(
-        f"decision latency over {len(latencies)} decisions: "
-        f"p50 {statistics.median(latencies):.1f} ms, p99 {quantile(latencies, 0.99):.1f} ms"
-        "   (target p99 <= 10 ms)"
+        f"p99:      median {p99:5.1f} ms  (target <= 10 ms; rounds: "
+        + ", ".join(f"{r.p99:.1f}" for r in rounds)
+        + ")"
     )
 
 
@@ -136,5 +168,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--delay", type=float, default=2.0, help="LLM answer delay, seconds (see above)"
     )
+    parser.add_argument("--runs", type=int, default=5, help="rounds, each on a fresh daemon")
     args = parser.parse_args()
-    main(args.tasks, args.delay, Path(tempfile.mkdtemp(prefix="kf-bench-")))
+    main(args.tasks, args.delay, args.runs)
