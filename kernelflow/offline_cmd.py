@@ -76,17 +76,31 @@ def _usage(message: str) -> Exception:
 # --------------------------------------------------------------------------- files
 
 
-def open_lines(path: Path) -> Iterator[bytes]:
-    """The lines of a (possibly gzip-compressed) file, as bytes with their newline."""
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[BinaryIO]:
+    """A (possibly gzip-compressed) file opened to read; a damaged one is a corrupt log."""
     try:
         raw: Any = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")  # noqa: SIM115
     except OSError as exc:
         raise _usage(f"{path}: cannot read: {exc}") from exc
     with raw:
         try:
-            yield from raw
+            yield raw
         except (OSError, EOFError) as exc:  # a damaged gzip stream
             raise logfile.CorruptLogFile(f"{path}: cannot be read: {exc}") from exc
+
+
+def open_lines(path: Path) -> Iterator[bytes]:
+    """The lines of a (possibly gzip-compressed) file, as bytes with their newline."""
+    with _reading(path) as raw:
+        yield from raw
+
+
+def open_blocks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of a (possibly gzip-compressed) file, ``size`` at a time."""
+    with _reading(path) as raw:
+        while block := raw.read(size):
+            yield block
 
 
 @contextlib.contextmanager
@@ -112,6 +126,13 @@ def _open_write(path: Path, final_name: str) -> BinaryIO:
 def verify_file(path: Path) -> logfile.FileSummary:
     try:
         return logfile.verify(open_lines(path), name=str(path))
+    except logfile.CorruptLogFile as exc:
+        raise _usage(f"refusing {exc}") from exc
+
+
+def _file_events(path: Path) -> Iterator[tuple[int, Event]]:
+    try:
+        yield from logfile.read_events(open_lines(path), name=str(path))
     except logfile.CorruptLogFile as exc:
         raise _usage(f"refusing {exc}") from exc
 
@@ -264,15 +285,20 @@ class Source:
 class FileSource(Source):
     def __init__(self, path: Path, flt: EventFilter) -> None:
         self.path, self.flt = path, flt
-        summary = verify_file(path)
-        self.description = {"file": path.name, "sha256": summary.sha256, "records": summary.records}
+        # The digest first, so that nothing is computed from a modified file; what only
+        # decoding shows is refused as the feed reaches it.
+        try:
+            digest = logfile.check_digest(open_blocks(path), name=str(path))
+        except logfile.CorruptLogFile as exc:
+            raise _usage(f"refusing {exc}") from exc
+        self.description = {"file": path.name, "sha256": digest.sha256, "records": digest.records}
         if flt.since is not None:
             self.description["since"] = iso_utc(flt.since)
         self._tasks: set[str] | None = None
         if flt.by_submission:
             self._tasks = {
                 e.task_id
-                for _, e in logfile.read_events(open_lines(path), name=str(path))
+                for _, e in _file_events(path)
                 if isinstance(e, TaskSubmitted) and flt.matches_submission(e)
             }
 
@@ -280,7 +306,7 @@ class FileSource(Source):
         last = 0
         flt, tasks = self.flt, self._tasks
         started = _Started(flt.since, by_event_time=True)
-        for pos, event in logfile.read_events(open_lines(self.path), name=str(self.path)):
+        for pos, event in _file_events(self.path):
             if end is not None and pos > end:
                 break
             if pos < flt.start_seq:

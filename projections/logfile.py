@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -88,12 +89,7 @@ def _line_no_newline(line: bytes) -> bytes:
     return line[:-1] if line.endswith(b"\n") else line
 
 
-def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[tuple[int, Event]]:
-    """Yield ``(record number, event)`` from an export's lines, checking as it goes; the
-    digest can only be checked at the end, so a caller that must not act on a corrupt
-    file runs ``verify`` first. Raises ``CorruptLogFile`` naming the line."""
-    it = iter(lines)
-    h = hashlib.sha256()
+def _header(it: Iterator[bytes], h: hashlib._Hash, name: str) -> Header:
     try:
         first = next(it)
     except StopIteration:
@@ -109,29 +105,63 @@ def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[t
             f"{name}: file version {header.version} is newer than this kernelflow ({VERSION})"
         )
     h.update(first if first.endswith(b"\n") else first + b"\n")
+    return header
+
+
+# A trailer line follows a newline: records are single-line JSON objects that begin
+# with their "kind", so this never occurs inside one.
+_TRAILER_START = b'{"end":'
+_TRAILER_MARK = b"\n" + _TRAILER_START
+_NEWLINE = ord("\n")
+
+
+def _is_trailer(body: bytes) -> bool:
+    return body.startswith(_TRAILER_START)
+
+
+def _check_end(
+    body: bytes, it: Iterator[bytes], h: hashlib._Hash, count: int, line_no: int, name: str
+) -> None:
+    """The trailer ``body`` (line ``line_no``) matches the ``count`` records and digest
+    ``h`` before it, and nothing follows it."""
+    try:
+        trailer = msgspec.json.decode(body, type=Trailer)
+    except msgspec.DecodeError as exc:
+        raise CorruptLogFile(f"{name}: line {line_no}: bad trailer ({exc})") from None
+    if trailer.records != count:
+        raise CorruptLogFile(
+            f"{name}: trailer says {trailer.records} records, the file has {count}"
+        )
+    if trailer.sha256 != h.hexdigest():
+        raise CorruptLogFile(
+            f"{name}: SHA-256 mismatch: the file was modified or damaged "
+            f"(expected {trailer.sha256}, got {h.hexdigest()})"
+        )
+    for extra in it:
+        if extra.strip():
+            raise CorruptLogFile(f"{name}: data after the trailer (line {line_no + 1})")
+
+
+def _truncated(name: str, count: int) -> CorruptLogFile:
+    return CorruptLogFile(f"{name}: no trailer: the file is truncated ({count} records read)")
+
+
+def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[tuple[int, Event]]:
+    """Yield ``(record number, event)`` from an export's lines, checking as it goes; the
+    digest can only be checked at the end, so a caller that must not act on a corrupt
+    file runs ``verify`` (or ``check_digest``) first. Raises ``CorruptLogFile`` naming
+    the line."""
+    it = iter(lines)
+    h = hashlib.sha256()
+    _header(it, h, name)
     last_seq: dict[str, int] = {}
     count = 0
     line_no = 1
     for raw in it:
         line_no += 1
         body = _line_no_newline(raw)
-        if body.startswith(b'{"end":'):
-            try:
-                trailer = msgspec.json.decode(body, type=Trailer)
-            except msgspec.DecodeError as exc:
-                raise CorruptLogFile(f"{name}: line {line_no}: bad trailer ({exc})") from None
-            if trailer.records != count:
-                raise CorruptLogFile(
-                    f"{name}: trailer says {trailer.records} records, the file has {count}"
-                )
-            if trailer.sha256 != h.hexdigest():
-                raise CorruptLogFile(
-                    f"{name}: SHA-256 mismatch: the file was modified or damaged "
-                    f"(expected {trailer.sha256}, got {h.hexdigest()})"
-                )
-            for extra in it:
-                if extra.strip():
-                    raise CorruptLogFile(f"{name}: data after the trailer (line {line_no + 1})")
+        if _is_trailer(body):
+            _check_end(body, it, h, count, line_no, name)
             return
         h.update(body + b"\n")
         try:
@@ -147,7 +177,59 @@ def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[t
         last_seq[event.task_id] = event.seq
         count += 1
         yield count, event
-    raise CorruptLogFile(f"{name}: no trailer: the file is truncated ({count} records read)")
+    raise _truncated(name, count)
+
+
+@dataclass
+class FileDigest:
+    header: Header
+    records: int
+    sha256: str
+
+
+def check_digest(blocks: Iterable[bytes], *, name: str = "log file") -> FileDigest:
+    """Check that an export is complete and unmodified (header, record count, SHA-256)
+    from its bytes, in blocks of any size, without splitting or decoding its records:
+    a fraction of ``verify``'s time. What only decoding shows (a record that is not an
+    event, events out of order: an exporter's bug, since the digest matches)
+    ``read_events`` still refuses as it reaches it."""
+    it = iter(blocks)
+    h = hashlib.sha256()
+    block = b""
+    while b"\n" not in block and (more := next(it, None)) is not None:
+        block += more
+    first, newline, block = block.partition(b"\n")
+    header = _header(iter([first + newline] if first or newline else []), h, name)
+    records = 0  # newlines hashed after the header's: one per record
+    pending = b""  # the last bytes seen, not hashed yet: a trailer may begin in them
+    newline_before = True  # the byte hashed just before ``pending`` is a newline
+    while True:
+        data = pending + block
+        if newline_before and data.startswith(_TRAILER_START):
+            at = 0
+        else:
+            at = data.find(_TRAILER_MARK) + 1 or -1  # where the trailer line starts
+        if at >= 0:
+            h.update(memoryview(data)[:at])
+            records += data.count(b"\n", 0, at)
+            rest = data[at:]
+            while b"\n" not in rest and (more := next(it, None)) is not None:
+                rest += more
+            trailer, _, after = rest.partition(b"\n")
+            _check_end(trailer, itertools.chain([after], it), h, records, records + 2, name)
+            return FileDigest(header, records, h.hexdigest())
+        # No trailer starts in ``data``, unless in its last bytes: the next block may
+        # complete it.
+        done = max(0, len(data) - len(_TRAILER_START))
+        if done:
+            h.update(memoryview(data)[:done])
+            records += data.count(b"\n", 0, done)
+            newline_before = data[done - 1] == _NEWLINE
+        pending = data[done:]
+        more = next(it, None)
+        if more is None:
+            raise _truncated(name, records + len(pending.splitlines()))
+        block = more
 
 
 def verify(lines: Iterable[bytes], *, name: str = "log file") -> FileSummary:
@@ -163,7 +245,7 @@ def verify(lines: Iterable[bytes], *, name: str = "log file") -> FileSummary:
             if i == 0:
                 with contextlib.suppress(msgspec.DecodeError):  # read_events says why
                     header = msgspec.json.decode(_line_no_newline(line), type=Header)
-            if not line.startswith(b'{"end":'):
+            if not _is_trailer(line):
                 h.update(line if line.endswith(b"\n") else line + b"\n")
             yield line
 

@@ -16,6 +16,7 @@ from events.log import EventLog, TaskHistory
 from events.model import Event
 from kernelflow import offline_cmd
 from kernelflow.nats_server import EmbeddedNats
+from projections import logfile
 from tests.test_projections_props import TaskSpec, make_task
 
 SPECS = [
@@ -203,3 +204,35 @@ def test_bad_options_are_refused(
     assert cli("export", "grpo", "--out", str(tmp_path / "x.csv"), "--nats-url", source_url) == 2
     assert cli("replay", "--task", "nope", "--nats-url", source_url) == 2
     assert not out.exists() and not list(tmp_path.glob(".*partial*"))
+
+
+def test_tools_reading_a_file_refuse_it_modified_or_out_of_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The digest is checked before anything is folded; an export whose digest matches but
+    whose events are out of order (an exporter's bug) is refused when the replay reaches
+    it, and leaves no dataset behind."""
+    events = make_task(TaskSpec("o-a", "g", ("mismatch", "pass"), speedup=1.5))
+    writer = logfile.LogWriter()
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(
+        b"".join([writer.header(), *(writer.record(e) for e in events), writer.trailer()])
+    )
+    modified = tmp_path / "modified.jsonl"
+    modified.write_bytes(good.read_bytes().replace(b'"mismatch"', b'"pass"', 1))
+    writer = logfile.LogWriter()
+    swapped = [events[0], *events[2:5], events[1], *events[5:]]
+    misordered = tmp_path / "misordered.jsonl"
+    misordered.write_bytes(
+        b"".join([writer.header(), *(writer.record(e) for e in swapped), writer.trailer()])
+    )
+    assert cli("report", "--from", str(good)) == 0
+    capsys.readouterr()
+    assert cli("report", "--from", str(modified)) == 2
+    assert "SHA-256 mismatch" in capsys.readouterr().err
+    out = tmp_path / "d.parquet"
+    assert cli("export", "grpo", "--out", str(out), "--from", str(misordered)) == 2
+    assert "out of order" in capsys.readouterr().err
+    assert not out.exists()
+    assert cli("replay", "--task", "o-a", "--from", str(misordered)) == 2
+    assert "out of order" in capsys.readouterr().err

@@ -4,6 +4,7 @@ trajectory format and the exported-log file format, on synthetic logs."""
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import random
@@ -496,6 +497,16 @@ def test_log_file_round_trips_and_detects_any_change(log: list[tuple[int, Event]
     assert [e for _, e in logfile.read_events(lines)] == events
     summary = logfile.verify(lines)
     assert summary.records == len(events) and summary.header.filter == {"group": "g1"}
+    # The same check without decoding the records, from blocks cut anywhere.
+    whole = b"".join(lines)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(whole)), max_size=6)))
+    blocks = [whole[a:b] for a, b in itertools.pairwise([0, *cuts, len(whole)])]
+    digest = logfile.check_digest(blocks)
+    assert (digest.records, digest.sha256, digest.header) == (
+        summary.records,
+        summary.sha256,
+        summary.header,
+    )
     assert lines == export_lines(events, {"group": "g1"})  # deterministic
     # Flip one byte anywhere before the trailer: refused.
     blob = bytearray(b"".join(lines[:-1]))
@@ -504,25 +515,35 @@ def test_log_file_round_trips_and_detects_any_change(log: list[tuple[int, Event]
     damaged = [*bytes(blob).splitlines(keepends=True), lines[-1]]
     with pytest.raises(logfile.CorruptLogFile):
         logfile.verify(damaged)
+    with pytest.raises(logfile.CorruptLogFile):
+        logfile.check_digest([bytes(blob[:i]), bytes(blob[i:]), lines[-1]])
 
 
 def test_log_file_refusals_say_why() -> None:
     events = make_task(TaskSpec("a", "g", ("pass",)))
     lines = export_lines(events)
-    with pytest.raises(logfile.CorruptLogFile, match="truncated"):
-        logfile.verify(lines[:-1])
     with pytest.raises(logfile.CorruptLogFile, match="out of order"):
         logfile.verify(export_lines([events[1], events[0], *events[2:]]))
-    with pytest.raises(logfile.CorruptLogFile, match="empty"):
-        logfile.verify([])
-    with pytest.raises(logfile.CorruptLogFile, match="header"):
-        logfile.verify([b"hello\n"])
+    whole = b"".join(lines)
+    for cut in range(len(whole) + 1):  # two blocks, split anywhere
+        assert logfile.check_digest([whole[:cut], whole[cut:]]).records == len(events)
+    empty = logfile.LogWriter()
+    blob = empty.header() + empty.trailer()  # an export of nothing
+    for cut in range(len(blob) + 1):
+        assert logfile.check_digest([blob[:cut], blob[cut:]]).records == 0
     w = logfile.LogWriter()
-    lines = [w.header(), *(w.record(e) for e in events[:3])]
+    three = [w.header(), *(w.record(e) for e in events[:3])]
     other = logfile.LogWriter()
     other.header(), other.record(events[0])
-    with pytest.raises(logfile.CorruptLogFile, match="says 1 records, the file has 3"):
-        logfile.verify([*lines, other.trailer()])
-    with pytest.raises(logfile.CorruptLogFile, match="after the trailer"):
-        logfile.verify([*lines, w.trailer(), lines[1]])
+    for check in (logfile.verify, logfile.check_digest):
+        with pytest.raises(logfile.CorruptLogFile, match="truncated"):
+            check(lines[:-1])
+        with pytest.raises(logfile.CorruptLogFile, match="empty"):
+            check([])
+        with pytest.raises(logfile.CorruptLogFile, match="header"):
+            check([b"hello\n"])
+        with pytest.raises(logfile.CorruptLogFile, match="says 1 records, the file has 3"):
+            check([*three, other.trailer()])
+        with pytest.raises(logfile.CorruptLogFile, match="after the trailer"):
+            check([*three, w.trailer(), three[1]])
     assert group_stats([], GrpoOptions()) == {}
