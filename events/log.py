@@ -362,9 +362,8 @@ class EventLog:
                             break  # events can expire under max_age while we read
                     pull.arrived.clear()  # before asking: an answer may come meanwhile
                     if not pull.open:
-                        await pull.ask(
-                            min(_READ_BATCH, _READ_BATCH if follow else remaining), idle_timeout
-                        )
+                        wanted = _READ_BATCH if follow else min(_READ_BATCH, remaining)
+                        await pull.ask(wanted, idle_timeout)
                     with contextlib.suppress(TimeoutError):
                         # A request lost to a reconnect is never answered: ask again.
                         await asyncio.wait_for(pull.arrived.wait(), idle_timeout + _TIMEOUT_S)
@@ -416,7 +415,7 @@ class _Pull:
             self.open = self._owed > 0
         elif status in ("404", "408"):  # nothing (more) to deliver / the request expired
             self.open, self.dry = False, True
-        elif status != "100":  # a heartbeat; anything else refused the request
+        elif status != "100":  # 100: a heartbeat; any other status refused the request
             self.open = False
             self.failure = f"{status} {msg.headers.get('Description', '')}".strip()  # type: ignore[union-attr]
         self.arrived.set()
