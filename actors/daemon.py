@@ -31,12 +31,12 @@ from actors.agents import LLMAgent
 from actors.bridge import Bridge
 from actors.conductor import Conductor
 from actors.llm.base import LLMProvider
-from actors.pull import CreditPuller
 from actors.verifier.actor import Verifier
 from actors.verifier.engine import VerifierConfig
 from actors.worker import Delivery, Job, Settlement, Source
 from events import subjects
 from events.log import delivery_of
+from events.pull import CreditPuller
 from workflows.model import VERIFIER
 
 log = logging.getLogger("kernelflow.daemon")

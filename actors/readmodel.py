@@ -52,10 +52,10 @@ from nats.js import JetStreamContext, api
 from nats.js.object_store import ObjectStore
 
 from actors.bridge import Bridge
-from actors.pull import CreditPuller
 from events import subjects
 from events.codec import MalformedMessage, decode_event
 from events.log import EventLog, delivery_of
+from events.pull import CreditPuller
 from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")

@@ -45,6 +45,7 @@ from nats.js import api
 from events import subjects
 from events.codec import decode_event, encode
 from events.model import TERMINAL_EVENTS, Command, Event
+from events.pull import CreditPuller, wait_until_set
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
@@ -344,81 +345,51 @@ class EventLog:
             ),
         )
         remaining = info.num_pending or 0
-        pull = _Pull(self._nc, f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{info.name}")
-        # A subscription of its own: messages a pull delivers carry their own subject,
-        # not the reply subject the request named, so only the subscription tells them.
-        pull.reply = self._nc.new_inbox()
-        sub = await self._nc.subscribe(pull.reply, cb=pull.on_reply)
+        buffered: deque[Msg] = deque()
+        arrived = asyncio.Event()
+
+        def deliver(msg: Msg) -> None:
+            buffered.append(msg)
+            arrived.set()
+
+        def credit() -> int:
+            # Ask for the next batch once half of the last one has been taken: the server
+            # sends it while the caller works through the rest.
+            if len(buffered) >= _READ_BATCH // 2:
+                return 0
+            wanted = _READ_BATCH - len(buffered)
+            return wanted if follow else min(wanted, remaining - len(buffered))
+
+        puller = CreditPuller(
+            self._nc, subjects.EVENTS_STREAM, info.name, credit, deliver, expires_s=idle_timeout
+        )
+        pulling = asyncio.create_task(puller.run())
         try:
             while follow or remaining > 0:
-                if not pull.buffered:
-                    if pull.failure is not None:
-                        raise nats.js.errors.Error(f"reading the log: {pull.failure}")
-                    if pull.dry and not follow:
-                        pull.dry = False
-                        if (
-                            await self._js.consumer_info(subjects.EVENTS_STREAM, info.name)
-                        ).num_pending == 0:
-                            break  # events can expire under max_age while we read
-                    pull.arrived.clear()  # before asking: an answer may come meanwhile
-                    if not pull.open:
-                        wanted = _READ_BATCH if follow else min(_READ_BATCH, remaining)
-                        await pull.ask(wanted, idle_timeout)
-                    with contextlib.suppress(TimeoutError):
-                        # A request lost to a reconnect is never answered: ask again.
-                        await asyncio.wait_for(pull.arrived.wait(), idle_timeout + _TIMEOUT_S)
+                if not buffered:
+                    arrived.clear()
+                    await wait_until_set(arrived, idle_timeout)
+                    if buffered:
                         continue
-                    pull.open = False
+                    if pulling.done():
+                        pulling.result()  # raises why the pull stopped
+                    if follow:
+                        continue
+                    info = await self._js.consumer_info(subjects.EVENTS_STREAM, info.name)
+                    if info.num_pending == 0:
+                        break  # events can expire under max_age while we read
                     continue
-                msg = pull.buffered.popleft()
+                msg = buffered.popleft()
                 remaining -= 1
-                # Ask for the next batch while the caller works through this one.
-                ahead = _READ_BATCH if follow else remaining - len(pull.buffered)
-                if not pull.open and ahead > 0 and len(pull.buffered) < _READ_BATCH // 2:
-                    await pull.ask(min(_READ_BATCH, ahead), idle_timeout)
+                puller.credit_changed()
                 yield delivery_of(msg).stream_seq, decode_event(msg.data)
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            pulling.cancel()
+            await asyncio.gather(pulling, return_exceptions=True)
             # Ephemeral consumers expire by themselves; deleting them now keeps the
             # server tidy when many reads happen in a row.
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._js.delete_consumer(subjects.EVENTS_STREAM, info.name))
-
-
-class _Pull:
-    """A read's pull requests to its consumer, one at a time: messages are buffered the
-    moment they arrive. (nats-py's ``fetch`` awaits each message with a timeout of its
-    own, which held reads to ~12k events/s.)"""
-
-    def __init__(self, nc: NATS, next_subject: str) -> None:
-        self._nc = nc
-        self._next_subject = next_subject
-        self.reply = ""
-        self.buffered: deque[Msg] = deque()
-        self.arrived = asyncio.Event()  # set on every message and status
-        self.open = False  # a request is waiting for messages
-        self.dry = False  # the last request ended with fewer messages than asked
-        self.failure: str | None = None
-        self._owed = 0
-
-    async def ask(self, n: int, expires_s: float) -> None:
-        self._owed, self.open, self.dry = n, True, False
-        request = {"batch": n, "expires": int(expires_s * 1e9)}
-        await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self.reply)
-
-    async def on_reply(self, msg: Msg) -> None:
-        status = msg.headers.get(_STATUS) if msg.headers else None
-        if status is None:
-            self.buffered.append(msg)
-            self._owed -= 1
-            self.open = self._owed > 0
-        elif status in ("404", "408"):  # nothing (more) to deliver / the request expired
-            self.open, self.dry = False, True
-        elif status != "100":  # 100: a heartbeat; any other status refused the request
-            self.open = False
-            self.failure = f"{status} {msg.headers.get('Description', '')}".strip()  # type: ignore[union-attr]
-        self.arrived.set()
 
 
 def _ended(events: Sequence[Event]) -> bool:

@@ -1,5 +1,6 @@
-"""Pull from a durable JetStream consumer with credit: messages are handed over the moment
-they arrive, and never more are asked for than there are idle actors to take them.
+"""Pull from a JetStream consumer with credit: messages are handed over the moment they
+arrive, and never more are asked for than the taker has room for (idle actors in a
+daemon's pool, space in a read's buffer).
 
 (nats-py's ``fetch(batch=n)`` returns only once n messages arrived or the timeout passed,
 which adds up to a whole timeout of latency to every hand-over when work trickles in.)
@@ -70,8 +71,9 @@ class CreditPuller:
                     log.warning("pull request on %s failed: %r", self._next_subject, exc)
                     await asyncio.sleep(0.5)
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._request_over.wait(), self._expires_s + 1.0)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
+                # arrives as the request ends, and the puller then never stops.
+                await wait_until_set(self._request_over, self._expires_s + 1.0)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -85,3 +87,13 @@ class CreditPuller:
             self._deliver(msg)
         elif status != _HEARTBEAT:
             self._request_over.set()  # expired, no messages, or refused: ask anew
+
+
+async def wait_until_set(event: asyncio.Event, timeout: float) -> None:
+    """Wait until ``event`` is set, setting it after ``timeout`` seconds if nothing else
+    has: callers that must tell a timeout apart look at what they were waiting for."""
+    timer = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
