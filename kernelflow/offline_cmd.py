@@ -123,18 +123,23 @@ def _open_write(path: Path, final_name: str) -> BinaryIO:
     return path.open("wb")
 
 
-def verify_file(path: Path) -> logfile.FileSummary:
+@contextlib.contextmanager
+def _refusing_corrupt() -> Iterator[None]:
+    """A corrupt log file is the user's input error: exit 2 with one line saying why."""
     try:
-        return logfile.verify(open_lines(path), name=str(path))
+        yield
     except logfile.CorruptLogFile as exc:
         raise _usage(f"refusing {exc}") from exc
+
+
+def verify_file(path: Path) -> logfile.FileSummary:
+    with _refusing_corrupt():
+        return logfile.verify(open_lines(path), name=str(path))
 
 
 def _file_events(path: Path) -> Iterator[tuple[int, Event]]:
-    try:
+    with _refusing_corrupt():
         yield from logfile.read_events(open_lines(path), name=str(path))
-    except logfile.CorruptLogFile as exc:
-        raise _usage(f"refusing {exc}") from exc
 
 
 # --------------------------------------------------------------------------- since
@@ -287,10 +292,8 @@ class FileSource(Source):
         self.path, self.flt = path, flt
         # The digest first, so that nothing is computed from a modified file; what only
         # decoding shows is refused as the feed reaches it.
-        try:
+        with _refusing_corrupt():
             digest = logfile.check_digest(open_blocks(path), name=str(path))
-        except logfile.CorruptLogFile as exc:
-            raise _usage(f"refusing {exc}") from exc
         self.description = {"file": path.name, "sha256": digest.sha256, "records": digest.records}
         if flt.since is not None:
             self.description["since"] = iso_utc(flt.since)
