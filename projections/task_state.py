@@ -28,7 +28,9 @@ CONDUCTOR = "conductor"
 JUDGE = "judge"
 
 
-@dataclass
+# Slotted (here and in TaskState): a replay makes one per dispatch of millions of events,
+# and slots make creating them and reading their fields cheaper.
+@dataclass(slots=True)
 class Dispatch:
     """One run of one agent: its dispatch, the LLM and tool calls it made, and how it
     ended."""
@@ -47,7 +49,7 @@ class Dispatch:
         return self.event.dispatch_id
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskState:
     task_id: str
     submitted: TaskSubmitted | None = None

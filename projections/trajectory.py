@@ -45,7 +45,8 @@ class StepType(StrEnum):
     FINAL_ANSWER = "final_answer"
 
 
-@dataclass
+# Slotted: a full replay builds a step for most events it reads.
+@dataclass(slots=True)
 class TrajectoryStep:
     step_type: StepType
     content: str
@@ -68,7 +69,7 @@ class TrajectoryStep:
         return cls(**{**data, "step_type": StepType(data["step_type"])})
 
 
-@dataclass
+@dataclass(slots=True)
 class Trajectory:
     request_id: str
     steps: list[TrajectoryStep] = field(default_factory=list)
