@@ -24,6 +24,12 @@ finish, rewards) costs more events per task than the first, so its triggers arri
 faster than one GIL-bound process decides them and queue up: a daemon that starts tasks
 faster gets a better ratio and a worse p99.
 
+Where the CPU goes. Each round prints the CPU of the daemon's threads by role. The bridge
+loop, the one thread that carries every append, acknowledgement and delivery through
+nats-py, takes about half of it (0.7-0.9 s a round, about 4 ms per task); the conductors'
+folds and decisions about a third; the agents and the verifier the rest. Everything that
+reaches the log queues on that one loop, and the GIL lets only one thread run at a time.
+
 Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
 over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the
 machine moves it (on a shared 2-core VM, rounds of the same code range from 5 to 70 ms).
@@ -70,6 +76,31 @@ def _release(semaphore: threading.Semaphore):  # type: ignore[no-untyped-def]
     return on_finished
 
 
+# This process's threads by what they do, from their names (pykka names an actor's thread
+# after its class).
+THREAD_GROUPS = (
+    ("kf-nats-bridge", "bridge loop"),
+    ("Conductor-", "conductors"),
+    ("LLMAgent-", "agents"),
+    ("NoopVerifier-", "verifier"),
+)
+
+
+def cpu_by_group() -> dict[str, float]:
+    """CPU seconds each group of this process's threads has used so far (from /proc: empty
+    where there is none)."""
+    used: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            stat = Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text()
+            seconds = int(stat.split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+        group = next((g for prefix, g in THREAD_GROUPS if thread.name.startswith(prefix)), "other")
+        used[group] = used.get(group, 0.0) + seconds
+    return used
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -79,6 +110,7 @@ def quantile(values: list[float], q: float) -> float:
 class Round:
     total_s: float
     cpu_s: float
+    cpu_by_group_s: dict[str, float]
     latencies_ms: list[float]
 
     @property
@@ -114,6 +146,7 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
             bridge.nc.subscribe(f"{subjects.EVENTS_ROOT}.*.task_finished", cb=_release(finished))
         )
         started, cpu_started = time.perf_counter(), time.process_time()
+        groups_started = cpu_by_group()
         for task_id in ids:
             command = SubmitTask(task_id=task_id, task_source=task_source, task_name="relu")
             bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
@@ -121,6 +154,7 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
             assert finished.acquire(timeout=300), "tasks did not finish"
         total = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
+        groups = {g: s - groups_started.get(g, 0.0) for g, s in cpu_by_group().items()}
         latencies = []
         for task_id in ids:
             events = bridge.call(bridge.log.read_task(task_id)).events
@@ -130,7 +164,7 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
                     latencies.append((event.at - before.at) * 1000)
         daemon.stop()
         bridge.stop()
-    return Round(total, cpu, latencies)
+    return Round(total, cpu, groups, latencies)
 
 
 def main(tasks: int, delay: float, runs: int) -> None:
@@ -150,6 +184,15 @@ def main(tasks: int, delay: float, runs: int) -> None:
             f"  p99 {r.p99:6.1f} ms",
             flush=True,
         )
+        if r.cpu_by_group_s:
+            print(
+                "    CPU by thread: "
+                + ", ".join(
+                    f"{g} {s:.2f} s"
+                    for g, s in sorted(r.cpu_by_group_s.items(), key=lambda gs: -gs[1])
+                ),
+                flush=True,
+            )
     # One round's p99 is the ~8th-worst of 800 decisions: a single stall of the machine
     # moves it. The median over rounds is the figure to compare.
     ratio = statistics.median(r.total_s / ideal for r in rounds)
