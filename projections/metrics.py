@@ -279,22 +279,35 @@ def _on_tool_called(p: MetricsProjection, t: TaskMetrics, event: ToolCalled) -> 
         tool.truncated += 1
 
 
-def _on_dispatch_result(
+def _on_parsed(p: MetricsProjection, t: TaskMetrics, event: OutputParsed) -> None:
+    _close_dispatch(p, event, succeeded=True)
+
+
+def _on_parse_failed(p: MetricsProjection, t: TaskMetrics, event: ParseFailed) -> None:
+    t.parse_failures += 1
+    _close_dispatch(p, event, succeeded=False)
+
+
+def _on_agent_failed(p: MetricsProjection, t: TaskMetrics, event: AgentFailed) -> None:
+    t.agent_failures += 1
+    _close_dispatch(p, event, succeeded=False)
+
+
+def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationCompleted) -> None:
+    r = event.report
+    t.verdicts = (*t.verdicts, r.verdict)
+    if r.passed and r.speedup is not None:
+        t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
+    _close_dispatch(p, event, succeeded=r.passed)
+
+
+def _close_dispatch(
     p: MetricsProjection,
-    t: TaskMetrics,
     event: OutputParsed | ParseFailed | AgentFailed | VerificationCompleted,
+    *,
+    succeeded: bool,
 ) -> None:
-    succeeded = isinstance(event, OutputParsed)
-    if isinstance(event, ParseFailed):
-        t.parse_failures += 1
-    elif isinstance(event, AgentFailed):
-        t.agent_failures += 1
-    elif isinstance(event, VerificationCompleted):
-        r = event.report
-        t.verdicts = (*t.verdicts, r.verdict)
-        succeeded = r.passed
-        if r.passed and r.speedup is not None:
-            t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
+    """Count a dispatch's result for its agent, and its time since the dispatch."""
     a = p._agent(event.agent)
     if succeeded:
         a.successes += 1
@@ -341,10 +354,10 @@ _HANDLERS: dict[type[Event], Callable[[MetricsProjection, TaskMetrics, Any], Non
     AgentDispatched: _on_dispatched,
     LLMCalled: _on_llm_called,
     ToolCalled: _on_tool_called,
-    OutputParsed: _on_dispatch_result,
-    ParseFailed: _on_dispatch_result,
-    AgentFailed: _on_dispatch_result,
-    VerificationCompleted: _on_dispatch_result,
+    OutputParsed: _on_parsed,
+    ParseFailed: _on_parse_failed,
+    AgentFailed: _on_agent_failed,
+    VerificationCompleted: _on_verified,
     ConductorDecided: _on_decided,
     RewardAssigned: _on_rewarded,
     TaskFinished: _on_finished,

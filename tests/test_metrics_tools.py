@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from events.model import (
     AgentDispatched,
+    AgentFailed,
     Event,
     LLMCalled,
     OutputParsed,
@@ -139,6 +140,46 @@ def test_per_agent_and_per_tool_metrics() -> None:
     assert "Per agent" in text and "Per tool (3 calls)" in text
     calc_line = next(line for line in text.splitlines() if line.startswith("calculator"))
     assert calc_line.split()[:5] == ["calculator", "2", "2", "0", "100.0%"]
+
+
+def test_each_kind_of_dispatch_result_is_counted_for_its_task_and_agent() -> None:
+    tid = "r-1"
+
+    def dispatched(agent: str, did: str) -> AgentDispatched:
+        return AgentDispatched(task_id=tid, agent=agent, step=int(did[1:]), dispatch_id=did)
+
+    def verified(did: str, verdict: str, speedup: float | None) -> VerificationCompleted:
+        report = VerificationReport(verdict=verdict, summary=verdict, speedup=speedup)  # type: ignore[arg-type]
+        return VerificationCompleted(
+            task_id=tid, agent="verifier", dispatch_id=did, code="x", report=report
+        )
+
+    events = stamp(
+        [
+            dispatched("coder", "d1"),
+            ParseFailed(task_id=tid, agent="coder", dispatch_id="d1", reason="no code"),
+            dispatched("coder", "d2"),
+            AgentFailed(task_id=tid, agent="coder", dispatch_id="d2", error="provider down"),
+            dispatched("coder", "d3"),
+            OutputParsed(task_id=tid, agent="coder", dispatch_id="d3", fields={"code": "x"}),
+            dispatched("verifier", "d4"),
+            verified("d4", "pass", 1.5),
+            dispatched("verifier", "d5"),
+            verified("d5", "mismatch", None),
+            dispatched("verifier", "d6"),
+            verified("d6", "pass", 3.0),
+        ]
+    )
+    p = MetricsProjection().apply_all(enumerate(events, 1))
+    t = p.tasks[tid]
+    assert (t.parse_failures, t.agent_failures) == (1, 1)
+    assert t.verdicts == ("pass", "mismatch", "pass") and t.best_speedup == 3.0
+    m = projection_metrics(p)
+    coder, verifier = m.agents["coder"], m.agents["verifier"]
+    assert (coder.runs, coder.successes, coder.failures, coder.unfinished) == (3, 1, 2, 0)
+    assert (verifier.runs, verifier.successes, verifier.failures) == (3, 2, 1)
+    # Each result is one second after its dispatch (``stamp``).
+    assert coder.total_s == pytest.approx(3.0) and verifier.mean_s == pytest.approx(1.0)
 
 
 @FAST
