@@ -4,7 +4,8 @@ Generates a synthetic log of N events with realistic sizes (LLM prompts of a few
 kernels of ~1.5 KB), writes it to JetStream (an embedded nats-server in a temp dir unless
 --nats-url) and to an exported log file, then times, in the same run:
 
-- raw: read + decode every event (live: EventLog.read; file: read + decode + SHA-256);
+- raw: read + decode every event, through the offline tools' own sources (live:
+  ``live_events``; file: ``FileSource``, read + decode + SHA-256 + order checks);
 - replay: the same read folded into all projections (task state + repeat counters +
   trajectory per task, built when the task ends, and run metrics);
 - dataset: ``export_grpo`` (two passes: metrics, then samples to parquet), against two
@@ -50,7 +51,7 @@ from events.model import (
     VerificationReport,
 )
 from kernelflow.nats_server import EmbeddedNats
-from kernelflow.offline_cmd import EventFilter, Source, export_grpo, live_events
+from kernelflow.offline_cmd import EventFilter, FileSource, Source, export_grpo, live_events
 from projections import logfile
 from projections.counters import repeat_counters
 from projections.flow_grpo import GrpoOptions
@@ -178,11 +179,14 @@ class AllProjections:
 
 
 class LoopSource(Source):
+    """The live log through ``live_events``, as ``kernelflow replay`` reads it, on this
+    script's own event loop (no daemon bridge)."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop, log: EventLog) -> None:
         self.loop, self.log = loop, log
         self.description = {"live": subjects.EVENTS_STREAM}
 
-    def feed(self, apply, end=None):  # type: ignore[no-untyped-def]
+    def _feed(self, apply, end):  # type: ignore[no-untyped-def]
         async def run() -> int:
             last = 0
             async for seq, e in live_events(self.log, EventFilter(), end):
@@ -191,22 +195,6 @@ class LoopSource(Source):
             return last
 
         return self.loop.run_until_complete(run())
-
-
-class FileSource(Source):
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.description = {"file": path.name}
-
-    def feed(self, apply, end=None):  # type: ignore[no-untyped-def]
-        last = 0
-        with self.path.open("rb") as f:
-            for pos, e in logfile.read_events(f):
-                if end is not None and pos > end:
-                    break
-                apply(pos, e)
-                last = pos
-        return last
 
 
 def timed(label: str, n: int, fn) -> float:  # type: ignore[no-untyped-def]
@@ -306,7 +294,7 @@ def run(url: str, n_target: int, tmp: Path) -> None:
     )
 
     results = {}
-    for name, source in [("JetStream", live), ("file", FileSource(path))]:
+    for name, source in [("JetStream", live), ("file", FileSource(path, EventFilter()))]:
         print(f"{name}:")
         count = [0]
 

@@ -4,6 +4,7 @@ on synthetic tasks appended with the EventLog."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from events.log import EventLog, TaskHistory
 from events.model import Event
 from kernelflow import offline_cmd
+from kernelflow.cli import UsageError
 from kernelflow.nats_server import EmbeddedNats
 from projections import logfile
 from tests.test_projections_props import TaskSpec, make_task
@@ -236,3 +238,31 @@ def test_tools_reading_a_file_refuse_it_modified_or_out_of_order(
     assert not out.exists()
     assert cli("replay", "--task", "o-a", "--from", str(misordered)) == 2
     assert "out of order" in capsys.readouterr().err
+
+
+def test_a_fold_collects_garbage_rarely_and_restores_the_collector(tmp_path: Path) -> None:
+    """Folding a log runs the cyclic collector rarely (it would rescan the events each task
+    keeps, again and again); the process's own setting is back once the feed ends, also
+    when it ends on a corrupt record."""
+    events = make_task(TaskSpec("gc-a", "g", ("mismatch", "pass"), speedup=1.5))
+    writer = logfile.LogWriter()
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(
+        b"".join([writer.header(), *(writer.record(e) for e in events), writer.trailer()])
+    )
+    writer = logfile.LogWriter()
+    misordered = tmp_path / "misordered.jsonl"
+    misordered.write_bytes(
+        b"".join(
+            [writer.header(), *(writer.record(e) for e in [events[1], events[0]]), writer.trailer()]
+        )
+    )
+    before = gc.get_threshold()
+    seen: list[int] = []
+    source = offline_cmd.FileSource(good, offline_cmd.EventFilter())
+    assert source.feed(lambda _pos, _event: seen.append(gc.get_threshold()[0])) == len(events)
+    assert len(seen) == len(events) and min(seen) >= 50 * before[0]
+    assert gc.get_threshold() == before
+    with pytest.raises(UsageError, match="out of order"):
+        offline_cmd.FileSource(misordered, offline_cmd.EventFilter()).feed(lambda *_: None)
+    assert gc.get_threshold() == before
