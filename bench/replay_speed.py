@@ -12,9 +12,11 @@ kernels of ~1.5 KB), writes it to JetStream (an embedded nats-server in a temp d
   raw passes.
 
 Prints events/s, the ratio replay/raw (target >= 0.5) and peak RSS after each phase
-(streaming: it should not grow with N).
+(streaming: it should not grow with N). Each source is timed over several rounds of the
+three phases, and the summary gives the median ratios: on a shared VM the speed of the
+same code drifts by a third over minutes, and each round compares phases run back to back.
 
-    .venv/bin/python bench/replay_speed.py --events 1000000
+    .venv/bin/python bench/replay_speed.py --events 1000000 [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -212,16 +215,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--nats-url", help="use this server (its KF_EVENTS stream must be empty)")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="raw/replay/dataset rounds per source (median)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.nats_url:
-            run(args.nats_url, args.events, Path(tmp))
+            run(args.nats_url, args.events, args.rounds, Path(tmp))
         else:
             with EmbeddedNats(Path(tmp) / "nats") as server:
-                run(server.url, args.events, Path(tmp))
+                run(server.url, args.events, args.rounds, Path(tmp))
 
 
-def run(url: str, n_target: int, tmp: Path) -> None:
+def run(url: str, n_target: int, rounds: int, tmp: Path) -> None:
     loop = asyncio.new_event_loop()
     nc = loop.run_until_complete(nats.connect(url, pending_size=64 * 1024 * 1024))
     log = EventLog(nc)
@@ -296,38 +302,40 @@ def run(url: str, n_target: int, tmp: Path) -> None:
     results = {}
     for name, source in [("JetStream", live), ("file", FileSource(path, EventFilter()))]:
         print(f"{name}:")
-        count = [0]
-
-        def tick(*_: object, count: list[int] = count) -> None:
-            count[0] += 1
-
-        raw = timed(
-            "raw read + decode",
-            n,
-            lambda s=source: s.feed(tick),
-        )
-        assert count[0] == n
-        proj = AllProjections()
-        replay = timed("replay into all projections", n, lambda s=source, p=proj: s.feed(p.apply))
-        m = projection_metrics(proj.metrics)
-        assert m.tasks == proj.trajectories and not proj.open
-        out = tmp / f"{name}.parquet"
-        dataset = timed(
-            "dataset export (2 passes)",
-            2 * n,
-            lambda s=source, o=out: export_grpo(s, o, GrpoOptions()),
-        )
-        results[name] = (raw / replay, 2 * raw / dataset)
-        print(
-            f"  ratio replay/raw {raw / replay:.2f}   dataset/raw {2 * raw / dataset:.2f}"
-            "   (target >= 0.5)"
-        )
+        ratios = []
+        for r in range(rounds):
+            print(f" round {r + 1}:")
+            ratios.append(one_round(source, n, tmp / f"{name}.parquet"))
+        replay = statistics.median(a for a, _ in ratios)
+        dataset = statistics.median(b for _, b in ratios)
+        results[name] = (replay, dataset)
+        print(f"  median over {rounds} rounds: replay/raw {replay:.2f}   dataset/raw {dataset:.2f}")
     loop.run_until_complete(nc.close())
     loop.close()
     print(
-        "summary: "
+        "summary (target >= 0.5): "
         + "; ".join(f"{k}: replay {a:.2f}, dataset {b:.2f}" for k, (a, b) in results.items())
     )
+
+
+def one_round(source: Source, n: int, out: Path) -> tuple[float, float]:
+    """Raw read, replay and dataset export one after the other; their ratios."""
+    count = [0]
+
+    def tick(*_: object) -> None:
+        count[0] += 1
+
+    raw = timed("raw read + decode", n, lambda: source.feed(tick))
+    assert count[0] == n
+    proj = AllProjections()
+    replay = timed("replay into all projections", n, lambda: source.feed(proj.apply))
+    m = projection_metrics(proj.metrics)
+    assert m.tasks == proj.trajectories and not proj.open
+    dataset = timed(
+        "dataset export (2 passes)", 2 * n, lambda: export_grpo(source, out, GrpoOptions())
+    )
+    print(f"  ratio replay/raw {raw / replay:.2f}   dataset/raw {2 * raw / dataset:.2f}")
+    return raw / replay, 2 * raw / dataset
 
 
 if __name__ == "__main__":
