@@ -176,8 +176,24 @@ class Bridge:
                 self.call(self._nc.close(), timeout=timeout_s)
             except Exception as exc:  # stopping anyway; say why it was not clean
                 log.warning("closing the NATS connection failed: %r", exc)
+        try:
+            self.call(self._finish_tasks(), timeout=timeout_s)
+        except Exception as exc:
+            log.warning("stopping what still ran on the bridge loop failed: %r", exc)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout_s)
+
+    async def _finish_tasks(self) -> None:
+        """Cancel what still runs on the loop (a read someone stopped waiting for, its
+        cleanup) and wait for it to end, then close the async generators left open, as
+        ``asyncio.run`` does on its way out: a task still pending when the process exits
+        is reported as destroyed, on the user's terminal."""
+        this = asyncio.current_task()
+        left = [task for task in asyncio.all_tasks() if task is not this]
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
 
     # ------------------------------------------------------------------ access
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import resource
 import statistics
 import sys
@@ -192,9 +193,11 @@ class LoopSource(Source):
     def _feed(self, apply, end):  # type: ignore[no-untyped-def]
         async def run() -> int:
             last = 0
-            async for seq, e in live_events(self.log, EventFilter(), end):
-                apply(seq, e)
-                last = seq
+            events = live_events(self.log, EventFilter(), end)
+            async with contextlib.aclosing(events):
+                async for seq, e in events:
+                    apply(seq, e)
+                    last = seq
             return last
 
         return self.loop.run_until_complete(run())

@@ -31,7 +31,7 @@ import itertools
 import json
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -327,7 +327,7 @@ class EventLog:
         *,
         follow: bool = False,
         idle_timeout: float = 1.0,
-    ) -> AsyncIterator[tuple[int, Event]]:
+    ) -> AsyncGenerator[tuple[int, Event], None]:
         """Yield ``(stream_seq, event)`` in log order from ``start_seq``.
 
         Without ``follow`` it stops at the end of the log as it was when reading began;

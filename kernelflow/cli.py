@@ -189,13 +189,19 @@ def follow_task(
         position = 1
         while True:
             try:
-                async for seq, event in bridge.log.read(
+                reading = bridge.log.read(
                     start_seq=position, subject=subjects.task_events(task_id), follow=True
-                ):
-                    position = seq + 1
-                    inbox.put(event)
-                    if isinstance(event, TERMINAL_EVENTS):
-                        return
+                )
+                async with contextlib.aclosing(reading):
+                    async for seq, event in reading:  # a following read ends only here
+                        position = seq + 1
+                        if isinstance(event, TERMINAL_EVENTS):
+                            break
+                        inbox.put(event)
+                # The read is closed (its consumer deleted) before the last event is handed
+                # over: once the caller has it, nothing of this follow is left running.
+                inbox.put(event)
+                return
             except TimeoutError:
                 continue  # a busy machine answered a request late: pick up where we were
             except nats.errors.Error as exc:

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -350,26 +350,32 @@ class FileSource(Source):
 
 async def live_events(
     log: EventLog, flt: EventFilter, end: int | None = None
-) -> AsyncIterator[tuple[int, Event]]:
+) -> AsyncGenerator[tuple[int, Event], None]:
     tasks: set[str] | None = None
     if flt.by_submission:
         tasks = set()
-        async for _, e in log.read(subject=f"{subjects.EVENTS_ROOT}.*.task_submitted"):
-            if isinstance(e, TaskSubmitted) and flt.matches_submission(e):
-                tasks.add(e.task_id)
+        submissions = log.read(subject=f"{subjects.EVENTS_ROOT}.*.task_submitted")
+        async with contextlib.aclosing(submissions):
+            async for _, e in submissions:
+                if isinstance(e, TaskSubmitted) and flt.matches_submission(e):
+                    tasks.add(e.task_id)
     subject = subjects.task_events(flt.task) if flt.task else subjects.ALL_EVENTS
     start = flt.start_seq
     if flt.since is not None:
         start = max(start, await first_seq_at(log.jetstream, flt.since))
     started = _Started(flt.since, by_event_time=False)  # the read starts at the time
-    async for seq, event in log.read(start_seq=start, subject=subject):
-        if end is not None and seq > end:
-            break
-        if tasks is not None and event.task_id not in tasks:
-            continue
-        if not started.keeps(event):
-            continue
-        yield seq, event
+    # Closed as soon as the range ends (or the caller stops): its consumer is deleted then,
+    # not whenever the garbage collector gets to it.
+    reading = log.read(start_seq=start, subject=subject)
+    async with contextlib.aclosing(reading):
+        async for seq, event in reading:
+            if end is not None and seq > end:
+                break
+            if tasks is not None and event.task_id not in tasks:
+                continue
+            if not started.keeps(event):
+                continue
+            yield seq, event
 
 
 class LiveSource(Source):
@@ -382,9 +388,11 @@ class LiveSource(Source):
     def _feed(self, apply: Apply, end: int | None) -> int:
         async def run() -> int:
             last = 0
-            async for seq, event in live_events(self.bridge.log, self.flt, end):
-                apply(seq, event)
-                last = seq
+            events = live_events(self.bridge.log, self.flt, end)
+            async with contextlib.aclosing(events):  # also when ``apply`` raises
+                async for seq, event in events:
+                    apply(seq, event)
+                    last = seq
             return last
 
         last = self.bridge.call(run())

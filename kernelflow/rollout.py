@@ -16,6 +16,7 @@ Python API::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import queue
@@ -308,10 +309,12 @@ class Rollout:
             position = start + 1
             while True:
                 try:
-                    async for seq, event in bridge.log.read(start_seq=position, follow=True):
-                        position = seq + 1
-                        if event.task_id in ours:
-                            inbox.put(event)
+                    reading = bridge.log.read(start_seq=position, follow=True)
+                    async with contextlib.aclosing(reading):  # its consumer goes with it
+                        async for seq, event in reading:
+                            position = seq + 1
+                            if event.task_id in ours:
+                                inbox.put(event)
                 except (nats.errors.Error, TimeoutError):
                     continue  # a slow or restarting server: resume where we were
 

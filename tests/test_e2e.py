@@ -3,6 +3,7 @@ verifier running interpreted Triton, and the trajectory replayed from the log.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -18,7 +19,9 @@ from actors.llm.scripted import ScriptedProvider
 from actors.verifier.engine import VerifierConfig
 from events import subjects
 from events.codec import encode
-from events.model import SubmitTask
+from events.log import TaskHistory
+from events.model import Event, SubmitTask, TaskRejected
+from kernelflow.cli import follow_task
 from projections.task_state import fold
 from tests.conftest import EXAMPLES, cli_env, run_cli
 
@@ -221,3 +224,52 @@ def test_unreachable_nats_is_a_clear_error_not_a_hang(caplog: pytest.LogCaptureF
     failures = [r for r in caplog.records if r.getMessage().startswith("NATS error:")]
     assert len(failures) == 1
     assert re.search("Connect call failed|Connection refused", failures[0].getMessage())
+
+
+def _consumers_following(bridge: Bridge, subject: str) -> list[str]:
+    async def names() -> list[str]:
+        infos = await bridge.log.jetstream.consumers_info(subjects.EVENTS_STREAM)
+        return [i.name for i in infos if i.config.filter_subject == subject]
+
+    return bridge.call(names())
+
+
+def test_following_a_task_leaves_no_reader_behind(nats_url: str) -> None:
+    """``submit --wait`` and ``run`` follow a task through an ephemeral consumer: it is gone
+    when the follow returns, not whenever the garbage collector gets to it."""
+    bridge = Bridge(nats_url).start()
+    try:
+        task_id = f"t-{uuid.uuid4().hex[:12]}"
+        bridge.call(
+            bridge.log.append(TaskHistory(task_id), [TaskRejected(task_id=task_id, reason="no")])
+        )
+        following_at_the_end: list[list[str]] = []
+
+        def on_event(event: Event) -> None:
+            assert isinstance(event, TaskRejected)
+            following_at_the_end.append(_consumers_following(bridge, subjects.task_events(task_id)))
+
+        state = follow_task(bridge, task_id, on_event, timeout_s=30)
+        assert isinstance(state.terminal, TaskRejected)
+        assert following_at_the_end == [[]]
+    finally:
+        bridge.stop()
+
+
+def test_stopping_the_bridge_ends_what_still_runs_on_its_loop(nats_url: str) -> None:
+    """A read nobody waits for any more (a follow given up on) is cancelled and cleaned up
+    by ``stop``: nothing is left pending to be reported as destroyed at exit."""
+    bridge = Bridge(nats_url).start()
+
+    async def follow_forever() -> None:
+        async for _ in bridge.log.read(subject=subjects.task_events("nobody"), follow=True):
+            pass
+
+    reading = bridge.spawn(follow_forever())
+    deadline = time.monotonic() + 10
+    while not _consumers_following(bridge, subjects.task_events("nobody")):
+        assert time.monotonic() < deadline, "the read never started"
+        time.sleep(0.05)
+    bridge.stop()
+    assert reading.cancelled()
+    assert [t for t in asyncio.all_tasks(bridge.loop) if not t.done()] == []

@@ -225,6 +225,8 @@ def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
             nats_url,
         )
         assert result.returncode == 0, result.stderr
+        # Following the tasks leaves nothing running behind it when the command exits.
+        assert "ERROR" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
