@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ from projections.flow_grpo import (
 from projections.metrics import (
     DEFAULT_FAST_P,
     MetricsProjection,
+    TaskMetrics,
     by_workflow,
     projection_metrics,
 )
@@ -800,6 +801,7 @@ def export_grpo(
                 reward_sources=table.reward_sources(),
                 drops=msgspec.to_builtins(drops),
                 models=sorted({m for t in metrics.tasks.values() for m in t.models}),
+                llm_calls_by_agent=_llm_calls_by_agent(metrics.tasks.values()),
                 workflows=sorted({t.workflow for t in metrics.tasks.values() if t.workflow}),
             )
         meta["source"] = {k: v for k, v in source.description.items()}
@@ -809,11 +811,27 @@ def export_grpo(
     return meta
 
 
+def _llm_calls_by_agent(tasks: Iterable[TaskMetrics]) -> dict[str, int]:
+    calls: dict[str, int] = {}
+    for t in tasks:
+        for agent, n in t.llm_calls_by_agent.items():
+            calls[agent] = calls.get(agent, 0) + n
+    return dict(sorted(calls.items()))
+
+
 def cmd_export_grpo(args: argparse.Namespace, settings: Settings) -> int:
     options = grpo_options(args)
     with source_for(args, settings) as source:
         meta = export_grpo(source, Path(args.out), options, args.mode)
     print(json.dumps(meta, sort_keys=True) if args.json else _grpo_summary(args.out, meta))
+    # A misspelt agent is not an error (a log may lack an agent), but it is never silent.
+    called: dict[str, int] | None = meta.get("llm_calls_by_agent")  # samples mode only
+    if options.agents and called is not None and (absent := sorted(options.agents - called.keys())):
+        print(
+            f"kernelflow: --agents: no LLM calls by {', '.join(absent)} in this log "
+            f"(calls by: {', '.join(called) or 'nobody'})",
+            file=sys.stderr,
+        )
     return 0
 
 

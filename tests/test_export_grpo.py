@@ -76,7 +76,9 @@ def cli(*args: str) -> int:
     return offline_cmd.main(list(args))
 
 
-def test_grpo_dataset_of_a_grouped_run(run_log: str, tmp_path: Path) -> None:
+def test_grpo_dataset_of_a_grouped_run(
+    run_log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     for out in (a, b):
         assert cli("export", "grpo", "--out", str(out), "--nats-url", run_log) == 0
@@ -102,6 +104,7 @@ def test_grpo_dataset_of_a_grouped_run(run_log: str, tmp_path: Path) -> None:
     assert {r["advantage"] for r in rows} == {0.0}
     meta = json.loads((tmp_path / "a.parquet.meta.json").read_text())
     assert meta["groups"] == 1 and meta["groups_zero_variance"] == 1 and meta["rows"] == 12
+    assert meta["llm_calls_by_agent"] == {"coder": 6, "conductor": 3, "designer": 3}
 
     jl1, jl2 = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
     for out in (jl1, jl2):
@@ -113,6 +116,19 @@ def test_grpo_dataset_of_a_grouped_run(run_log: str, tmp_path: Path) -> None:
     lines = [json.loads(x) for x in jl1.read_text().splitlines()]
     assert len(lines) == 6 and {x["agent"] for x in lines} == {"coder"}
     assert list(lines[0]) == COLUMNS
+    assert "--agents" not in capsys.readouterr().err
+
+    # A misspelt agent still exports what the others did, and says so.
+    typo = tmp_path / "typo.jsonl"
+    assert (
+        cli("export", "grpo", "--out", str(typo), "--agents", "coder,codre", "--nats-url", run_log)
+        == 0
+    )
+    assert len(typo.read_text().splitlines()) == 6
+    assert capsys.readouterr().err == (
+        "kernelflow: --agents: no LLM calls by codre in this log "
+        "(calls by: coder, conductor, designer)\n"
+    )
 
     dropped = tmp_path / "d.parquet"
     assert (
