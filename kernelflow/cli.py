@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the task ran but did not succeed (failed, cancelled); 2 bad
 input (a task file, workflow or option that cannot be used, or a task the daemon
-rejected); 3 the wait timed out; 130 interrupted.
+rejected); 3 the wait timed out; 130 interrupted; 141 the reader of the output went away
+(``| head``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from projections.trajectory import build_trajectory
 from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a command killed by SIGPIPE
 log = logging.getLogger("kernelflow.cli")
 
 LLM_HELP = (
@@ -599,3 +601,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TIMEOUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``kernelflow report | head``): stop quietly, as a tool killed
+        # by SIGPIPE would, and keep the interpreter's final flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +25,7 @@ from events.log import TaskHistory
 from events.model import Event, SubmitTask, TaskRejected
 from kernelflow.cli import follow_task
 from projections.task_state import fold
-from tests.conftest import EXAMPLES, cli_env, run_cli
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 
 EXAMPLE_NAMES = ["relu", "row_softmax", "sum_rows"]
 
@@ -146,6 +148,27 @@ def test_bad_invocations_say_what_is_wrong(args: list[str], message: str, tmp_pa
     assert run.returncode == 2
     assert message in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """``kernelflow schema | head -c 10``: the reader goes away, the command stops with
+    SIGPIPE's status and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        run = subprocess.run(
+            [*KERNELFLOW, "schema", "--events"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+            cwd=REPO,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert run.returncode == 141
+    assert run.stderr == ""
 
 
 @pytest.fixture
