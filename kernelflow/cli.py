@@ -29,7 +29,7 @@ import nats.errors
 
 from actors.bridge import Bridge, NatsUnreachable
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
-from actors.health import HealthResponder, daemon_describer, new_daemon_id
+from actors.health import HealthResponder, daemon_describer, new_daemon_id, ping_daemons
 from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.readmodel import NoAnswer, ReadModel, fold_status, query_status
@@ -181,10 +181,32 @@ def roles_for(command: SubmitTask) -> tuple[str, ...]:
     return (CONDUCTOR_ROLE, *workflow.agents)
 
 
+# How long a followed task may go without its first event before the user is told why.
+UNTAKEN_HINT_AFTER_S = 5.0
+
+
+def untaken_hint(bridge: Bridge, task_id: str, waited_s: float) -> str | None:
+    """Why no conductor has taken ``task_id`` yet, if the daemons' answers say (None: a
+    daemon with a conductor is up, just busy)."""
+    answers = bridge.call(ping_daemons(bridge.nc, 1.0))
+    if any(CONDUCTOR_ROLE in a.get("roles", ()) for a in answers):
+        return None
+    why = (
+        "no daemon answered"
+        if not answers
+        else f"{len(answers)} daemon(s) answered, none runs the {CONDUCTOR_ROLE} role"
+    )
+    return (
+        f"task {task_id} not taken after {waited_s:.0f}s: {why}. It waits in the queue until "
+        "one does (start one: kernelflow daemon); still waiting…"
+    )
+
+
 def follow_task(
     bridge: Bridge, task_id: str, on_event: Callable[[Event], None], timeout_s: float | None
 ) -> TaskState:
-    """Fold the task's events as they are recorded, until it is over."""
+    """Fold the task's events as they are recorded, until it is over. A task no conductor
+    takes is explained once on stderr, while still waiting (a daemon may start later)."""
     inbox: queue.Queue[Event] = queue.Queue()
 
     async def tail() -> None:
@@ -213,7 +235,9 @@ def follow_task(
 
     pump = bridge.spawn(tail())
     state = TaskState(task_id)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    hinted = False
     try:
         while state.terminal is None:
             wait = None if deadline is None else deadline - time.monotonic()
@@ -224,6 +248,11 @@ def follow_task(
             except queue.Empty:
                 if pump.done():
                     pump.result()  # the log could not be read: raise why
+                waited = time.monotonic() - started
+                if not hinted and state.events_seen == 0 and waited >= UNTAKEN_HINT_AFTER_S:
+                    hinted = True
+                    if hint := untaken_hint(bridge, task_id, waited):
+                        print(f"kernelflow: {hint}", file=sys.stderr, flush=True)
                 continue
             apply(state, event)
             on_event(event)

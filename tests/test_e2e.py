@@ -171,6 +171,15 @@ def test_output_into_a_closed_pipe_ends_quietly() -> None:
     assert run.stderr == ""
 
 
+def test_waiting_on_a_task_no_daemon_takes_says_why(private_nats: str) -> None:
+    run = run_cli(
+        "submit", "examples/tasks/relu.py", "--wait", "--timeout", "8", "--nats-url", private_nats
+    )
+    assert run.returncode == 3  # still waited until --timeout: a daemon may start meanwhile
+    assert "not taken after 5s: no daemon answered" in run.stderr
+    assert "kernelflow daemon" in run.stderr and "Traceback" not in run.stderr
+
+
 @pytest.fixture
 def daemon(nats_url: str):  # type: ignore[no-untyped-def]
     bridge = Bridge(nats_url).start()
