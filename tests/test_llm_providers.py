@@ -13,7 +13,7 @@ import pytest
 
 from actors.llm import BUDGET_EXHAUSTED, LLMError, make_provider
 from actors.llm.base import LLMRequest, LLMResponse, llm_called
-from actors.llm.config import AgentLLM, Budgets, Limits, LLMConfig, Price
+from actors.llm.config import AgentLLM, Budgets, Limits, LLMConfig, Price, ProviderSpecError
 from actors.llm.router import ProviderRouter
 from events.codec import encode
 from events.model import ChatMessage
@@ -88,6 +88,17 @@ def test_anthropic_exchange_records_usage_cache_cost_and_params(
     ) / 1e6
     assert answer.cost_usd == pytest.approx(expected)
     assert provider.meter.calls == 2
+
+
+def test_anthropic_without_credentials_is_refused_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(ProviderSpecError, match="no credentials: set ANTHROPIC_API_KEY"):
+        router("anthropic:m")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "a bearer token")  # the SDK's other way in
+    assert router("anthropic:m").provider("anthropic:m").name == "anthropic"
 
 
 def test_429_with_retry_after_is_honoured(anthropic_server: FakeAnthropic) -> None:

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from actors.llm.base import LLMError, LLMRequest, LLMResponse
-from actors.llm.config import DEFAULT_ANTHROPIC_MODEL
+from actors.llm.config import DEFAULT_ANTHROPIC_MODEL, ProviderSpecError
 from actors.llm.gateway import (
     Gateway,
     Transient,
@@ -54,9 +54,14 @@ class AnthropicProvider:
         self.gateway = gateway
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-        gateway.secrets.extend(
-            s for s in (self._api_key, os.environ.get("ANTHROPIC_AUTH_TOKEN")) if s
-        )
+        auth_token = os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if not self._api_key and not auth_token:
+            # The SDK would only say so at the first call, from inside an agent, as a
+            # TypeError that fails the agent's job again at every redelivery.
+            raise ProviderSpecError(
+                "anthropic: no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)"
+            )
+        gateway.secrets.extend(s for s in (self._api_key, auth_token) if s)
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
