@@ -34,6 +34,7 @@ from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.readmodel import NoAnswer, ReadModel, fold_status, query_status
 from actors.verifier.engine import VerifierConfig, detect_device
+from actors.verifier.taskfile import TaskFileError, check_task_source
 from events import subjects
 from events.codec import json_schema
 from events.log import StreamSettings
@@ -379,6 +380,12 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     if args.samples < 1:
         raise UsageError(f"--samples {args.samples}: expected at least 1")
     command = submit_command(args)
+    # A publisher that does not wait would never hear of a rejection: refuse the task file
+    # here (statically: nothing in it runs), before anything is published.
+    try:
+        check_task_source(command.task_source, command.task_name)
+    except TaskFileError as exc:
+        raise UsageError(str(exc)) from exc
     commands = [command]
     if args.samples > 1:
         # Rollouts of one task submitted together form one GRPO group.

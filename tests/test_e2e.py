@@ -27,6 +27,7 @@ from kernelflow.cli import follow_task
 from projections.task_state import fold
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 
+NOWHERE = "nats://127.0.0.1:9"  # nothing listens there
 EXAMPLE_NAMES = ["relu", "row_softmax", "sum_rows"]
 
 
@@ -141,6 +142,12 @@ def test_unknown_workflow_lists_the_available_ones(tmp_path: Path) -> None:
         (["run", "examples/tasks/relu.py", "--llm", "scripted:missing.yaml"], "missing.yaml"),
         (["run", "examples/tasks/relu.py", "--llm", "telepathy:x"], "telepathy"),
         (["run", "examples/tasks/relu.py"], "--llm"),
+        # Refused before anything is published: no server needed, none reached.
+        (["submit", "README.md", "--nats-url", NOWHERE], "not valid Python"),
+        (
+            ["submit", "examples/tasks/relu.py", "--workflow", "x", "--nats-url", NOWHERE],
+            "unknown workflow",
+        ),
     ],
 )
 def test_bad_invocations_say_what_is_wrong(args: list[str], message: str, tmp_path: Path) -> None:

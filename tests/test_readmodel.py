@@ -28,7 +28,9 @@ from actors.readmodel import (
     status_row,
     status_rows,
 )
-from events.model import Event
+from events import subjects
+from events.codec import encode
+from events.model import Event, SubmitTask
 from kernelflow.cli import summary
 from projections.metrics import FOLD_VERSION, MetricsProjection
 from projections.task_state import fold
@@ -171,6 +173,14 @@ def health(url: str) -> dict[str, Any]:
             return report
 
 
+async def publish_submit(url: str, command: SubmitTask) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().publish(subjects.SUBMIT, encode(command))
+    finally:
+        await nc.close()
+
+
 def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
     private_nats: str, tmp_path: Path
 ) -> None:
@@ -202,9 +212,9 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
     try:
         (answer,) = health(url)["daemons"]
         assert answer["read_model"]["restored_from"] > 0
-        broken = tmp_path / "broken.py"
-        broken.write_text("import torch\ndef get_inputs(:\n")
-        submit(url, "rm-run-2", task=str(broken))
+        # A task the daemon rejects, from a publisher of its own (the CLI refuses the file).
+        broken = SubmitTask(task_id="rm-run-2", task_source="import torch\ndef get_inputs(:\n")
+        asyncio.run(publish_submit(url, broken))
         second = settled(url, "rm-run-2")
         rows, stderr = status(url)
         assert stderr == ""
