@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,7 +54,6 @@ from projections.flow_grpo import (
 from projections.metrics import (
     DEFAULT_FAST_P,
     MetricsProjection,
-    TaskMetrics,
     by_workflow,
     projection_metrics,
 )
@@ -801,7 +800,11 @@ def export_grpo(
                 reward_sources=table.reward_sources(),
                 drops=msgspec.to_builtins(drops),
                 models=sorted({m for t in metrics.tasks.values() for m in t.models}),
-                llm_calls_by_agent=_llm_calls_by_agent(metrics.tasks.values()),
+                llm_calls_by_agent={
+                    name: a.llm_calls
+                    for name, a in sorted(metrics.state.agents.items())
+                    if a.llm_calls
+                },
                 workflows=sorted({t.workflow for t in metrics.tasks.values() if t.workflow}),
             )
         meta["source"] = {k: v for k, v in source.description.items()}
@@ -809,14 +812,6 @@ def export_grpo(
         with atomic_output(meta_path) as meta_tmp:
             meta_tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
-
-
-def _llm_calls_by_agent(tasks: Iterable[TaskMetrics]) -> dict[str, int]:
-    calls: dict[str, int] = {}
-    for t in tasks:
-        for agent, n in t.llm_calls_by_agent.items():
-            calls[agent] = calls.get(agent, 0) + n
-    return dict(sorted(calls.items()))
 
 
 def cmd_export_grpo(args: argparse.Namespace, settings: Settings) -> int:
