@@ -970,24 +970,3 @@ __all__ = [
     "import_file",
     "register",
 ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """These commands on their own: ``python -m kernelflow.offline_cmd log export …`` (the
-    same commands ``kernelflow`` runs once its parser registers them)."""
-    from kernelflow.cli import EXIT_BAD_INPUT, UsageError, settings_from
-    from kernelflow.nats_server import NatsServerError
-    from kernelflow.settings import SettingsError
-
-    parser = argparse.ArgumentParser(prog="kernelflow", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args, settings_from(args)))
-    except (UsageError, SettingsError, NatsServerError) as exc:
-        print(f"kernelflow: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
-
-if __name__ == "__main__":
-    sys.exit(main())

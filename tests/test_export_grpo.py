@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow import offline_cmd
+from kernelflow.cli import main as kernelflow_main
 from kernelflow.nats_server import EmbeddedNats
 from tests.conftest import run_cli
 from tests.daemons import start_daemon
@@ -73,7 +73,7 @@ def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def cli(*args: str) -> int:
-    return offline_cmd.main(list(args))
+    return kernelflow_main(list(args))
 
 
 def test_grpo_dataset_of_a_grouped_run(

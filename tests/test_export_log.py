@@ -17,6 +17,7 @@ from events.log import EventLog, TaskHistory
 from events.model import Event
 from kernelflow import offline_cmd
 from kernelflow.cli import UsageError
+from kernelflow.cli import main as kernelflow_main
 from kernelflow.nats_server import EmbeddedNats
 from projections import logfile
 from tests.test_projections_props import TaskSpec, make_task
@@ -50,7 +51,7 @@ def append(url: str, histories: list[list[Event]]) -> None:
 
 
 def cli(*args: str) -> int:
-    return offline_cmd.main(list(args))
+    return kernelflow_main(list(args))
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from events.model import (
     VerificationCompleted,
     VerificationReport,
 )
-from kernelflow import offline_cmd
+from kernelflow.cli import main as kernelflow_main
 from projections import logfile
 from projections.metrics import MetricsProjection, projection_metrics
 from projections.report import report_text
@@ -205,7 +205,7 @@ def test_replay_and_report_show_agents_and_tools(
     writer = logfile.LogWriter()
     lines = [writer.header(), *(writer.record(e) for e in tool_task()), writer.trailer()]
     path.write_bytes(b"".join(lines))
-    cli = offline_cmd.main
+    cli = kernelflow_main
     replay = ["replay", "--task", "tt-1", "--from", str(path), "--view", "metrics"]
     assert cli([*replay, "--json"]) == 0
     view = json.loads(capsys.readouterr().out)

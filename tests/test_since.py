@@ -15,7 +15,7 @@ import pytest
 
 from events.log import EventLog, TaskHistory
 from events.model import Event
-from kernelflow import offline_cmd
+from kernelflow.cli import main as kernelflow_main
 from kernelflow.offline_cmd import BadTime, parse_since
 from tests.test_projections_props import TaskSpec, make_task
 
@@ -84,7 +84,7 @@ def test_since_selects_the_tasks_that_began_after_it(
     since = datetime.fromtimestamp(mark, UTC).isoformat()
 
     def cli(*args: str) -> int:
-        return offline_cmd.main([*args, "--nats-url", private_nats])
+        return kernelflow_main([*args, "--nats-url", private_nats])
 
     live = tmp_path / "live.jsonl"
     assert cli("log", "export", "--since", since, "--out", str(live)) == 0
@@ -92,13 +92,13 @@ def test_since_selects_the_tasks_that_began_after_it(
     assert tasks_in(live) == {"s-new"}
     header = json.loads(live.read_bytes().splitlines()[0])
     assert header["filter"] == {"since": since.replace("+00:00", "Z")}
-    assert offline_cmd.main(["log", "verify", str(live)]) == 0  # still a valid log file
+    assert kernelflow_main(["log", "verify", str(live)]) == 0  # still a valid log file
 
     everything = tmp_path / "all.jsonl"
     assert cli("log", "export", "--out", str(everything)) == 0
     from_file = tmp_path / "file.jsonl"
     args = ["log", "export", "--from", str(everything), "--since", since, "--out", str(from_file)]
-    assert offline_cmd.main(args) == 0
+    assert kernelflow_main(args) == 0
     assert from_file.read_bytes() == live.read_bytes()  # by event time, the same selection
 
     capsys.readouterr()
