@@ -120,7 +120,16 @@ class LLMAgent(Worker):
             tools=[t.spec() for t in tools.values()],
             files=files,
         )
-        return agent_kind(spec.kind)(spec).next_step(turn), spec, tools, files
+        kind = agent_kind(spec.kind)
+        try:
+            step = kind(spec).next_step(turn)
+        except Exception as exc:
+            # The kind's own code (a plugin's, perhaps) failed on this turn, and would fail
+            # the same way on every redelivery: record the dispatch as failed and let the
+            # conductor route on, rather than retry until JetStream gives the job up.
+            self.log.exception("agent kind %r failed on task %s", spec.kind, state.task_id)
+            step = GiveUp(f"agent kind {spec.kind!r} failed: {type(exc).__name__}: {exc}")
+        return step, spec, tools, files
 
     def perform(
         self,

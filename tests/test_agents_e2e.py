@@ -25,7 +25,7 @@ from kernelflow.rollout import PromptItem, Rollout, RolloutConfig, load_dataset
 from kernelflow.settings import Settings
 from projections.task_state import fold
 from projections.trajectory import StepType, build_trajectory
-from tests.conftest import EXAMPLES, REPO, run_cli
+from tests.conftest import EXAMPLES, REPO, cli_env, run_cli
 from tests.daemons import assert_each_step_once, task_events
 
 ARITHMETIC = EXAMPLES / "datasets" / "arithmetic.jsonl"
@@ -239,42 +239,76 @@ def test_bad_agent_kinds_tools_and_settings_are_refused_with_the_key_path(
         assert message in result.stdout + result.stderr
 
 
-def test_agent_kind_plugins_register_through_an_entry_point(tmp_path: Path) -> None:
-    package = tmp_path / "echo_kind.py"
-    package.write_text(
-        textwrap.dedent(
-            """
-            from actors.kinds import AgentKind, CallLLM, Finish
-
-            class EchoKind(AgentKind):
-                def next_step(self, turn):
-                    if not turn.llm_calls:
-                        return CallLLM(turn.prompt)
-                    return Finish(turn.llm_calls[-1].response_text.upper())
-            """
-        )
-    )
-    dist = tmp_path / "echo_kind-1.0.dist-info"
+def install_kind_plugin(site: Path, name: str, source: str) -> dict[str, str]:
+    """A distribution in ``site`` whose entry point registers ``source``'s ``Kind`` as
+    agent kind ``name``; the environment that sees it."""
+    (site / f"{name}_kind.py").write_text(textwrap.dedent(source))
+    dist = site / f"{name}_kind-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-kind\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[kernelflow.agents]\necho = echo_kind:EchoKind\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}-kind\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[kernelflow.agents]\n{name} = {name}_kind:Kind\n")
+    return cli_env(PYTHONPATH=f"{site}:{REPO}")
+
+
+def test_agent_kind_plugins_register_through_an_entry_point(tmp_path: Path) -> None:
+    env = install_kind_plugin(
+        tmp_path,
+        "echo",
+        """
+        from actors.kinds import AgentKind, CallLLM, Finish
+
+        class Kind(AgentKind):
+            def next_step(self, turn):
+                if not turn.llm_calls:
+                    return CallLLM(turn.prompt)
+                return Finish(turn.llm_calls[-1].response_text.upper())
+        """,
+    )
     probe = (
         "from actors.kinds import agent_kind, agent_kinds; "
-        "print(agent_kinds()); print(agent_kind('echo').__name__)"
+        "print(agent_kinds()); print(agent_kind('echo').__module__)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert "'echo'" in out.stdout and "EchoKind" in out.stdout
-    listed = run_cli("agents", "--json", env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
+    assert "'echo'" in out.stdout and "echo_kind" in out.stdout
+    listed = run_cli("agents", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert "echo" in json.loads(listed.stdout)["agent_kinds"]
+
+
+def test_a_failing_agent_kind_fails_its_dispatch_at_once(tmp_path: Path) -> None:
+    """A bug in a kind's code is recorded as the agent's failure and the task goes on (here
+    to its end), instead of the dispatch being redelivered every ack_wait (30 s) until
+    JetStream gives up on it, the run waiting all the while."""
+    env = install_kind_plugin(
+        tmp_path,
+        "buggy",
+        """
+        from actors.kinds import AgentKind
+
+        class Kind(AgentKind):
+            def next_step(self, turn):
+                return turn.no_such_field
+        """,
+    )
+    workflow = yaml.safe_load((REPO / "workflows" / "coder_only.yaml").read_text())
+    workflow["agent_info"]["coder"]["agent_kind"] = "buggy"
+    (tmp_path / "buggy.yaml").write_text(yaml.safe_dump(workflow))
+    result = run_cli(
+        "run", str(EXAMPLES / "tasks" / "relu.py"),
+        "--workflow", str(tmp_path / "buggy.yaml"),
+        "--llm", f"scripted:{EXAMPLES / 'scripted' / 'relu.yaml'}",
+        "--out", str(tmp_path / "out"), "--timeout", "25",
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    failure = "agent kind 'buggy' failed: AttributeError: 'Turn' object has no attribute"
+    assert f"coder failed: {failure}" in result.stdout
+    assert "finished: failed" in result.stdout
+    # Logged once, with its traceback, for the kind's author: not retried.
+    assert result.stderr.count("agent kind 'buggy' failed on task") == 1, result.stderr
 
 
 @pytest.mark.parametrize("bad", ["nope.jsonl", "empty.jsonl", "noprompt.jsonl"])
