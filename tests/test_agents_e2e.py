@@ -293,6 +293,7 @@ def test_a_failing_agent_kind_fails_its_dispatch_at_once(tmp_path: Path) -> None
                 return turn.no_such_field
         """,
     )
+    env["KF_DATA_DIR"] = str(tmp_path / "data")  # its own store: no other run's tasks
     workflow = yaml.safe_load((REPO / "workflows" / "coder_only.yaml").read_text())
     workflow["agent_info"]["coder"]["agent_kind"] = "buggy"
     (tmp_path / "buggy.yaml").write_text(yaml.safe_dump(workflow))
