@@ -9,10 +9,8 @@ The conductor enforces ``limitation_info`` from exactly these numbers:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-from events.model import AgentDispatched, Event
 
 
 @dataclass(frozen=True)
@@ -54,10 +52,3 @@ def repeat_counters(
         last_agent_run=run,
         sequences={name: _tail_repeats(history, p) for name, p in sequences.items()},
     )
-
-
-def counters_from_events(
-    events: Iterable[Event], sequences: Mapping[str, Sequence[str]]
-) -> RepeatCounters:
-    history = [e.agent for e in events if isinstance(e, AgentDispatched)]
-    return repeat_counters(history, sequences)

@@ -84,15 +84,6 @@ class DropCounts(msgspec.Struct, kw_only=True):
     truncated_prompts: int = 0  # kept, but shortened (not drops)
     truncated_responses: int = 0
 
-    def total_dropped(self) -> int:
-        return (
-            self.unfinished
-            + self.singleton_group
-            + self.zero_variance
-            + self.prompt_too_long
-            + self.response_too_long
-        )
-
 
 # --------------------------------------------------------------------------- pass 1
 
@@ -447,7 +438,3 @@ class PromptCollector:
             )
         )
         self.rows += 1
-
-
-def sample_dict(sample: GrpoSample | VerlPrompt) -> dict[str, Any]:
-    return msgspec.to_builtins(sample)

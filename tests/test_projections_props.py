@@ -429,7 +429,8 @@ def test_length_limits_truncate_or_drop() -> None:
     assert b.drops.truncated_responses == 2 and b.drops.truncated_prompts == 2
     samples, _, b = grpo(log, GrpoOptions(max_response_chars=4, overlong="drop"))
     assert [s.agent for s in samples] == ["designer"]
-    assert b.drops.response_too_long == 1 and b.drops.total_dropped() == 1
+    counted = {k: v for k, v in msgspec.structs.asdict(b.drops).items() if v}
+    assert counted == {"response_too_long": 1}
 
 
 # --------------------------------------------------------------------------- trajectory
