@@ -42,6 +42,7 @@ from events import subjects
 from events.codec import encode
 from events.log import EventLog
 from events.model import Event, TaskSubmitted
+from kernelflow.progress import Progress, for_terminal, phase_of
 from projections import flow_grpo, logfile
 from projections.flow_grpo import (
     GrpoOptions,
@@ -301,12 +302,26 @@ class Source:
 
     description: dict[str, Any]
     flt: EventFilter
+    # Where a feed shows how far it got (a terminal); None: it does not.
+    progress: Progress | None = None
 
-    def feed(self, apply: Apply, end: int | None = None) -> int:
+    def feed(self, apply: Apply, end: int | None = None, *, label: str = "reading") -> int:
         with rare_collections():
-            return self._feed(apply, end)
+            if self.progress is None:
+                return self._feed(apply, end)
+            with self.progress.phase(label, end or self.last_position()) as update:
+
+                def shown(position: int, event: Event) -> None:
+                    apply(position, event)
+                    update(position)
+
+                return self._feed(shown, end)
 
     def _feed(self, apply: Apply, end: int | None) -> int:
+        raise NotImplementedError
+
+    def last_position(self) -> int:
+        """The position of the source's last event now (progress is shown against it)."""
         raise NotImplementedError
 
 
@@ -327,6 +342,9 @@ class FileSource(Source):
                 for _, e in _file_events(path)
                 if isinstance(e, TaskSubmitted) and flt.matches_submission(e)
             }
+
+    def last_position(self) -> int:
+        return int(self.description["records"])
 
     def _feed(self, apply: Apply, end: int | None) -> int:
         last = 0
@@ -399,9 +417,23 @@ class LiveSource(Source):
         self.description["end_seq"] = max(last, self.description.get("end_seq", 0))
         return last
 
+    def last_position(self) -> int:
+        js = self.bridge.log.jetstream
+        info = self.bridge.call(js.stream_info(subjects.EVENTS_STREAM))
+        return int(info.state.last_seq)
+
 
 @contextlib.contextmanager
 def source_for(args: argparse.Namespace, settings: Settings) -> Iterator[Source]:
+    """The source the command's options name; its reads show their progress on stderr
+    when that is a terminal."""
+    with _opened(args, settings) as source:
+        source.progress = for_terminal(sys.stderr)
+        yield source
+
+
+@contextlib.contextmanager
+def _opened(args: argparse.Namespace, settings: Settings) -> Iterator[Source]:
     flt = filter_from(args)
     if getattr(args, "from_file", None):
         yield FileSource(Path(args.from_file), flt)
@@ -427,7 +459,7 @@ def export_log(source: Source, out: Path, flt: EventFilter) -> logfile.FileSumma
                 f.write(writer.record(event))
                 tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
 
-            source.feed(write)
+            source.feed(write, label="exporting")
             f.write(writer.trailer())
     header = logfile.Header(format=logfile.FORMAT, version=logfile.VERSION, filter=flt.as_dict())
     return logfile.FileSummary(header, writer.records, writer._hash.hexdigest(), tasks)
@@ -458,7 +490,9 @@ class ImportResult:
     tasks: int = 0
 
 
-async def import_file(log: EventLog, path: Path, summary: logfile.FileSummary) -> ImportResult:
+async def import_file(
+    log: EventLog, path: Path, summary: logfile.FileSummary, progress: Progress | None = None
+) -> ImportResult:
     """Append the file's events to ``log`` in file order. A task already in the target is
     compared event by event with the file: a matching prefix is skipped (so importing
     twice adds nothing), a differing one refuses the whole import before anything is
@@ -472,40 +506,46 @@ async def import_file(log: EventLog, path: Path, summary: logfile.FileSummary) -
             existing[task_id] = [encode(e) for e in history.events]
             last[task_id] = history.last_stream_seq
     name = str(path)
-    for _, event in logfile.read_events(open_lines(path), name=name):
-        have = existing.get(event.task_id)
-        if have is not None and event.seq <= len(have) and have[event.seq - 1] != encode(event):
-            raise ImportConflict(
-                f"{path}: task {event.task_id} already exists in the target log with a "
-                f"different history (event {event.event_id} differs); nothing was imported"
-            )
+    with phase_of(progress, "checking", summary.records) as update:
+        for pos, event in logfile.read_events(open_lines(path), name=name):
+            update(pos)
+            have = existing.get(event.task_id)
+            if have is not None and event.seq <= len(have) and have[event.seq - 1] != encode(event):
+                raise ImportConflict(
+                    f"{path}: task {event.task_id} already exists in the target log with a "
+                    f"different history (event {event.event_id} differs); nothing was imported"
+                )
     result = ImportResult(tasks=len(summary.tasks))
     js = log.jetstream
-    for _, event in logfile.read_events(open_lines(path), name=name):
-        have = existing.get(event.task_id)
-        if have is not None and event.seq <= len(have):
-            result.skipped += 1
-            continue
-        headers = {
-            "Nats-Msg-Id": event.event_id,
-            "Nats-Expected-Last-Subject-Sequence": str(last.get(event.task_id, 0)),
-            "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(event.task_id),
-        }
-        try:
-            ack = await js.publish(subjects.event_subject(event), encode(event), headers=headers)
-        except nats.js.errors.APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE:
+    with phase_of(progress, "importing", summary.records) as update:
+        for pos, event in logfile.read_events(open_lines(path), name=name):
+            update(pos)
+            have = existing.get(event.task_id)
+            if have is not None and event.seq <= len(have):
+                result.skipped += 1
+                continue
+            headers = {
+                "Nats-Msg-Id": event.event_id,
+                "Nats-Expected-Last-Subject-Sequence": str(last.get(event.task_id, 0)),
+                "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(event.task_id),
+            }
+            try:
+                ack = await js.publish(
+                    subjects.event_subject(event), encode(event), headers=headers
+                )
+            except nats.js.errors.APIError as exc:
+                if exc.err_code == _WRONG_LAST_SEQUENCE:
+                    raise ImportConflict(
+                        f"task {event.task_id} was written to by someone else during the "
+                        f"import (at event {event.event_id}); import again to continue"
+                    ) from exc
+                raise
+            if ack.duplicate:
                 raise ImportConflict(
-                    f"task {event.task_id} was written to by someone else during the import "
-                    f"(at event {event.event_id}); import again to continue"
-                ) from exc
-            raise
-        if ack.duplicate:
-            raise ImportConflict(
-                f"event {event.event_id} was recorded concurrently by another writer"
-            )
-        last[event.task_id] = ack.seq
-        result.appended += 1
+                    f"event {event.event_id} was recorded concurrently by another writer"
+                )
+            last[event.task_id] = ack.seq
+            result.appended += 1
     return result
 
 
@@ -516,7 +556,8 @@ def cmd_log_import(args: argparse.Namespace, settings: Settings) -> int:
     summary = verify_file(path)
     with connected(settings) as bridge:
         try:
-            result = bridge.call(import_file(bridge.log, path, summary))
+            progress = for_terminal(sys.stderr)
+            result = bridge.call(import_file(bridge.log, path, summary, progress))
         except ImportConflict as exc:
             raise _usage(str(exc)) from exc
     print(
@@ -777,17 +818,17 @@ def export_grpo(
         if mode == "verl":
             writer = RowWriter(tmp, out.name, verl_schema())
             collector = PromptCollector(options, writer.write)
-            source.feed(collector.apply)
+            source.feed(collector.apply, label="collecting prompts")
             collector.finish()
             writer.close()
             meta["rows"] = writer.rows
         else:
             writer = RowWriter(tmp, out.name, sample_schema())
             metrics = MetricsProjection()
-            end = source.feed(metrics.apply)
+            end = source.feed(metrics.apply, label="pass 1 of 2, rewards")
             table = RewardTable.from_tasks(metrics.tasks.values(), options, end)
             builder = SampleBuilder(table, writer.write)
-            source.feed(builder.apply, end=end)
+            source.feed(builder.apply, end=end, label="pass 2 of 2, samples")
             drops = builder.finish()
             writer.close()
             groups = table.groups.values()
