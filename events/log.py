@@ -217,6 +217,29 @@ class EventLog:
             self._after_append(event)
         return after
 
+    async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:
+        """Publish an event recorded elsewhere (an imported log) as it is, its ``seq`` and
+        ``at`` kept, on top of its task's stream sequence ``after_stream_seq`` (0: a new
+        task). Sent at once, in call order; the future gives its stream sequence, or raises
+        AppendConflict if the task moved on or the event is in the log already. Many may be
+        in flight, but a task's next event needs its previous one's sequence."""
+        task_id = event.task_id
+
+        def stored(ack: Msg) -> int:
+            answer = _pub_ack(ack, task_id, after_stream_seq)
+            if answer.duplicate:
+                raise AppendConflict(f"event {event.event_id} was already recorded")
+            return answer.seq
+
+        headers = {
+            "Nats-Msg-Id": event.event_id,
+            "Nats-Expected-Last-Subject-Sequence": str(after_stream_seq),
+            "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(task_id),
+        }
+        return await self._replies.send(
+            subjects.event_subject(event), encode(event), headers, stored
+        )
+
     async def publish_command(
         self, command: Command, subject: str, headers: dict[str, str] | None = None
     ) -> int:
@@ -487,6 +510,13 @@ class _Replies:
     ) -> T:
         """Publish a request answered by one message; what ``read`` makes of it, run as
         soon as it arrives (what ``read`` raises is raised here)."""
+        return await (await self.send(subject, payload, headers, read))
+
+    async def send(
+        self, subject: str, payload: bytes, headers: dict[str, str], read: Callable[[Msg], T]
+    ) -> asyncio.Future[T]:
+        """``request`` without the wait: publish now (in call order) and return the future
+        of what ``read`` makes of the answer."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
 
@@ -498,7 +528,8 @@ class _Replies:
             except Exception as exc:
                 answer.set_exception(exc)
 
-        return await self._exchange(subject, payload, headers, on_reply, answer)
+        await self._send(subject, payload, headers, on_reply, answer)
+        return answer
 
     async def collect(self, subject: str, payload: bytes) -> list[Msg]:
         """Publish a request answered by several messages, the last of them carrying a
@@ -512,23 +543,31 @@ class _Replies:
             if msg.headers and _STATUS in msg.headers and not answer.done():
                 answer.set_result(got)
 
-        return await self._exchange(subject, payload, None, on_reply, answer)
+        await self._send(subject, payload, None, on_reply, answer)
+        return await answer
 
-    async def _exchange(
+    async def _send(
         self,
         subject: str,
         payload: bytes,
         headers: dict[str, str] | None,
         on_reply: Callable[[Msg], None],
         answer: asyncio.Future[Any],
-    ) -> Any:
+    ) -> None:
+        """Publish with a reply subject routed to ``on_reply`` until ``answer`` is done
+        (answered, timed out, or cancelled with its waiter)."""
         prefix = await self._inbox()
         token = str(next(self._tokens))
         self._waiting[token] = on_reply
         timer = asyncio.get_running_loop().call_later(_TIMEOUT_S, _give_up, answer)
-        try:
-            await self._nc.publish(subject, payload, reply=prefix + token, headers=headers or None)
-            return await answer
-        finally:
+
+        def forget(_: asyncio.Future[Any]) -> None:
             timer.cancel()
             del self._waiting[token]
+
+        answer.add_done_callback(forget)
+        try:
+            await self._nc.publish(subject, payload, reply=prefix + token, headers=headers or None)
+        except BaseException:
+            answer.cancel()
+            raise

@@ -20,6 +20,7 @@ file, a task's first event's ``at`` decides.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import gzip
@@ -28,6 +29,7 @@ import os
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,7 +42,7 @@ from nats.js import api
 
 from events import subjects
 from events.codec import encode
-from events.log import EventLog
+from events.log import AppendConflict, EventLog
 from events.model import Event, TaskSubmitted
 from kernelflow.progress import Progress, for_terminal, phase_of
 from projections import flow_grpo, logfile
@@ -66,7 +68,6 @@ if TYPE_CHECKING:
     from kernelflow.settings import Settings
 
 Apply = Callable[[int, Event], object]
-_WRONG_LAST_SEQUENCE = 10071
 
 
 def _usage(message: str) -> Exception:
@@ -483,6 +484,12 @@ class ImportConflict(Exception):
     pass
 
 
+# Imported events in flight at most (each is a publish awaiting its acknowledgement), and
+# reads of the target's tasks at once.
+_IMPORT_WINDOW = 1024
+_IMPORT_READS = 64
+
+
 @dataclass
 class ImportResult:
     appended: int = 0
@@ -500,11 +507,16 @@ async def import_file(
     a concurrent writer is detected rather than interleaved."""
     existing: dict[str, list[bytes]] = {}
     last: dict[str, int] = {}
-    for task_id in summary.tasks:
-        history = await log.read_task(task_id)
+    reads = asyncio.Semaphore(_IMPORT_READS)
+
+    async def read(task_id: str) -> None:
+        async with reads:
+            history = await log.read_task(task_id)
         if history.events:
             existing[task_id] = [encode(e) for e in history.events]
             last[task_id] = history.last_stream_seq
+
+    await asyncio.gather(*map(read, summary.tasks))
     name = str(path)
     with phase_of(progress, "checking", summary.records) as update:
         for pos, event in logfile.read_events(open_lines(path), name=name):
@@ -516,37 +528,44 @@ async def import_file(
                     f"different history (event {event.event_id} differs); nothing was imported"
                 )
     result = ImportResult(tasks=len(summary.tasks))
-    js = log.jetstream
-    with phase_of(progress, "importing", summary.records) as update:
-        for pos, event in logfile.read_events(open_lines(path), name=name):
-            update(pos)
-            have = existing.get(event.task_id)
-            if have is not None and event.seq <= len(have):
-                result.skipped += 1
-                continue
-            headers = {
-                "Nats-Msg-Id": event.event_id,
-                "Nats-Expected-Last-Subject-Sequence": str(last.get(event.task_id, 0)),
-                "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(event.task_id),
-            }
-            try:
-                ack = await js.publish(
-                    subjects.event_subject(event), encode(event), headers=headers
-                )
-            except nats.js.errors.APIError as exc:
-                if exc.err_code == _WRONG_LAST_SEQUENCE:
-                    raise ImportConflict(
-                        f"task {event.task_id} was written to by someone else during the "
-                        f"import (at event {event.event_id}); import again to continue"
-                    ) from exc
-                raise
-            if ack.duplicate:
-                raise ImportConflict(
-                    f"event {event.event_id} was recorded concurrently by another writer"
-                )
-            last[event.task_id] = ack.seq
-            result.appended += 1
+    # Sent in file order, so the target stores the file's order. A task's next event names
+    # its previous one's stream sequence, so it waits for that answer; other tasks' events
+    # go on meanwhile, up to _IMPORT_WINDOW in flight (one at a time took ~0.6 ms each).
+    sent: dict[str, asyncio.Future[int]] = {}
+    window: deque[asyncio.Future[int]] = deque()
+    try:
+        with phase_of(progress, "importing", summary.records) as update:
+            for pos, event in logfile.read_events(open_lines(path), name=name):
+                update(pos)
+                task_id = event.task_id
+                have = existing.get(task_id)
+                if have is not None and event.seq <= len(have):
+                    result.skipped += 1
+                    continue
+                if (previous := sent.get(task_id)) is not None:
+                    last[task_id] = await previous
+                sent[task_id] = await log.send_recorded(event, last.get(task_id, 0))
+                window.append(sent[task_id])
+                result.appended += 1
+                if len(window) > _IMPORT_WINDOW:
+                    await window.popleft()
+            while window:
+                await window.popleft()
+    except AppendConflict as exc:
+        raise ImportConflict(
+            f"a task was written to by someone else during the import ({exc}); import again "
+            "to continue"
+        ) from exc
+    finally:
+        for answer in window:  # after a failure: the answers nobody will wait for
+            answer.add_done_callback(_retrieved)
     return result
+
+
+def _retrieved(answer: asyncio.Future[int]) -> None:
+    """Mark an answer's outcome seen (asyncio reports exceptions never retrieved)."""
+    if not answer.cancelled():
+        answer.exception()
 
 
 def cmd_log_import(args: argparse.Namespace, settings: Settings) -> int:

@@ -134,6 +134,53 @@ def test_corrupt_or_conflicting_imports_are_refused_whole(
     assert {json.loads(x)["task_id"] for x in out.read_bytes().splitlines()[1:-1]} == {"x-b"}
 
 
+def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer(
+    source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = tmp_path / "a.jsonl"
+    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    # The target holds the start of x-a (an earlier import of part of it): the import adds
+    # the rest after it.
+    x_a = [e for _, e in logfile.read_events(a.read_bytes().splitlines(keepends=True))]
+    x_a = [e for e in x_a if e.task_id == "x-a"]
+    start = tmp_path / "start.jsonl"
+    writer = logfile.LogWriter()
+    start.write_bytes(b"".join([writer.header(), *map(writer.record, x_a[:3]), writer.trailer()]))
+    assert cli("log", "import", str(start), "--nats-url", second_nats) == 0
+    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    total = sum(len(make_task(s)) for s in SPECS)
+    assert f"{total - 3} events appended, 3 already present" in capsys.readouterr().out
+    b = tmp_path / "b.jsonl"
+    assert cli("log", "export", "--out", str(b), "--nats-url", second_nats) == 0
+    records = sorted(a.read_bytes().splitlines()[1:-1])
+    assert sorted(b.read_bytes().splitlines()[1:-1]) == records
+
+    # Another writer appends to x-a after the import read the target: refused, not merged.
+    with EmbeddedNats(tmp_path / "nats-3") as third:
+        assert cli("log", "import", str(start), "--nats-url", third.url) == 0
+
+        async def go() -> None:
+            importer, writer = await nats.connect(third.url), await nats.connect(third.url)
+            log, other = EventLog(importer), EventLog(writer)
+            read = log.read_task
+
+            async def read_then_someone_writes(task_id: str) -> TaskHistory:
+                history = await read(task_id)
+                if task_id == "x-a":
+                    await other.append(await other.read_task("x-a"), [x_a[3]])
+                return history
+
+            log.read_task = read_then_someone_writes  # type: ignore[method-assign]
+            try:
+                with pytest.raises(offline_cmd.ImportConflict, match="written to by someone"):
+                    await offline_cmd.import_file(log, a, offline_cmd.verify_file(a))
+            finally:
+                await importer.close()
+                await writer.close()
+
+        asyncio.run(go())
+
+
 def test_report_and_dataset_from_live_log_and_file_agree(
     source_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
