@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 import nats.errors
+import nats.js.errors
 
 from actors.bridge import Bridge, NatsUnreachable
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
@@ -61,6 +62,10 @@ LLM_HELP = (
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+class CommandFailed(Exception):
+    """The command could not finish: printed as one line (why, and what to do), exit 1."""
 
 
 # Per-agent LLM flags: each is the command-line spelling of a KF_AGENT_<AGENT>_* variable
@@ -629,8 +634,19 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SettingsError, NatsServerError) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except NatsUnreachable as exc:
+    except (NatsUnreachable, CommandFailed) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except nats.js.errors.ServiceUnavailableError:
+        print(
+            "kernelflow: JetStream is not available on this NATS server (kernelflow keeps its "
+            "log there: start nats-server with JetStream, e.g. `nats-server -js`)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    except nats.errors.Error as exc:
+        # The server went away or stopped answering mid-command: one line, not a traceback.
+        print(f"kernelflow: NATS failed before the command finished: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except WaitTimeout as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)

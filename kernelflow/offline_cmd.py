@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js import api
 
@@ -579,6 +580,13 @@ def cmd_log_import(args: argparse.Namespace, settings: Settings) -> int:
             result = bridge.call(import_file(bridge.log, path, summary, progress))
         except ImportConflict as exc:
             raise _usage(str(exc)) from exc
+        except nats.errors.Error as exc:
+            from kernelflow.cli import CommandFailed
+
+            raise CommandFailed(
+                f"NATS failed during the import ({exc}); the events it acknowledged are "
+                "kept: import again to continue"
+            ) from exc
     print(
         f"imported {path}: {result.appended} events appended, {result.skipped} already "
         f"present, {result.tasks} tasks"

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import uuid
@@ -24,6 +25,7 @@ from events.codec import encode
 from events.log import TaskHistory
 from events.model import Event, SubmitTask, TaskRejected
 from kernelflow.cli import follow_task
+from kernelflow.nats_server import find_nats_server
 from projections.task_state import fold
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 
@@ -154,6 +156,25 @@ def test_bad_invocations_say_what_is_wrong(args: list[str], message: str, tmp_pa
     run = run_cli(*args, env=cli_env(KF_DATA_DIR=str(tmp_path)))
     assert run.returncode == 2
     assert message in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_nats_server_without_jetstream_is_named(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    core_only = subprocess.Popen(
+        [find_nats_server(), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        run = run_cli("report", "--nats-url", f"nats://127.0.0.1:{port}")
+    finally:
+        core_only.terminate()
+        core_only.wait(30)
+    assert run.returncode == 1
+    assert "JetStream is not available on this NATS server" in run.stderr
     assert "Traceback" not in run.stderr
 
 

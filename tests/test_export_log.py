@@ -6,6 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +19,7 @@ import nats
 import pyarrow.parquet as pq
 import pytest
 
+from events import subjects
 from events.log import EventLog, TaskHistory
 from events.model import Event
 from kernelflow import offline_cmd
@@ -20,6 +27,7 @@ from kernelflow.cli import UsageError
 from kernelflow.cli import main as kernelflow_main
 from kernelflow.nats_server import EmbeddedNats
 from projections import logfile
+from tests.conftest import KERNELFLOW, REPO, cli_env
 from tests.test_projections_props import TaskSpec, make_task
 
 SPECS = [
@@ -179,6 +187,65 @@ def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer
                 await writer.close()
 
         asyncio.run(go())
+
+
+def stored_events(url: str) -> int:
+    async def go() -> int:
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(subjects.EVENTS_STREAM)
+            return int(info.state.messages)
+        except nats.js.errors.NotFoundError:
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def test_an_import_cut_by_a_nats_crash_says_so_and_the_next_one_finishes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "big.jsonl"
+    specs = [TaskSpec(f"f{i:04d}", f"g{i % 50}", ("mismatch", "pass")) for i in range(2000)]
+    histories = [make_task(spec) for spec in specs]
+    events = [h[k] for k in range(max(map(len, histories))) for h in histories if k < len(h)]
+    writer = logfile.LogWriter()
+    path.write_bytes(b"".join([writer.header(), *map(writer.record, events), writer.trailer()]))
+    with socket.socket() as probe:  # a free port the restarted server can take again
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = EmbeddedNats(tmp_path / "nats", port=port)
+    url = server.start()
+    try:
+        importing = subprocess.Popen(
+            [*KERNELFLOW, "log", "import", str(path), "--nats-url", url],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while stored_events(url) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(server.pid or 0, signal.SIGKILL)
+        server.stop()
+        out, err = importing.communicate(timeout=120)
+        assert importing.returncode == 1, out + err
+        assert "import again to continue" in err and "Traceback" not in err, err
+
+        assert server.start() == url
+        assert cli("log", "import", str(path), "--nats-url", url) == 0
+        counts = re.search(r"(\d+) events appended, (\d+) already", capsys.readouterr().out)
+        assert counts is not None
+        appended, present = int(counts[1]), int(counts[2])
+        assert present > 0 and appended > 0 and appended + present == len(events)
+        again = tmp_path / "again.jsonl"
+        assert cli("log", "export", "--out", str(again), "--nats-url", url) == 0
+        assert again.read_bytes() == path.read_bytes()  # all of it, in the file's order
+    finally:
+        server.stop()
 
 
 def test_report_and_dataset_from_live_log_and_file_agree(
