@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import gc
 import gzip
+import itertools
 import json
 import os
 import re
@@ -509,15 +510,18 @@ async def import_file(
     existing: dict[str, list[bytes]] = {}
     last: dict[str, int] = {}
     reads = asyncio.Semaphore(_IMPORT_READS)
+    read_so_far = itertools.count(1)
 
-    async def read(task_id: str) -> None:
+    async def read(task_id: str, update: Callable[[int], None]) -> None:
         async with reads:
             history = await log.read_task(task_id)
         if history.events:
             existing[task_id] = [encode(e) for e in history.events]
             last[task_id] = history.last_stream_seq
+        update(next(read_so_far))
 
-    await asyncio.gather(*map(read, summary.tasks))
+    with phase_of(progress, "reading the target", len(summary.tasks), "task") as update:
+        await asyncio.gather(*(read(task_id, update) for task_id in summary.tasks))
     name = str(path)
     with phase_of(progress, "checking", summary.records) as update:
         for pos, event in logfile.read_events(open_lines(path), name=name):

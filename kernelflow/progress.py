@@ -40,9 +40,9 @@ class Progress:
         self.stream, self.every_s, self.clock = stream, every_s, clock
 
     @contextlib.contextmanager
-    def phase(self, label: str, last: int) -> Iterator[Callable[[int], None]]:
-        """A read of positions up to ``last``; yields ``update(position)``, which is cheap
-        enough to call for every event and redraws the line when it is due."""
+    def phase(self, label: str, last: int, unit: str = "event") -> Iterator[Callable[[int], None]]:
+        """A read of positions up to ``last`` (of ``unit``s); yields ``update(position)``,
+        which is cheap enough to call for every event and redraws the line when it is due."""
         started = self.clock()
         first: int | None = None
         next_draw = started  # the first update draws, so that a phase is always shown
@@ -55,7 +55,8 @@ class Progress:
             if now < next_draw:
                 return
             next_draw = now + self.every_s
-            self._draw(label, position, last, (position - first) / max(now - started, 1e-9))
+            rate = (position - first) / max(now - started, 1e-9)
+            self._draw(label, unit, position, last, rate)
 
         try:
             yield update
@@ -63,12 +64,12 @@ class Progress:
             self.stream.write(_REDRAW)
             self.stream.flush()
 
-    def _draw(self, label: str, position: int, last: int, rate: float) -> None:
-        text = f"{label}: event {position:,} of {last:,}"
+    def _draw(self, label: str, unit: str, position: int, last: int, rate: float) -> None:
+        text = f"{label}: {unit} {position:,} of {last:,}"
         if last > 0:
             text += f" ({min(position, last) / last:.0%})"
         if rate > 0:
-            text += f", {rate:,.0f} events/s"
+            text += f", {rate:,.0f} {unit}s/s"
             if position < last:
                 text += f", about {_duration((last - position) / rate)} left"
         self.stream.write(_REDRAW + text)
@@ -76,12 +77,14 @@ class Progress:
 
 
 @contextlib.contextmanager
-def phase_of(progress: Progress | None, label: str, last: int) -> Iterator[Callable[[int], None]]:
-    """``progress.phase(label, last)``, or an ``update`` that shows nothing."""
+def phase_of(
+    progress: Progress | None, label: str, last: int, unit: str = "event"
+) -> Iterator[Callable[[int], None]]:
+    """``progress.phase(label, last, unit)``, or an ``update`` that shows nothing."""
     if progress is None:
         yield lambda _position: None
         return
-    with progress.phase(label, last) as update:
+    with progress.phase(label, last, unit) as update:
         yield update
 
 

@@ -59,6 +59,15 @@ def test_progress_says_minutes_and_hours_for_long_reads() -> None:
     assert drawn(out)[2].endswith("about 2h45m left")
 
 
+def test_progress_counts_other_units_when_told() -> None:
+    out, clock = io.StringIO(), Clock()
+    with Progress(out, clock=clock).phase("reading the target", 400, "task") as update:
+        update(1)
+        clock.now += 1
+        update(101)
+    assert drawn(out)[1] == "reading the target: task 101 of 400 (25%), 100 tasks/s, about 3s left"
+
+
 def test_progress_only_on_a_terminal() -> None:
     assert for_terminal(io.StringIO()) is None
     primary, secondary = pty.openpty()
