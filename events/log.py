@@ -193,11 +193,7 @@ class EventLog:
             history = await self._replies.request(
                 subjects.event_subject(stamped),
                 encode(stamped),
-                {
-                    "Nats-Msg-Id": stamped.event_id,
-                    "Nats-Expected-Last-Subject-Sequence": str(history.last_stream_seq),
-                    "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(task_id),
-                },
+                _append_headers(stamped, history.last_stream_seq),
                 functools.partial(self._recorded, history, stamped, ended),
             )
         return history
@@ -206,13 +202,8 @@ class EventLog:
         """The history once the server acknowledged ``event`` on top of ``before``. Run as
         soon as the answer arrives: a delivery of the event that came with it then finds
         the history remembered."""
-        answer = _pub_ack(ack, before.task_id, before.last_stream_seq)
-        if answer.duplicate:
-            # Someone (maybe our own earlier attempt) already recorded this position.
-            raise AppendConflict(f"event {event.event_id} was already recorded")
-        after = self._remember(
-            TaskHistory(before.task_id, (*before.events, event), answer.seq), ended
-        )
+        seq = _stored_at(event, before.last_stream_seq, ack)
+        after = self._remember(TaskHistory(before.task_id, (*before.events, event), seq), ended)
         if self._after_append is not None:
             self._after_append(event)
         return after
@@ -223,21 +214,11 @@ class EventLog:
         task). Sent at once, in call order; the future gives its stream sequence, or raises
         AppendConflict if the task moved on or the event is in the log already. Many may be
         in flight, but a task's next event needs its previous one's sequence."""
-        task_id = event.task_id
-
-        def stored(ack: Msg) -> int:
-            answer = _pub_ack(ack, task_id, after_stream_seq)
-            if answer.duplicate:
-                raise AppendConflict(f"event {event.event_id} was already recorded")
-            return answer.seq
-
-        headers = {
-            "Nats-Msg-Id": event.event_id,
-            "Nats-Expected-Last-Subject-Sequence": str(after_stream_seq),
-            "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(task_id),
-        }
         return await self._replies.send(
-            subjects.event_subject(event), encode(event), headers, stored
+            subjects.event_subject(event),
+            encode(event),
+            _append_headers(event, after_stream_seq),
+            functools.partial(_stored_at, event, after_stream_seq),
         )
 
     async def publish_command(
@@ -467,6 +448,26 @@ def _pub_ack(reply: Msg, task_id: str, last: int) -> _PubAck:
                 raise AppendConflict(f"task {task_id} moved past stream seq {last}") from exc
             raise
     return ack
+
+
+def _append_headers(event: Event, after_stream_seq: int) -> dict[str, str]:
+    """What makes JetStream store ``event`` only right after stream sequence
+    ``after_stream_seq`` of its task (0: the task's first event), and only once."""
+    return {
+        "Nats-Msg-Id": event.event_id,
+        "Nats-Expected-Last-Subject-Sequence": str(after_stream_seq),
+        "Nats-Expected-Last-Subject-Sequence-Subject": subjects.task_events(event.task_id),
+    }
+
+
+def _stored_at(event: Event, after_stream_seq: int, ack: Msg) -> int:
+    """The stream sequence ``event`` was stored at, from the server's answer to its
+    publish with ``_append_headers``; AppendConflict if the task had moved on, or if
+    someone (maybe an earlier attempt of ours) already recorded the event."""
+    answer = _pub_ack(ack, event.task_id, after_stream_seq)
+    if answer.duplicate:
+        raise AppendConflict(f"event {event.event_id} was already recorded")
+    return answer.seq
 
 
 def _command_seq(reply: Msg) -> int:
