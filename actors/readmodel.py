@@ -54,7 +54,7 @@ from nats.js.object_store import ObjectStore
 from actors.bridge import Bridge
 from events import subjects
 from events.codec import MalformedMessage, decode_event
-from events.log import EventLog, delivery_of
+from events.log import delivery_of
 from events.pull import CreditPuller
 from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
 
@@ -443,11 +443,3 @@ async def query_status(nc: NATS, js: JetStreamContext, wait_s: float = 5.0) -> S
         rows.extend(page)
         if not page or len(rows) >= int(body.get("total", 0)):
             return StatusAnswer(rows, instance, position)
-
-
-async def fold_status(event_log: EventLog) -> list[dict[str, Any]]:
-    """The same rows, folded here from the whole log in one pass (no daemon needed)."""
-    projection = MetricsProjection()
-    async for seq, event in event_log.read():
-        projection.apply(seq, event)
-    return status_rows(projection)

@@ -33,7 +33,7 @@ from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
 from actors.health import HealthResponder, daemon_describer, new_daemon_id, ping_daemons
 from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError, default_llm_spec, make_provider
-from actors.readmodel import NoAnswer, ReadModel, fold_status, query_status
+from actors.readmodel import NoAnswer, ReadModel, query_status, status_rows
 from actors.verifier.engine import VerifierConfig, detect_device
 from actors.verifier.taskfile import TaskFileError, check_task_source
 from events import subjects
@@ -44,6 +44,7 @@ from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
+from kernelflow.progress import for_terminal
 from kernelflow.render import describe, workflow_text
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from projections.task_state import TaskState, apply, fold
@@ -426,7 +427,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 rows = bridge.call(query_status(bridge.nc, bridge.log.jetstream)).rows
             except NoAnswer as exc:
                 print(f"kernelflow: {exc}; folding the log here", file=sys.stderr)
-                rows = bridge.call(fold_status(bridge.log))
+                log_source = offline_cmd.LiveSource(bridge, offline_cmd.EventFilter())
+                log_source.progress = for_terminal(sys.stderr)  # a long log takes a while
+                rows = status_rows(offline_cmd.metrics_of(log_source))
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
     else:

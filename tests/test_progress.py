@@ -9,9 +9,11 @@ import pty
 import subprocess
 from pathlib import Path
 
+from events.model import Event
 from kernelflow.progress import Progress, for_terminal
 from projections import logfile
 from tests.conftest import KERNELFLOW, REPO, cli_env
+from tests.test_export_log import append
 from tests.test_projections_props import TaskSpec, interleave, make_task
 
 
@@ -82,17 +84,44 @@ def test_progress_only_on_a_terminal() -> None:
 def test_report_shows_its_progress_on_a_terminal_and_nowhere_else(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     writer = logfile.LogWriter()
-    specs = [TaskSpec(f"p{i}", f"g{i % 3}", ("mismatch", "pass")) for i in range(40)]
-    events = [e for _, e in interleave([make_task(spec) for spec in specs], seed=1)]
+    events = some_events()
     path.write_bytes(b"".join([writer.header(), *map(writer.record, events), writer.trailer()]))
     report = [*KERNELFLOW, "report", "--from", str(path)]
 
     piped = subprocess.run(report, cwd=REPO, env=cli_env(), capture_output=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == b""
+    stdout, terminal = on_a_terminal(report)
+    assert stdout == piped.stdout  # the report itself is the same
+    assert f"reading: event 1 of {len(events)}".encode() in terminal
+    assert terminal.endswith(b"\r\x1b[K")
 
+
+def test_status_folding_the_log_itself_shows_its_progress(private_nats: str) -> None:
+    """With no daemon to answer, `status` reads the whole log: on a big one, minutes."""
+    histories = [make_task(TaskSpec(f"s{i}", f"g{i % 3}", ("pass",))) for i in range(20)]
+    append(private_nats, histories)
+    status = [*KERNELFLOW, "status", "--nats-url", private_nats]
+
+    piped = subprocess.run(status, cwd=REPO, env=cli_env(), capture_output=True, timeout=120)
+    assert piped.returncode == 0
+    assert b"folding the log here" in piped.stderr and b"reading:" not in piped.stderr
+    stdout, terminal = on_a_terminal(status)
+    assert stdout == piped.stdout
+    total = sum(map(len, histories))
+    assert f"reading: event 1 of {total}".encode() in terminal
+
+
+def some_events() -> list[Event]:
+    specs = [TaskSpec(f"p{i}", f"g{i % 3}", ("mismatch", "pass")) for i in range(40)]
+    return [e for _, e in interleave([make_task(spec) for spec in specs], seed=1)]
+
+
+def on_a_terminal(command: list[str]) -> tuple[bytes, bytes]:
+    """Run the CLI with its stderr on a pseudo-terminal: its stdout, and what the terminal
+    received."""
     primary, secondary = pty.openpty()
     with subprocess.Popen(
-        report, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=secondary
+        command, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=secondary
     ) as proc:
         os.close(secondary)
         stdout = proc.stdout.read() if proc.stdout else b""
@@ -100,10 +129,8 @@ def test_report_shows_its_progress_on_a_terminal_and_nowhere_else(tmp_path: Path
         while chunk := _read(primary):
             terminal += chunk
     os.close(primary)
-    assert proc.returncode == 0
-    assert stdout == piped.stdout  # the report itself is the same
-    assert f"reading: event 1 of {len(events)}".encode() in terminal
-    assert terminal.endswith(b"\r\x1b[K")
+    assert proc.returncode == 0, terminal
+    return stdout, terminal
 
 
 def _read(fd: int) -> bytes:

@@ -23,7 +23,6 @@ from actors.readmodel import (
     SNAPSHOT,
     ReadModel,
     Snapshot,
-    fold_status,
     query_status,
     status_row,
     status_rows,
@@ -32,6 +31,7 @@ from events import subjects
 from events.codec import encode
 from events.model import Event, SubmitTask
 from kernelflow.cli import summary
+from kernelflow.offline_cmd import EventFilter, LiveSource, metrics_of
 from projections.metrics import FOLD_VERSION, MetricsProjection
 from projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
@@ -94,7 +94,7 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     assert model.rebuilt_because == "no snapshot yet"
     rows = query(bridge)
     assert [r["task_id"] for r in rows] == ["rm-a", "rm-b", "rm-c"]
-    assert rows == bridge.call(fold_status(bridge.log))
+    assert rows == folded_rows(bridge)
     assert bridge.call(model.save())
     saved = model.saved_position
     append(url, [make_task(s) for s in SECOND])
@@ -107,7 +107,7 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     model = ReadModel(bridge, "second").start()
     assert model.restored_from == saved and model.rebuilt_because == ""
     again = query(bridge)
-    assert again == rows == bridge.call(fold_status(bridge.log))
+    assert again == rows == folded_rows(bridge)
     model.stop()  # a clean stop saves the position it reached
     assert model.saved_position == model.position > saved
 
@@ -132,17 +132,17 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     bridge.stop()
 
 
+def folded_rows(bridge: Bridge) -> list[dict[str, Any]]:
+    """The rows a fold of the whole log gives, as `status` computes them with no daemon."""
+    return status_rows(metrics_of(LiveSource(bridge, EventFilter())))
+
+
 def read_rows(url: str) -> list[dict[str, Any]]:
-    async def go() -> list[dict[str, Any]]:
-        nc = await nats.connect(url)
-        try:
-            from events.log import EventLog
-
-            return await fold_status(EventLog(nc))
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
+    bridge = Bridge(url).start()
+    try:
+        return folded_rows(bridge)
+    finally:
+        bridge.stop()
 
 
 def settled(url: str, task_id: str) -> list[Event]:
