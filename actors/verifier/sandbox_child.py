@@ -1242,6 +1242,23 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
             "trials": trials_done,
         }
 
+    def refused(
+        failure: VerificationFailure, trial: int, label: str, shapes: list[dict[str, int]]
+    ) -> dict[str, Any]:
+        """A check the candidate failed on trial ``trial``, with what it measured."""
+        return {
+            **base,
+            "verdict": failure.verdict,
+            "max_abs_err": _finite(failure.fields.get("max_abs_err")),
+            "max_rel_err": _finite(failure.fields.get("max_rel_err")),
+            "mismatches": failure.fields.get("mismatches", []),
+            "trials": trial + 1,
+            "summary": f"{label}: {failure.summary}",
+            "errors": failure.errors,
+            "reasons": [f"{failure.rule}: {failure.summary}"],
+            "shapes": shapes,
+        }
+
     # The reference comes first: a broken task is not the coder's fault.
     try:
         task = load_module(workdir / job["task_file"], f"kf_task_{tag}")
@@ -1334,15 +1351,7 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
             stage = "ModelNew.forward"
             got = run_candidate(cand_model, cand_in, device, baseline_threads)
         except VerificationFailure as failure:
-            return {
-                **base,
-                "verdict": failure.verdict,
-                "trials": trial + 1,
-                "summary": f"{label}: {failure.summary}",
-                "errors": failure.errors,
-                "reasons": [f"{failure.rule}: {failure.summary}"],
-                "shapes": [*usable, shapes],
-            }
+            return refused(failure, trial, label, [*usable, shapes])
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -1407,18 +1416,7 @@ def run_job(workdir: Path, job: dict[str, Any]) -> dict[str, Any]:
                     + drift.summary,
                 ) from None
         except VerificationFailure as failure:
-            return {
-                **base,
-                "verdict": failure.verdict,
-                "max_abs_err": _finite(failure.fields.get("max_abs_err")),
-                "max_rel_err": _finite(failure.fields.get("max_rel_err")),
-                "mismatches": failure.fields.get("mismatches", []),
-                "trials": trial + 1,
-                "summary": f"{label}: {failure.summary}",
-                "errors": failure.errors,
-                "reasons": [f"{failure.rule}: {failure.summary}"],
-                "shapes": [*usable, shapes],
-            }
+            return refused(failure, trial, label, [*usable, shapes])
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
