@@ -137,7 +137,7 @@ def test_the_daemon_unit_stops_mid_task_within_its_timeout_and_the_next_daemon_f
     # A coder that takes a while to answer, so that the stop comes while it thinks.
     script = yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
     for entry in script["coder"]:
-        entry["latency_s"] = 3.0
+        entry["latency_s"] = 4.0
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(script))
     # The example environment, but this test's NATS and a scripted LLM (no API key here);
     # HOME and the working directory as the unit sets them.
@@ -175,7 +175,7 @@ def test_the_daemon_unit_stops_mid_task_within_its_timeout_and_the_next_daemon_f
             ),
             timeout_s=60,
         )
-        time.sleep(0.5)  # inside the coder's LLM call
+        time.sleep(1.5)  # inside the coder's LLM call (delivered in ms, answered in 4 s)
         daemon.send_signal(stop_signal)
         assert daemon.wait(timeout=stop_timeout_s) == 0, log.read_text()
     finally:
