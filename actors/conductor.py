@@ -19,6 +19,7 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from actors.bridge import Bridge
@@ -29,7 +30,7 @@ from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from actors.llm.budget import task_budget_error
 from actors.prompts import conductor_messages, judge_messages
 from actors.verifier.taskfile import TaskFileError, check_task_source
-from actors.worker import Delivery, Job, Settlement, Worker, state_of, workflow_of
+from actors.worker import Delivery, Job, Settlement, Worker, state_of, task_of, workflow_of
 from events import subjects
 from events.codec import MalformedMessage, decode_command
 from events.log import AppendConflict, TaskHistory, numbered_after
@@ -106,6 +107,35 @@ class _Claims:
 _CLAIMS = _Claims()
 
 
+class _Settled:
+    """The most recent tasks this process's conductors found over with nothing left to
+    record (no judge to ask, no reward missing): nothing can call for a decision on them
+    again."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._keys: OrderedDict[_ClaimKey, None] = OrderedDict()
+        self._size = size
+
+    def add(self, key: _ClaimKey) -> None:
+        with self._lock:
+            self._keys[key] = None
+            if len(self._keys) > self._size:
+                self._keys.popitem(last=False)
+
+    def __contains__(self, key: _ClaimKey) -> bool:
+        return key in self._keys
+
+
+_SETTLED = _Settled()
+
+
+def settled(bridge: Bridge, task_id: str) -> bool:
+    """Whether a conductor of this process found the task over with nothing left to
+    record: its triggers still queued call for nothing."""
+    return (bridge, task_id) in _SETTLED
+
+
 class Conductor(Worker):
     role = "conductor"
 
@@ -126,7 +156,7 @@ class Conductor(Worker):
         if job.source != "event":
             super().receive(delivery)
             return
-        key = (self.bridge, _task_of(job))
+        key = (self.bridge, task_of(job.subject))
         if not _CLAIMS.claim(key, delivery):
             delivery.release()  # free for other work; the claim holder settles this one
             return
@@ -321,6 +351,10 @@ class Conductor(Worker):
             if late := pending_reward_events(state):  # a conductor died after the finish
                 planned += numbered_after((*history.events, *planned), late)
                 continue
+            if state.terminal is not None:  # over, with nothing left to record
+                if not planned:  # as the log holds it: its later triggers need no read
+                    _SETTLED.add((self.bridge, task_id))
+                break
             workflow = workflow_of(state)
             plan = plan_next(state, workflow, now=time.time())
             if isinstance(plan, Idle):
@@ -393,8 +427,3 @@ def _cause(job: Job) -> str:
 def _newest(history: TaskHistory, other: TaskHistory | None) -> TaskHistory:
     """The newer of two histories of one task: the log only grows, so the longer."""
     return other if other is not None and len(other.events) > len(history.events) else history
-
-
-def _task_of(job: Job) -> str:
-    """The task an event job is about: its subject is ``kf.ev.<task_id>.<kind>...``."""
-    return job.subject[len(subjects.EVENTS_ROOT) + 1 :].partition(".")[0]

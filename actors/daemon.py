@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,11 +30,11 @@ from nats.js import api
 
 from actors.agents import LLMAgent
 from actors.bridge import Bridge
-from actors.conductor import Conductor
+from actors.conductor import Conductor, settled
 from actors.llm.base import LLMProvider
 from actors.verifier.actor import Verifier
 from actors.verifier.engine import VerifierConfig
-from actors.worker import Delivery, Job, Settlement, Source
+from actors.worker import Delivery, Job, Settlement, Source, task_of
 from events import subjects
 from events.log import delivery_of
 from events.pull import CreditPuller
@@ -87,6 +88,8 @@ class _Feed:
     durable: str
     filters: list[str]
     source: Source
+    # Task id -> whether this process knows that work for the task calls for nothing.
+    stale: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -159,6 +162,7 @@ class Daemon:
                         "kf-conductor",
                         subjects.decision_triggers(),
                         "event",
+                        stale=functools.partial(settled, self.bridge),
                     )
                 )
             else:
@@ -169,6 +173,8 @@ class Daemon:
                         f"kf-agent-{role}",
                         [subjects.dispatches_for(role)],
                         "event",
+                        # Nothing is dispatched after a task's end.
+                        stale=self.bridge.log.has_ended,
                     )
                 )
         return feeds
@@ -209,6 +215,11 @@ class Daemon:
         )
 
         def deliver(msg: Msg) -> None:
+            if feed.stale is not None and feed.stale(task_of(msg.subject)):
+                # Queued work for a task known to be over (history delivered to a new
+                # consumer, an imported log): done without an actor or a read.
+                self._in_background(msg.ack())
+                return
             if pool.idle.empty():
                 # More than was asked for (a late answer to a request given up on after a
                 # reconnect): let JetStream deliver it again shortly.

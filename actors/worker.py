@@ -11,6 +11,7 @@ from typing import Literal
 import pykka
 
 from actors.bridge import Bridge
+from events import subjects
 from events.codec import decode_event
 from events.log import TaskHistory
 from events.model import Event
@@ -98,6 +99,11 @@ class Worker(pykka.ThreadingActor):
 
     def append(self, history: TaskHistory, *events: Event) -> TaskHistory:
         return self.bridge.call(self.bridge.log.append(history, events))
+
+
+def task_of(subject: str) -> str:
+    """The task an event is about, from its subject: ``kf.ev.<task_id>.<kind>...``."""
+    return subject[len(subjects.EVENTS_ROOT) + 1 :].partition(".")[0]
 
 
 def state_of(history: TaskHistory) -> TaskState:

@@ -102,6 +102,8 @@ class StreamSettings:
     duplicate_window_s: float = 120.0
     # Histories of unfinished tasks kept in memory to save re-reading them.
     remembered_tasks: int = 512
+    # Ids of tasks seen to end, kept so that work left over for them is dropped unread.
+    ended_tasks: int = 100_000
 
 
 class EventLog:
@@ -117,6 +119,7 @@ class EventLog:
         self._js = nc.jetstream()
         self._settings = settings or StreamSettings()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
         # Called with each event once it is recorded (fault injection in tests).
         self._after_append = after_append
         self._replies = _Replies(nc)
@@ -235,6 +238,13 @@ class EventLog:
         it looks up one immutable value."""
         return self._known.get(task_id)
 
+    def has_ended(self, task_id: str) -> bool:
+        """Whether this process has seen the task end (read or recorded its terminal
+        event, among the last ``ended_tasks`` to end). Nothing is ever dispatched for a
+        task after its end, so work still queued for it (a log replayed to a new consumer,
+        an imported one) can be dropped without reading it. Safe from any thread."""
+        return task_id in self._ended
+
     def remembered_through(self, event: Event) -> TaskHistory | None:
         """The remembered history of ``event``'s task if it already holds ``event`` (this
         process recorded or read it): no read needed. Safe from any thread."""
@@ -322,6 +332,10 @@ class EventLog:
             self._known[history.task_id] = history
             if len(self._known) > self._settings.remembered_tasks:
                 self._known.popitem(last=False)
+        elif ended:
+            self._ended[history.task_id] = None
+            if len(self._ended) > self._settings.ended_tasks:
+                self._ended.popitem(last=False)
         return history
 
     async def read(

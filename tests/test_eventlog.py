@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 
 from events import subjects
 from events.codec import encode
-from events.log import AppendConflict, EventLog, TaskHistory, delivery_of
+from events.log import AppendConflict, EventLog, StreamSettings, TaskHistory, delivery_of
 from events.model import AgentDispatched, TaskCancelled, TaskRejected
 
 
@@ -203,4 +203,27 @@ def test_history_through_a_delivered_event(event_log: EventLog, nats_url: str) -
     assert (
         event_log.run(fresh.history_through(history.events[0], history.last_stream_seq)) == history
     )
+    event_log.run(nc.close())
+
+
+def test_a_task_is_known_to_have_ended_once_its_end_is_recorded_or_read(
+    event_log: EventLog, nats_url: str
+) -> None:
+    """What lets a daemon drop work queued for a finished task without reading it."""
+    task, other = new_task(), new_task()
+    dispatched = AgentDispatched(task_id=task, agent="coder", step=1, dispatch_id=f"{task}:d1")
+    history = event_log.run(event_log.append(TaskHistory(task), [dispatched]))
+    assert not event_log.has_ended(task)
+    event_log.run(event_log.append(history, [TaskCancelled(task_id=task, reason="stop")]))
+    assert event_log.has_ended(task)  # recorded here
+
+    nc = event_log.run(nats.connect(nats_url))
+    fresh = EventLog(nc, StreamSettings(ended_tasks=1))
+    assert not fresh.has_ended(task)  # nothing is assumed
+    event_log.run(fresh.read_task(task))
+    assert fresh.has_ended(task)  # read here
+    event_log.run(event_log.append(TaskHistory(other), [TaskRejected(task_id=other, reason="x")]))
+    event_log.run(fresh.read_task(other))
+    # Only the most recent ones are kept: an older task is read again when work for it comes.
+    assert fresh.has_ended(other) and not fresh.has_ended(task)
     event_log.run(nc.close())
