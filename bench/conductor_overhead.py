@@ -63,7 +63,11 @@ LLM_CALLS_PER_TASK = 2  # designer and coder; a passing verification needs no LL
 
 
 class NoopVerifier(Verifier):
-    """Passes every candidate at once: the benchmark measures the framework, not Triton."""
+    """Passes every candidate at once and readies no sandbox: the benchmark measures the
+    framework, not Triton."""
+
+    def warm_up(self) -> None:
+        pass
 
     def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
         return VerificationReport(verdict="pass", summary="no-op verifier", backend=backend)

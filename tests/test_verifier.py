@@ -7,13 +7,24 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
+from actors.bridge import Bridge
+from actors.verifier import engine
+from actors.verifier.actor import Verifier
+from actors.verifier.engine import (
+    VerifierConfig,
+    _probed_once,
+    _sandbox_plan,
+    detect_device,
+    shutdown_workers,
+    verify,
+)
 from events.model import VerificationReport
 from tests.conftest import alive
 
@@ -362,8 +373,65 @@ def test_unknown_backend_unsupported() -> None:
 def test_detect_device_is_cached() -> None:
     first = detect_device()
     started = time.perf_counter()
-    assert detect_device() == first in ("cpu", "cuda")
+    assert detect_device(sys.executable, None) == first in ("cpu", "cuda")
     assert time.perf_counter() - started < 0.01
+
+
+def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values() -> None:
+    calls: list[tuple[str, int]] = []
+
+    @_probed_once
+    def probe(name: str, size: int = 1) -> str:
+        calls.append((name, size))
+        time.sleep(0.2)  # long enough for every thread to ask while it runs
+        return f"{name}:{size}"
+
+    askers = [
+        threading.Thread(target=probe, args=args)
+        for args in [("a",), ("a", 1), ("a",), ("b", 2), ("b", 2)]
+    ]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join()
+    assert sorted(calls) == [("a", 1), ("b", 2)]
+    assert probe("a") == "a:1" and probe(name="b", size=2) == "b:2" and len(calls) == 2
+
+
+def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probes and the warm worker happen as the verifier actor starts; the first
+    candidate then runs in that worker with nothing left to start."""
+    cold_steps: list[str] = []
+    real_worker_init, real_run_quiet = engine._WarmWorker.__init__, engine._run_quiet
+
+    def worker_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        cold_steps.append("worker")
+        real_worker_init(self, *args, **kwargs)
+
+    def run_quiet(*args, **kwargs):  # type: ignore[no-untyped-def]
+        cold_steps.append("probe")
+        return real_run_quiet(*args, **kwargs)
+
+    monkeypatch.setattr(engine._WarmWorker, "__init__", worker_init)
+    monkeypatch.setattr(engine, "_run_quiet", run_quiet)
+    shutdown_workers()  # whatever earlier tests started
+    # A memory limit no other test uses: its sandbox plan is probed afresh.
+    config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), memory_mb=12_345)
+    bridge = Bridge(nats_url).start()
+    verifier = Verifier.start(bridge, config)
+    try:
+        proxy = verifier.proxy()
+        assert proxy.config.get(timeout=120) == config  # answered once on_start is done
+        assert "worker" in cold_steps and "probe" in cold_steps
+        cold_steps.clear()
+        report = proxy.check(RELU_TASK, candidate("return relu_k(x)"), "triton").get(timeout=120)
+        assert report.verdict == "pass", report.summary
+        assert cold_steps == []
+    finally:
+        verifier.stop()
+        bridge.stop()
 
 
 def test_report_roundtrips_msgspec() -> None:

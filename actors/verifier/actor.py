@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from actors.agents import current_dispatch
 from actors.bridge import Bridge
-from actors.verifier.engine import VerifierConfig, verify
+from actors.verifier.engine import VerifierConfig, verify, warm_up
 from actors.worker import Job, Settlement, Worker, state_of
 from events.codec import decode_event
 from events.log import AppendConflict
@@ -59,6 +61,22 @@ class Verifier(Worker):
                 return "ack"
             except AppendConflict:
                 history = self.read(dispatched.task_id)
+
+    def on_start(self) -> None:
+        # On the actor's own thread: the warm worker dies with the thread that started it,
+        # so that must be one that lives as long as the verifier. A candidate that arrives
+        # meanwhile waits in the inbox for what it would have waited for anyway.
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Ready the sandbox before the first candidate arrives (see ``engine.warm_up``)."""
+        started = time.monotonic()
+        try:
+            readied = warm_up(self.config)
+        except Exception as exc:  # the first verification meets the same problem and reports it
+            self.log.warning("verifier warm-up failed: %s", exc)
+            return
+        self.log.info("verifier warm-up done in %.1fs: %s", time.monotonic() - started, readied)
 
     def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
         if code is None:

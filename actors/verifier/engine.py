@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 import secrets
@@ -31,9 +32,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 
@@ -60,6 +62,7 @@ __all__ = [
     "sandbox_env",
     "shutdown_workers",
     "verify",
+    "warm_up",
 ]
 
 SANDBOX_CHILD = Path(__file__).with_name("sandbox_child.py")
@@ -157,7 +160,33 @@ def _run_quiet(cmd: list[str], timeout: float, env: dict[str, str] | None = None
     return done.stdout.decode(errors="replace") if done.returncode == 0 else None
 
 
-@functools.cache
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _probed_once(probe: Callable[P, R]) -> Callable[P, R]:
+    """Cache ``probe``'s answer per argument values (defaults included: ``f()`` and
+    ``f(default)`` are one probe), computed once even when threads ask at the same time:
+    a probe takes seconds, and a verification that starts during the daemon's warm-up
+    waits for its answer rather than probing again beside it."""
+    signature = inspect.signature(probe)
+    answers: dict[tuple[Any, ...], R] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(probe)
+    def cached(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = tuple(bound.arguments.values())
+        with lock:
+            if key not in answers:
+                answers[key] = probe(*args, **kwargs)
+            return answers[key]
+
+    return cached
+
+
+@_probed_once
 def detect_device(python: str = sys.executable, gpu: str | None = None) -> str:
     """Return "cuda" if ``python`` sees a usable CUDA GPU (``gpu``, if given), else "cpu".
 
@@ -202,7 +231,7 @@ def network_prefixes() -> tuple[tuple[str, ...], ...]:
     return (*working, ())
 
 
-@functools.cache
+@_probed_once
 def _sandbox_plan(python: str, device: str, memory_mb: int) -> _SandboxPlan:
     """The strongest isolation under which torch+triton still work here (probed once).
 
@@ -461,6 +490,30 @@ def _discard_worker(worker: _WarmWorker) -> None:
             if value is worker:
                 del _WORKERS[key]
     worker.close()
+
+
+def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
+    """Do now what the first verification under ``config`` would otherwise do first: find
+    the device, probe the sandbox and start the warm worker (together ~10 s of importing
+    torch and triton, three times over). What was readied, in words.
+
+    A daemon's verifier calls this as it starts, so that its first candidate, which comes
+    only after the designer's and coder's LLM calls, waits for none of it. Raises what
+    those steps raise (no python with torch, a worker that cannot start): the
+    verification would then report the same problem itself. Call it from a thread that
+    outlives the verifications: the worker dies with the thread that started it (Linux
+    sends PR_SET_PDEATHSIG when that thread ends). Verifiers of a pool that
+    share a configuration probe once and share the worker: each step is done once, and
+    a verification that asks meanwhile waits for it."""
+    device = detect_device(config.python, config.gpu)
+    if config.device == "cuda" and device != "cuda":
+        return "nothing to ready: no CUDA GPU here, every verification answers unsupported"
+    if config.device == "cpu":
+        device = "cpu"
+    plan = _sandbox_plan(config.python, device, config.memory_mb)
+    if config.warm:
+        _worker_for(config.python, device, plan, config.gpu)
+    return f"{device}, " + ("warm worker up" if config.warm else "a fresh sandbox per candidate")
 
 
 def shutdown_workers() -> None:
