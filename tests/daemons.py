@@ -88,6 +88,12 @@ def wait_until_over(url: str, task_id: str, timeout_s: float = 120) -> list[Even
     return wait_for(url, task_id, lambda ev: fold(task_id, ev).terminal is not None, timeout_s)
 
 
+def wait_until_settled(url: str, task_id: str, timeout_s: float = 120) -> list[Event]:
+    """The task's events once it is over and the rewards of its finish (recorded after
+    it) are in: nothing more will be appended."""
+    return wait_for(url, task_id, lambda ev: is_settled_events(task_id, ev), timeout_s)
+
+
 def assert_each_step_once(events: list[Event]) -> None:
     """Gap-free sequence; every dispatch once, with one result; every LLM call, every tool
     call, every decision and every reward once."""

@@ -22,11 +22,11 @@ from tests.daemons import (
     RELU_SCRIPT,
     assert_each_step_once,
     is_settled,
-    is_settled_events,
     start_daemon,
     submit,
     task_events,
     wait_for,
+    wait_until_settled,
 )
 
 # coder_only on relu with the relu script: coder, verifier (fail), conductor LLM, coder,
@@ -103,7 +103,7 @@ def test_daemon_rides_out_a_nats_crash_and_restart(tmp_path: Path) -> None:
         assert server.start() == url
 
         for task_id in tasks:
-            events = wait_for(url, task_id, lambda ev, t=task_id: is_settled_events(t, ev), 180)
+            events = wait_until_settled(url, task_id, 180)
             state = fold(task_id, events)
             assert state.finished is not None and state.finished.status == "success", task_id
             assert len(events) == EVENTS_PER_TASK, (task_id, [e.kind for e in events])

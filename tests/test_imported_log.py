@@ -21,12 +21,11 @@ from projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import (
     assert_each_step_once,
-    is_settled_events,
     start_daemon,
     submit,
     task_events,
-    wait_for,
     wait_until_over,
+    wait_until_settled,
 )
 
 CANDIDATE = str(EXAMPLES / "candidates" / "solutions" / "relu.py")
@@ -42,13 +41,7 @@ def test_a_daemon_on_an_imported_log_resumes_what_was_unfinished_and_redoes_noth
     try:
         for task_id in FINISHED:
             submit(private_nats, task_id, *VERIFY_ONLY)
-        # Settled, not just over: the finish's rewards are recorded after it.
-        finished = {
-            task_id: wait_for(
-                private_nats, task_id, lambda ev, t=task_id: is_settled_events(t, ev), 120
-            )
-            for task_id in FINISHED
-        }
+        finished = {task_id: wait_until_settled(private_nats, task_id) for task_id in FINISHED}
     finally:
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=60) == 0

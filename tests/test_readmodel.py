@@ -35,7 +35,7 @@ from kernelflow.offline_cmd import EventFilter, LiveSource, metrics_of
 from projections.metrics import FOLD_VERSION, MetricsProjection
 from projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
-from tests.daemons import start_daemon, submit, task_events, wait_until_over
+from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.test_export_log import append
 from tests.test_projections_props import FAST, TaskSpec, logs, make_task
 
@@ -145,18 +145,6 @@ def read_rows(url: str) -> list[dict[str, Any]]:
         bridge.stop()
 
 
-def settled(url: str, task_id: str) -> list[Event]:
-    """The task's events once it ended and its rewards are in."""
-    wait_until_over(url, task_id)
-    before: list[Event] = []
-    while True:
-        now = task_events(url, task_id)
-        if now == before:
-            return now
-        before = now
-        time.sleep(0.3)
-
-
 def status(url: str) -> tuple[list[dict[str, Any]], str]:
     result = run_cli("status", "--json", "--nats-url", url)
     assert result.returncode == 0, result.stderr
@@ -189,7 +177,7 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
     daemon = start_daemon(url, tmp_path / "daemon-1.log")
     try:
         submit(url, "rm-run-1", "--workflow", "verifier_only", "--candidate", str(candidate))
-        first = settled(url, "rm-run-1")
+        first = wait_until_settled(url, "rm-run-1")
         rows, stderr = status(url)
         assert stderr == ""  # the daemon's read model answered
         assert rows == [
@@ -215,7 +203,7 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
         # A task the daemon rejects, from a publisher of its own (the CLI refuses the file).
         broken = SubmitTask(task_id="rm-run-2", task_source="import torch\ndef get_inputs(:\n")
         asyncio.run(publish_submit(url, broken))
-        second = settled(url, "rm-run-2")
+        second = wait_until_settled(url, "rm-run-2")
         rows, stderr = status(url)
         assert stderr == ""
         assert [(r["task_id"], r["status"], r["events"]) for r in rows] == [
