@@ -32,7 +32,7 @@ from actors.agents import LLMAgent
 from actors.bridge import Bridge
 from actors.conductor import Conductor, settled
 from actors.llm.base import LLMProvider
-from actors.verifier.actor import Verifier
+from actors.verifier.actor import Verifier, WarmUps
 from actors.verifier.engine import VerifierConfig
 from actors.worker import Delivery, Job, Settlement, Source, task_of
 from events import subjects
@@ -121,6 +121,7 @@ class Daemon:
     def __init__(self, bridge: Bridge, config: DaemonConfig) -> None:
         self.bridge = bridge
         self.config = config
+        self.warm_ups = WarmUps()  # how far its verifiers got readying their sandboxes
         self._pools: dict[str, _Pool] = {}
         self._pumps: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -182,7 +183,7 @@ class Daemon:
     def _actors(self, role: str) -> list[ActorRef]:
         bridge, config = self.bridge, self.config
         if role == VERIFIER:
-            return [Verifier.start(bridge, c) for c in config.verifier_configs()]
+            return [Verifier.start(bridge, c, self.warm_ups) for c in config.verifier_configs()]
         size = config.pool_size(role)
         if role == CONDUCTOR_ROLE:
             return [Conductor.start(bridge, config.llm) for _ in range(size)]

@@ -97,9 +97,11 @@ def daemon_describer(
     pools: dict[str, int],
     llm: object | None,
     read_model: Any = None,
+    warm_ups: Any = None,
 ) -> Callable[[], dict[str, Any]]:
     """What a daemon says about itself; ``read_model`` (an ``actors.readmodel.ReadModel``
-    or None) is asked for its position on every ping."""
+    or None) is asked for its position on every ping, ``warm_ups`` (the daemon's
+    ``actors.verifier.actor.WarmUps``, or None) for how ready its verifiers are."""
     roles = list(roles)
     static = {
         "daemon_id": daemon_id,
@@ -112,7 +114,11 @@ def daemon_describer(
     }
 
     def describe() -> dict[str, Any]:
-        return {**static, "read_model": read_model.describe() if read_model else None}
+        return {
+            **static,
+            "read_model": read_model.describe() if read_model else None,
+            "verifier": warm_ups.describe() if warm_ups is not None else None,
+        }
 
     return describe
 

@@ -369,7 +369,7 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
         sizes = {r: daemon.config.pool_size(r) for r in roles}
         describe = daemon_describer(
-            daemon_id, bridge.nats_url, roles, sizes, daemon.config.llm, read_model
+            daemon_id, bridge.nats_url, roles, sizes, daemon.config.llm, read_model, daemon.warm_ups
         )
         health = HealthResponder(bridge, describe).start()
         print(f"kernelflow daemon on {bridge.nats_url}: roles {', '.join(roles)}", flush=True)

@@ -3,10 +3,11 @@
 Checks, in order: NATS (reachable, JetStream enabled); the streams (``KF_EVENTS``,
 ``KF_CMD``: present, with the subjects, retention and storage kernelflow needs); the
 durable consumers (work waiting for a role no daemon hosts); the daemons (each answers
-``kf.health.ping`` with its roles, pools, uptime and LLM; at least ``--min-daemons`` must
-answer within ``--wait`` seconds, none with ``--no-daemons``); the LLM provider this
-machine is configured with (the spec resolves into providers, per agent; nothing is
-called, so nothing is paid); and the tool registry (every tool builds).
+``kf.health.ping`` with its roles, pools, uptime, LLM and how ready its verifiers are, a
+failed sandbox warm-up failing the check; at least ``--min-daemons`` must answer within
+``--wait`` seconds, none with ``--no-daemons``); the LLM provider this machine is
+configured with (the spec resolves into providers, per agent; nothing is called, so
+nothing is paid); and the tool registry (every tool builds).
 
 Each check is ``ok``, ``warn`` (worth knowing, not blocking) or ``fail``. Exit status: 0
 healthy (no ``fail``), 1 unhealthy, 2 bad usage. It reads only: it creates no stream.
@@ -231,6 +232,7 @@ async def check_daemons(
             detail += f"; read model at {rm.get('position')} ({lag} behind)"
         status = WARN if "error" in a else OK
         report.add("daemon", str(a.get("daemon_id", "?")), status, detail)
+        check_verifiers(report, a)
     wanted = 0 if args.no_daemons else args.min_daemons
     if len(answers) < wanted:
         report.add(
@@ -247,6 +249,20 @@ async def check_daemons(
         if missing:
             report.add("daemons", "roles", WARN, f"no daemon hosts {', '.join(missing)}")
     return hosted
+
+
+# A verifier still warming up is on its way (its first candidate waits for it); one whose
+# warm-up failed will fail every candidate the same way.
+_VERIFIER_STATUS = {"ready": OK, "warming up": WARN, "failed": FAIL}
+
+
+def check_verifiers(report: Report, answer: dict[str, Any]) -> None:
+    """One row per verifier of a daemon's answer: how far it got readying its sandbox."""
+    for device, entry in sorted((answer.get("verifier") or {}).items()):
+        state = str(entry.get("state", "?"))
+        detail = state + (f": {entry['detail']}" if entry.get("detail") else "")
+        name = f"{answer.get('daemon_id', '?')} device {device}"
+        report.add("verifier", name, _VERIFIER_STATUS.get(state, WARN), detail)
 
 
 def _role_of(consumer: str) -> str | None:

@@ -10,6 +10,10 @@ from typing import Any
 
 import nats
 
+from actors.bridge import Bridge
+from actors.daemon import Daemon, DaemonConfig
+from actors.health import HealthResponder, daemon_describer
+from actors.verifier.engine import VerifierConfig
 from events.log import EventLog
 from tests.conftest import run_cli
 from tests.daemons import start_daemon
@@ -67,13 +71,16 @@ def test_unhealthy_without_a_daemon_or_without_nats(private_nats: str) -> None:
 def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
     daemon = start_daemon(private_nats, tmp_path / "daemon.log", "--pool", "coder=2")
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        deadline = time.monotonic() + 90
+        while True:  # until its verifier has readied its sandbox (~10 s of imports)
             code, report = health(private_nats, "--llm", "scripted:examples/scripted/relu.yaml")
-            if code == 0 or time.monotonic() > deadline:
+            if statuses(report, "verifier") == ["ok"] or time.monotonic() > deadline:
                 break
+            assert statuses(report, "verifier") in ([], ["warn"]), report
         assert code == 0, report
         (d,) = report["daemons"]
+        assert d["verifier"]["any"]["state"] == "ready"
+        assert "warm worker up" in d["verifier"]["any"]["detail"]
         assert d["pid"] == daemon.pid and d["uptime_s"] >= 0
         assert d["roles"] == ["conductor", "designer", "coder", "verifier"]
         assert d["pools"] == {"conductor": 16, "designer": 4, "coder": 2, "verifier": 1}
@@ -95,3 +102,37 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
     finally:
         daemon.kill()
         daemon.wait(30)
+
+
+def test_a_verifier_that_cannot_ready_its_sandbox_makes_the_daemon_unhealthy(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """A verifier whose python lacks torch (a daemon installed without the verifier
+    extra) says so in health as soon as it starts, not at its first candidate."""
+    no_torch = tmp_path / "python-without-torch"
+    no_torch.write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
+    no_torch.chmod(0o755)
+    bridge = Bridge(private_nats).start()
+    config = DaemonConfig(roles=("verifier",), verifier=VerifierConfig(python=str(no_torch)))
+    daemon = Daemon(bridge, config).start()
+    describe = daemon_describer(
+        "no-torch", private_nats, config.roles, {}, None, None, daemon.warm_ups
+    )
+    responder = HealthResponder(bridge, describe).start()
+    try:
+        deadline = time.monotonic() + 60
+        while (state := daemon.warm_ups.describe()["any"]["state"]) == "warming up":
+            assert time.monotonic() < deadline, "the warm-up never ended"
+            time.sleep(0.1)
+        assert state == "failed"
+        code, report = health(private_nats, "--llm", "scripted:examples/scripted/relu.yaml")
+        assert code == 1
+        (row,) = [c for c in report["checks"] if c["component"] == "verifier"]
+        assert row["status"] == "fail" and row["name"] == "no-torch device any"
+        assert "No module named 'torch'" in row["detail"]
+    finally:
+        responder.stop()
+        daemon.stop()
+        bridge.stop()

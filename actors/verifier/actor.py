@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from actors.agents import current_dispatch
@@ -27,12 +28,35 @@ def candidate_code(state: TaskState, d: Dispatch) -> str | None:
     return None
 
 
+class WarmUps:
+    """How far each verifier of a daemon got readying its sandbox, by the device it owns
+    ("any" without ``--gpus``): what ``kernelflow health`` shows. Safe from any thread."""
+
+    WARMING, READY, FAILED = "warming up", "ready", "failed"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, dict[str, str]] = {}
+
+    def record(self, config: VerifierConfig, state: str, detail: str = "") -> None:
+        with self._lock:
+            self._states[config.gpu or "any"] = {"state": state, "detail": detail}
+
+    def describe(self) -> dict[str, dict[str, str]]:
+        with self._lock:
+            return {device: dict(entry) for device, entry in self._states.items()}
+
+
 class Verifier(Worker):
     role = VERIFIER
 
-    def __init__(self, bridge: Bridge, config: VerifierConfig) -> None:
+    def __init__(
+        self, bridge: Bridge, config: VerifierConfig, warm_ups: WarmUps | None = None
+    ) -> None:
         super().__init__(bridge)
         self.config = config
+        self.warm_ups = warm_ups or WarmUps()
+        self.warm_ups.record(config, WarmUps.WARMING)  # from now until on_start is done
 
     def handle(self, job: Job) -> Settlement:
         dispatched = decode_event(job.data)
@@ -74,8 +98,10 @@ class Verifier(Worker):
         try:
             readied = warm_up(self.config)
         except Exception as exc:  # the first verification meets the same problem and reports it
+            self.warm_ups.record(self.config, WarmUps.FAILED, str(exc))
             self.log.warning("verifier warm-up failed: %s", exc)
             return
+        self.warm_ups.record(self.config, WarmUps.READY, readied)
         self.log.info("verifier warm-up done in %.1fs: %s", time.monotonic() - started, readied)
 
     def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:

@@ -409,15 +409,26 @@ class _WarmWorker:
             close_fds=True,
         )
         self.stderr = _TailBuffer(16_000)
-        threading.Thread(target=_drain, args=(self.proc.stderr, self.stderr), daemon=True).start()
+        self._drainer = threading.Thread(
+            target=_drain, args=(self.proc.stderr, self.stderr), daemon=True
+        )
+        self._drainer.start()
         self.pending = b""
         ready = self._read_line(_PROBE_TIMEOUT_S)
         if not ready.get("ready"):
             self.close()
-            raise _WorkerLost("the warm worker did not start: " + self.stderr.text()[-2000:])
+            raise _WorkerLost("the warm worker did not start: " + self.last_words())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def last_words(self) -> str:
+        """The end of what the worker wrote to stderr, all of it once it has exited (its
+        stdout closing first does not mean its stderr was read)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._drainer.join(timeout=5)
+        return self.stderr.text()[-2000:]
 
     def _read_line(self, timeout: float) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -432,7 +443,7 @@ class _WarmWorker:
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
-                raise _WorkerLost("the warm worker exited: " + self.stderr.text()[-2000:])
+                raise _WorkerLost("the warm worker exited: " + self.last_words())
             self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         try:
