@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from actors.syntax import parse_expression
+
 FINAL_ANSWER = re.compile(r"^[ \t]*(?:Action:[ \t]*)?Final Answer:[ \t]*", re.MULTILINE)
 _THOUGHT = re.compile(r"^[ \t]*Thought:[ \t]*", re.MULTILINE)
 _ACTION = re.compile(r"^[ \t]*Action:[ \t]*", re.MULTILINE)
@@ -60,7 +62,7 @@ def parse_call(text: str, parameters: Mapping[str, Mapping[str, Any]]) -> tuple[
     # finds the end of multi-line and string arguments without a hand-written lexer.
     for end in (m.end() for m in re.finditer(r"\)", text)):
         try:
-            node = ast.parse(text[:end].strip(), mode="eval").body
+            node = parse_expression(text[:end].strip()).body
         except SyntaxError:
             continue
         if isinstance(node, ast.Call):

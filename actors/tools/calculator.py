@@ -15,6 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from actors.syntax import parse_expression
 from actors.tools.base import Tool, ToolContext, ToolError, arguments
 from actors.tools.registry import register_tool
 
@@ -178,7 +179,7 @@ def evaluate(expression: str) -> Number:
             f"the expression is {len(expression)} characters; the limit is {MAX_EXPRESSION_CHARS}"
         )
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = parse_expression(expression.strip())
     except SyntaxError as exc:
         raise ToolError(f"not a valid expression: {exc.msg}") from exc
     except (ValueError, RecursionError, MemoryError) as exc:

@@ -36,6 +36,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from actors.syntax import parse_module
+
 __all__ = ["Violation", "check_candidate"]
 
 _ALLOWED_IMPORTS = {"torch", "triton", "math", "typing", "__future__", "collections.abc"}
@@ -818,6 +820,6 @@ def check_candidate(
     source: str, *, backend: str = "triton", task_source: str = ""
 ) -> list[Violation]:
     """The rules ``source`` breaks (empty: it may run). ``source`` must parse."""
-    tree = ast.parse(source, filename="candidate.py")
+    tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
     return _Gate(tree, backend, task_uses_half).run()

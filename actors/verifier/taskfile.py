@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 
+from actors.syntax import parse_module
+
 __all__ = [
     "CandidateError",
     "TaskFileError",
@@ -36,7 +38,7 @@ class CandidateError(ValueError):
 def _parse(source: str, filename: str) -> ast.Module | str:
     """Parse ``source``; return the tree, or a one-line description of the syntax error."""
     try:
-        return ast.parse(source, filename=filename)
+        return parse_module(source, filename=filename)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" if exc.lineno is not None else "unknown line"
         if exc.offset:
