@@ -30,6 +30,13 @@ nats-py, takes about half of it (0.7-0.9 s a round, about 4 ms per task); the co
 folds and decisions about a third; the agents and the verifier the rest. Everything that
 reaches the log queues on that one loop, and the GIL lets only one thread run at a time.
 
+Where the latency goes. Timed from a trigger's ``at`` to a conductor receiving it, the
+arrival alone is nearly the whole decision latency (p50 ~5 of ~6 ms after an agent's
+output, and most of the tail): the trigger's trip through the bridge loop and the hand-over
+to a conductor thread under the GIL. The conductor itself decides in about 1 ms. Handing a
+trigger this process recorded straight to a local conductor (skipping JetStream's
+delivery) was tried and did not help: the time is in the thread hand-offs, not the hop.
+
 Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
 over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the
 machine moves it (on a shared 2-core VM, rounds of the same code range from 5 to 70 ms).
