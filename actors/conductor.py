@@ -19,7 +19,6 @@ import json
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from actors.bridge import Bridge
@@ -33,7 +32,7 @@ from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Delivery, Job, Settlement, Worker, state_of, task_of, workflow_of
 from events import subjects
 from events.codec import MalformedMessage, decode_command
-from events.log import AppendConflict, TaskHistory, numbered_after
+from events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
 from events.model import (
     CancelTask,
     Event,
@@ -107,27 +106,9 @@ class _Claims:
 _CLAIMS = _Claims()
 
 
-class _Settled:
-    """The most recent tasks this process's conductors found over with nothing left to
-    record (no judge to ask, no reward missing): nothing can call for a decision on them
-    again."""
-
-    def __init__(self, size: int = 100_000) -> None:
-        self._lock = threading.Lock()
-        self._keys: OrderedDict[_ClaimKey, None] = OrderedDict()
-        self._size = size
-
-    def add(self, key: _ClaimKey) -> None:
-        with self._lock:
-            self._keys[key] = None
-            if len(self._keys) > self._size:
-                self._keys.popitem(last=False)
-
-    def __contains__(self, key: _ClaimKey) -> bool:
-        return key in self._keys
-
-
-_SETTLED = _Settled()
+# The most recent tasks this process's conductors found over with nothing left to record
+# (no judge to ask, no reward missing): nothing can call for a decision on them again.
+_SETTLED: RecentIds[_ClaimKey] = RecentIds(100_000)
 
 
 def settled(bridge: Bridge, task_id: str) -> bool:

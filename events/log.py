@@ -29,11 +29,12 @@ import contextlib
 import functools
 import itertools
 import json
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -57,6 +58,7 @@ _TIMEOUT_S = 5.0
 _DIRECT_BATCH_SINCE = (2, 11)
 _STATUS = "Status"
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class AppendConflict(Exception):
@@ -86,6 +88,25 @@ def numbered_after(prior: Sequence[Event], events: Sequence[Event]) -> list[Even
     top of events not recorded yet."""
     first, now = len(prior) + 1, time.time()
     return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
+
+
+class RecentIds(Generic[K]):
+    """The last ``size`` keys added, for membership tests (the oldest are forgotten).
+    Safe from any thread."""
+
+    def __init__(self, size: int) -> None:
+        self._lock = threading.Lock()
+        self._keys: OrderedDict[K, None] = OrderedDict()
+        self._size = size
+
+    def add(self, key: K) -> None:
+        with self._lock:
+            self._keys[key] = None
+            if len(self._keys) > self._size:
+                self._keys.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
 
 
 @dataclass(frozen=True)
@@ -119,7 +140,7 @@ class EventLog:
         self._js = nc.jetstream()
         self._settings = settings or StreamSettings()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
-        self._ended: OrderedDict[str, None] = OrderedDict()
+        self._ended: RecentIds[str] = RecentIds(self._settings.ended_tasks)
         # Called with each event once it is recorded (fault injection in tests).
         self._after_append = after_append
         self._replies = _Replies(nc)
@@ -333,9 +354,7 @@ class EventLog:
             if len(self._known) > self._settings.remembered_tasks:
                 self._known.popitem(last=False)
         elif ended:
-            self._ended[history.task_id] = None
-            if len(self._ended) > self._settings.ended_tasks:
-                self._ended.popitem(last=False)
+            self._ended.add(history.task_id)
         return history
 
     async def read(
