@@ -24,7 +24,7 @@ from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from actors.llm.budget import task_budget_error
 from actors.prompts import agent_messages
 from actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
-from actors.worker import Job, Settlement, Worker, state_of, workflow_of
+from actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of, workflow_of
 from events.codec import decode_event
 from events.log import AppendConflict, TaskHistory, numbered_after
 from events.model import (
@@ -42,15 +42,6 @@ from workflows.model import AgentSpec
 from workflows.parsing import ParseError, parse_output
 
 
-def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch | None:
-    """The dispatch if it is still the task's open one; None for stale or finished work,
-    and for a dispatch in a log that was never a submitted task (nothing to work from)."""
-    d = state.dispatch(dispatched.dispatch_id)
-    if state.submitted is None or state.terminal is not None or d is None:
-        return None
-    return d if d.result is None and d is state.current else None
-
-
 @lru_cache(maxsize=256)
 def shared_tool(name: str, limits: tuple[tuple[str, Any], ...]) -> Tool:
     """One instance per tool and limits in this process, so a calls-per-minute limit
@@ -66,7 +57,7 @@ def tools_of(spec: AgentSpec) -> dict[str, Tool]:
     }
 
 
-class LLMAgent(Worker):
+class LLMAgent(DispatchWorker):
     def __init__(self, bridge: Bridge, agent: str, llm: LLMProvider) -> None:
         self.role = agent
         super().__init__(bridge)

@@ -31,7 +31,7 @@ from actors.prompts import conductor_messages, judge_messages
 from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Delivery, Job, Settlement, Worker, state_of, task_of, workflow_of
 from events import subjects
-from events.codec import MalformedMessage, decode_command
+from events.codec import MalformedMessage, decode_command, decode_event
 from events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
 from events.model import (
     CancelTask,
@@ -143,8 +143,28 @@ class Conductor(Worker):
             return
         try:
             self._advance_claimed(key, lambda: self.history_at(job), [delivery])
-        except Exception:
-            self.log.exception("conductor failed on %s; it will be redelivered", job.subject)
+        except Exception as exc:
+            if not job.last_delivery:
+                self.log.exception("conductor failed on %s; it will be redelivered", job.subject)
+                return
+            self.log.exception("conductor failed on %s for the last time", job.subject)
+            self.gave_up(job, exc)
+
+    def give_up(self, job: Job, error: str) -> None:
+        """A command is answered with the error; a task whose decision failed on every
+        delivery ends, failed, with the error as its reason."""
+        if job.source == "command":
+            self.reply(job, {"ok": False, "error": error}, also_errors=True)
+            return
+        trigger = decode_event(job.data)
+        history = self.read(trigger.task_id)
+        for _ in range(MAX_ROUNDS):
+            state = state_of(history)
+            if state.submitted is None or state.terminal is not None:
+                return
+            finish = end_task(state, trigger.event_id, "failed", f"conductor {error}")
+            ending = [finish, *finish_reward_events(state, finish)]
+            history = self._append_or_reload(history, numbered_after(history.events, ending))
 
     # ------------------------------------------------------------------ commands
 

@@ -61,6 +61,8 @@ class DaemonConfig:
     # "in progress" heartbeats, so this can be short.
     ack_wait_s: float = 30.0
     llm: LLMProvider | None = None
+    # Deliveries of one message before its work is given up: recorded as failed (an
+    # agent's dispatch, a decision: the task ends) rather than left waiting forever.
     max_deliveries: int = 20
     # How long stop() lets actors finish the job they hold.
     stop_timeout_s: float = 30.0
@@ -242,6 +244,7 @@ class Daemon:
             headers=dict(msg.headers or {}),
             stream_seq=at.stream_seq,
             deliveries=at.delivered,
+            last_delivery=0 < self.config.max_deliveries <= at.delivered,
         )
         held = _Held(pool, actor, msg)
         self._held.add(held)

@@ -13,9 +13,9 @@ import pykka
 from actors.bridge import Bridge
 from events import subjects
 from events.codec import decode_event
-from events.log import TaskHistory
-from events.model import Event
-from projections.task_state import TaskState, fold
+from events.log import AppendConflict, TaskHistory
+from events.model import AgentDispatched, AgentFailed, Event
+from projections.task_state import Dispatch, TaskState, fold
 from workflows.loader import parse_workflow
 from workflows.model import Workflow
 
@@ -36,6 +36,9 @@ class Job:
     headers: dict[str, str]
     stream_seq: int
     deliveries: int
+    # JetStream will not deliver this message again (its consumer's max_deliver): work
+    # that fails now is given up, and recorded as such so that its task goes on.
+    last_delivery: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,38 @@ class Worker(pykka.ThreadingActor):
 
     def receive(self, delivery: Delivery) -> None:
         """Handle one delivery and settle it, whatever happens."""
+        job = delivery.job
         settlement: Settlement = "nak"
         try:
-            settlement = self.handle(delivery.job)
-        except Exception:
-            self.log.exception(
-                "%s failed on %s; it will be redelivered", self.role, delivery.job.subject
-            )
+            settlement = self.handle(job)
+        except Exception as exc:
+            if not job.last_delivery:
+                self.log.exception(
+                    "%s failed on %s; it will be redelivered", self.role, job.subject
+                )
+            else:
+                self.log.exception("%s failed on %s for the last time", self.role, job.subject)
+                settlement = self.gave_up(job, exc)
         finally:
             delivery.settle(settlement)
 
     def handle(self, job: Job) -> Settlement:
         raise NotImplementedError
+
+    def gave_up(self, job: Job, exc: Exception) -> Settlement:
+        """Record that ``job`` failed on its last delivery (see ``give_up``)."""
+        error = f"gave up after {job.deliveries} attempts: {type(exc).__name__}: {exc}"
+        try:
+            self.give_up(job, error)
+        except Exception:
+            self.log.exception("could not record giving up on %s", job.subject)
+            return "nak"
+        return "ack"
+
+    def give_up(self, job: Job, error: str) -> None:
+        """Record in the log that ``job`` cannot be done, so that whatever waits on it goes
+        on; without it, its task would wait forever. Roles with nothing to record log it."""
+        self.log.error("gave up on %s: %s", job.subject, error)
 
     # ------------------------------------------------------------------ log access
 
@@ -99,6 +122,38 @@ class Worker(pykka.ThreadingActor):
 
     def append(self, history: TaskHistory, *events: Event) -> TaskHistory:
         return self.bridge.call(self.bridge.log.append(history, events))
+
+
+class DispatchWorker(Worker):
+    """An agent that works on dispatches (an LLM agent, the verifier)."""
+
+    def give_up(self, job: Job, error: str) -> None:
+        """The dispatch ends in the agent's failure, and the conductor routes on."""
+        dispatched = decode_event(job.data)
+        assert isinstance(dispatched, AgentDispatched)
+        history = self.read(dispatched.task_id)
+        while (d := current_dispatch(state_of(history), dispatched)) is not None:
+            failed = AgentFailed(
+                task_id=history.task_id,
+                cause=d.event.event_id,
+                agent=d.agent,
+                dispatch_id=d.dispatch_id,
+                error=error,
+            )
+            try:
+                self.append(history, failed)
+                return
+            except AppendConflict:
+                history = self.read(history.task_id)
+
+
+def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch | None:
+    """The dispatch if it is still the task's open one; None for stale or finished work,
+    and for a dispatch in a log that was never a submitted task (nothing to work from)."""
+    d = state.dispatch(dispatched.dispatch_id)
+    if state.submitted is None or state.terminal is not None or d is None:
+        return None
+    return d if d.result is None and d is state.current else None
 
 
 def task_of(subject: str) -> str:

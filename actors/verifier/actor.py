@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from actors.agents import current_dispatch
 from actors.bridge import Bridge
 from actors.verifier.engine import VerifierConfig, verify, warm_up
-from actors.worker import Job, Settlement, Worker, state_of
+from actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
 from events.codec import decode_event
 from events.log import AppendConflict
 from events.model import AgentDispatched, OutputParsed, VerificationCompleted, VerificationReport
@@ -47,7 +46,7 @@ class WarmUps:
             return {device: dict(entry) for device, entry in self._states.items()}
 
 
-class Verifier(Worker):
+class Verifier(DispatchWorker):
     role = VERIFIER
 
     def __init__(
