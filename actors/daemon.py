@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import nats.errors
 import pykka
 from nats.aio.msg import Msg
 from nats.js import api
@@ -292,11 +293,14 @@ class Daemon:
                 await held.msg.ack()
             else:
                 await held.msg.nak(delay=self.config.ack_wait_s)
+        except nats.errors.ConnectionClosedError:
+            pass  # a job that outlived stop(): redelivered to the next daemon, like the rest
         except Exception as exc:  # the message will be redelivered; the log makes that safe
             log.warning("%s: could not settle %s: %s", held.pool.role, held.msg.subject, exc)
 
-    def stop(self) -> None:
-        """Stop taking work, let actors finish what they hold, then stop them."""
+    def stop(self, wait_s: float | None = None) -> None:
+        """Stop taking work, let actors finish what they hold (for up to ``wait_s``,
+        default ``stop_timeout_s``), then stop them."""
 
         async def halt_pumps() -> None:
             for task in self._pumps:
@@ -310,7 +314,7 @@ class Daemon:
         stopping = [
             actor.stop(block=False) for pool in self._pools.values() for actor in pool.actors
         ]
-        deadline = time.monotonic() + self.config.stop_timeout_s
+        deadline = time.monotonic() + (self.config.stop_timeout_s if wait_s is None else wait_s)
         for future in stopping:
             with contextlib.suppress(Exception):
                 future.get(timeout=max(0.0, deadline - time.monotonic()))

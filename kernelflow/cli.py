@@ -321,13 +321,23 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     with connected(settings) as bridge:
         daemon = start_daemon(bridge, settings, roles_for(command), {})
+        stop_wait_s = None
         try:
             bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
             if not args.json:
                 print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
             state = follow_task(bridge, command.task_id or "", progress, args.timeout)
+        except (KeyboardInterrupt, WaitTimeout) as exc:
+            reason = (
+                "kernelflow run interrupted"
+                if isinstance(exc, KeyboardInterrupt)
+                else f"kernelflow run --timeout {args.timeout:g}s passed"
+            )
+            cancel_abandoned(bridge, [command.task_id or ""], reason)
+            stop_wait_s = ABANDONED_STOP_WAIT_S  # what the actors still do is for nothing
+            raise
         finally:
-            daemon.stop()
+            daemon.stop(stop_wait_s)
         # Read back once the daemon stopped: what follows the finish (its rewards) is in.
         events = list(bridge.call(bridge.log.read_task(state.task_id)).events)
     result = summary(state) | write_outputs(state, Path(args.out), events)
@@ -336,6 +346,40 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_summary(result)
     return exit_code_for(result["status"])
+
+
+# How long a command that gives up on its tasks lets its actors finish what they hold.
+ABANDONED_STOP_WAIT_S = 2.0
+
+
+def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
+    """Cancel the tasks a command started itself and leaves unfinished (interrupted, out
+    of time). Left running, they would be resumed in the background, LLM calls and all,
+    by the next daemon on the same store (the next ``kernelflow run``)."""
+
+    async def cancel_all() -> list[dict[str, Any] | None]:
+        return await asyncio.gather(
+            *(
+                request_reply(bridge, CancelTask(task_id=t, reason=reason), subjects.CANCEL, 5.0)
+                for t in task_ids
+            )
+        )
+
+    answers = bridge.call(cancel_all(), timeout=10)
+    cancelled = [t for t, a in zip(task_ids, answers, strict=True) if a and a.get("ok")]
+    if cancelled:
+        shown = ", ".join(cancelled[:5]) + (
+            f" and {len(cancelled) - 5} more" if len(cancelled) > 5 else ""
+        )
+        print(f"kernelflow: cancelled {shown}: {reason}", file=sys.stderr, flush=True)
+    for task_id, answer in zip(task_ids, answers, strict=True):
+        if answer is None:
+            print(
+                f"kernelflow: could not cancel {task_id} (no answer): the next daemon on this "
+                f"store resumes it; kernelflow cancel {task_id} stops it",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def print_summary(result: dict[str, Any]) -> None:

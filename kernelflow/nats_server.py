@@ -89,6 +89,10 @@ class EmbeddedNats:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # Out of the terminal's process group: a Ctrl-C is for kernelflow, which
+                # still needs the server to record what the interruption means, then
+                # stops it (SIGTERM) itself.
+                process_group=0,
             )
         self.url = self._wait_for_port(log_path)
         return self.url

@@ -254,7 +254,7 @@ class Rollout:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
-        from kernelflow.cli import connected  # the CLI owns the NATS wiring
+        from kernelflow.cli import ABANDONED_STOP_WAIT_S, connected  # the CLI owns the wiring
 
         commands = self.commands(prompts, n)
         provider = self._provider()
@@ -269,10 +269,14 @@ class Rollout:
                     llm=provider,
                 ),
             ).start()
+            stop_wait_s = None
             try:
                 events = self._drive(bridge, commands, pool, on_progress)
+            except KeyboardInterrupt:  # _drive cancelled the rollouts it left unfinished
+                stop_wait_s = ABANDONED_STOP_WAIT_S
+                raise
             finally:
-                daemon.stop()
+                daemon.stop(stop_wait_s)
         trajectories = [
             build_trajectory(c.task_id or "", events[c.task_id or ""]) for c in commands
         ]
@@ -345,6 +349,13 @@ class Rollout:
                         progress.rewards.append(state.rewards[primary].value)
                     if on_progress is not None:
                         on_progress(progress)
+        except KeyboardInterrupt:
+            from kernelflow.cli import cancel_abandoned
+
+            unsubmitted = {c.task_id for c in waiting}
+            unfinished = [t for t in ours if t not in unsubmitted and t not in finished]
+            cancel_abandoned(bridge, sorted(unfinished), "rollout interrupted")
+            raise
         finally:
             pump.cancel()
         return events
