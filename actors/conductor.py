@@ -175,10 +175,10 @@ class Conductor(Worker):
             self.log.error("refused a malformed command on %s: %s", job.subject, exc)
             self.reply(job, {"ok": False, "error": str(exc)}, also_errors=True)
             return "ack"  # redelivering a malformed message can never succeed
+        if isinstance(command, CancelTask):
+            return self.cancel(job, command)
         if isinstance(command, SubmitTask):
             self.submit(job, command)
-        elif isinstance(command, CancelTask):
-            self.cancel(job, command)
         return "ack"
 
     def submit(self, job: Job, command: SubmitTask) -> None:
@@ -240,16 +240,20 @@ class Conductor(Worker):
             rewards=command.rewards,
         )
 
-    def cancel(self, job: Job, command: CancelTask) -> None:
+    def cancel(self, job: Job, command: CancelTask) -> Settlement:
         while True:
             history = self.read(command.task_id)
             state = state_of(history)
             if state.submitted is None:
+                if not job.last_delivery and self.earlier_commands_pending(job):
+                    # Its submit may be one of them, handled by another conductor right
+                    # now (or queued with it while no daemon ran): cancel after it.
+                    return "soon"
                 self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
-                return
+                return "ack"
             if state.terminal is not None:
                 self.reply(job, {"ok": False, "error": f"task {command.task_id} is already over"})
-                return
+                return "ack"
             try:
                 self.append(
                     history,
@@ -260,7 +264,13 @@ class Conductor(Worker):
             except AppendConflict:
                 continue
             self.reply(job, {"ok": True, "task_id": command.task_id})
-            return
+            return "ack"
+
+    def earlier_commands_pending(self, job: Job) -> bool:
+        """Whether commands published before this one are still unsettled (the command
+        stream is a work queue: a settled command leaves it)."""
+        info = self.bridge.call(self.bridge.log.jetstream.stream_info(subjects.COMMANDS_STREAM))
+        return bool(info.state.messages) and info.state.first_seq < job.stream_seq
 
     def reply(self, job: Job, body: dict[str, object], *, also_errors: bool = False) -> None:
         payload = json.dumps(body).encode()

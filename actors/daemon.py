@@ -50,6 +50,8 @@ DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
 # spends most of a decision waiting on the log's round trips, so a burst of tasks needs
 # many of them (threads that wait cost next to nothing).
 _DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
+# When a message settled "soon" is delivered again.
+SOON_S = 0.5
 
 
 @dataclass
@@ -292,7 +294,7 @@ class Daemon:
             if how == "ack":
                 await held.msg.ack()
             else:
-                await held.msg.nak(delay=self.config.ack_wait_s)
+                await held.msg.nak(delay=SOON_S if how == "soon" else self.config.ack_wait_s)
         except nats.errors.ConnectionClosedError:
             pass  # a job that outlived stop(): redelivered to the next daemon, like the rest
         except Exception as exc:  # the message will be redelivered; the log makes that safe

@@ -20,8 +20,9 @@ from workflows.loader import parse_workflow
 from workflows.model import Workflow
 
 # How the pump settles a message once an actor is done with it: ack (done, whatever the
-# outcome), nak (could not finish: deliver again later).
-Settlement = Literal["ack", "nak"]
+# outcome), nak (could not finish: deliver again later), soon (not yet: it waits on work
+# about to be done, deliver it again in a moment).
+Settlement = Literal["ack", "nak", "soon"]
 # Which stream a job came from: publishers' commands or the event log.
 Source = Literal["command", "event"]
 

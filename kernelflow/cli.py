@@ -2,14 +2,15 @@
 
 Exit codes: 0 success; 1 the task ran but did not succeed (failed, cancelled); 2 bad
 input (a task file, workflow or option that cannot be used, or a task the daemon
-rejected); 3 the wait timed out; 130 interrupted; 141 the reader of the output went away
-(``| head``).
+rejected); 3 the wait timed out (or no daemon takes a cancel yet); 130 interrupted; 141
+the reader of the output went away (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -192,17 +193,22 @@ def roles_for(command: SubmitTask) -> tuple[str, ...]:
 UNTAKEN_HINT_AFTER_S = 5.0
 
 
-def untaken_hint(bridge: Bridge, task_id: str, waited_s: float) -> str | None:
-    """Why no conductor has taken ``task_id`` yet, if the daemons' answers say (None: a
-    daemon with a conductor is up, just busy)."""
+def no_conductor(bridge: Bridge) -> str | None:
+    """Why no daemon takes commands, if the daemons' answers say so (None: a daemon with
+    a conductor is up, just busy)."""
     answers = bridge.call(ping_daemons(bridge.nc, 1.0))
     if any(CONDUCTOR_ROLE in a.get("roles", ()) for a in answers):
         return None
-    why = (
-        "no daemon answered"
-        if not answers
-        else f"{len(answers)} daemon(s) answered, none runs the {CONDUCTOR_ROLE} role"
-    )
+    if not answers:
+        return "no daemon answered"
+    return f"{len(answers)} daemon(s) answered, none runs the {CONDUCTOR_ROLE} role"
+
+
+def untaken_hint(bridge: Bridge, task_id: str, waited_s: float) -> str | None:
+    """Why no conductor has taken ``task_id`` yet, if the daemons' answers say."""
+    why = no_conductor(bridge)
+    if why is None:
+        return None
     return (
         f"task {task_id} not taken after {waited_s:.0f}s: {why}. It waits in the queue until "
         "one does (start one: kernelflow daemon); still waiting…"
@@ -484,16 +490,21 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    command = CancelTask(task_id=args.task_id, reason=args.reason)
     with connected(settings) as bridge:
-        answer = bridge.call(
-            request_reply(
-                bridge,
-                CancelTask(task_id=args.task_id, reason=args.reason),
-                subjects.CANCEL,
-                timeout_s=args.timeout,
-            ),
-            timeout=args.timeout + 5,
-        )
+        asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
+        try:
+            answer = asked.result(timeout=min(UNTAKEN_HINT_AFTER_S, args.timeout))
+        except concurrent.futures.TimeoutError:
+            if (why := no_conductor(bridge)) is not None:
+                # Waiting longer cannot help; the cancel stays queued for the next daemon.
+                raise WaitTimeout(
+                    f"no answer after {UNTAKEN_HINT_AFTER_S:g}s: {why}. The cancel waits in the "
+                    "queue and applies when a daemon starts (kernelflow daemon)"
+                ) from None
+            answer = asked.result(timeout=args.timeout + 5)
+        finally:
+            asked.cancel()
     if answer is None:
         raise WaitTimeout(f"no daemon answered within {args.timeout:g}s (is one running?)")
     if not answer.get("ok"):

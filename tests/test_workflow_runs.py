@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from events.model import TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
-from tests.daemons import start_daemon, submit
+from tests.daemons import start_daemon, submit, wait_until_over
 
 RELU = "examples/tasks/relu.py"
 
@@ -202,6 +203,24 @@ def test_cancel_a_running_task(nats_url: str, tmp_path: Path) -> None:
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_a_cancel_no_daemon_takes_says_so_and_applies_when_one_starts(
+    private_nats: str, tmp_path: Path
+) -> None:
+    submit(private_nats, "queued")  # no daemon either: the submit waits in the queue too
+    started = time.monotonic()
+    cancel = run_cli("cancel", "queued", "--reason", "not needed", "--nats-url", private_nats)
+    assert cancel.returncode == 3
+    assert time.monotonic() - started < 15  # not the 30 s --timeout: waiting cannot help
+    assert "no daemon answered. The cancel waits in the queue" in cancel.stderr
+    daemon = start_daemon(private_nats, tmp_path / "daemon.log")
+    try:
+        events = wait_until_over(private_nats, "queued", timeout_s=60)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert isinstance(events[-1], TaskCancelled) and events[-1].reason == "not needed"
 
 
 def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
