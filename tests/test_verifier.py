@@ -377,6 +377,52 @@ def test_detect_device_is_cached() -> None:
     assert time.perf_counter() - started < 0.01
 
 
+def stand_in_python(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_without_gpu_device_files_the_device_is_cpu_without_asking_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = stand_in_python(tmp_path, "echo cuda")  # what torch would say, if asked
+    monkeypatch.setattr(engine, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
+    assert detect_device(python, None) == "cpu"
+    (tmp_path / "nvidiactl").touch()
+    assert detect_device(python, "0") == "cuda"
+
+
+def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_isolation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm worker starts while the sandbox is probed, under the strongest network
+    isolation; if the probe settles on another, the worker that checks candidates is one
+    started under that one."""
+    python = stand_in_python(tmp_path, """echo '{"ready": true}'; exec cat >/dev/null""")
+    strongest: tuple[str, ...] = ("env",)  # a prefix that changes nothing but is one
+    monkeypatch.setattr(engine, "network_prefixes", lambda: (strongest, ()))
+    monkeypatch.setattr(engine, "_sandbox_plan", lambda *_: engine._SandboxPlan((), "as"))
+    started: list[tuple[list[str], engine._WarmWorker]] = []
+    real_init = engine._WarmWorker.__init__
+
+    def init(self, cmd, env, home):  # type: ignore[no-untyped-def]
+        started.append((cmd[: cmd.index(python)], self))
+        real_init(self, cmd, env, home)
+
+    monkeypatch.setattr(engine._WarmWorker, "__init__", init)
+    try:
+        engine.warm_up(VerifierConfig(python=python))
+        [(first_prefix, first), (second_prefix, second)] = started
+        assert (first_prefix, second_prefix) == (list(strongest), [])
+        assert not first.alive() and second.alive()  # the early one is stopped, not leaked
+        ours = [key for key in engine._WORKERS if key[0] == python]
+        assert ours == [(python, "cpu", (), None)]
+    finally:
+        shutdown_workers()
+
+
 def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values() -> None:
     calls: list[tuple[str, int]] = []
 

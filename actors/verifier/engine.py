@@ -18,6 +18,7 @@ the public pieces here: :func:`network_prefixes`, :func:`sandbox_env`, :func:`ru
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -85,6 +86,10 @@ _PASSTHROUGH_ENV = (
     "OMP_NUM_THREADS",
 )
 _PROBE_TIMEOUT_S = 180.0
+# NVIDIA's control device, AMD ROCm's compute device, WSL2's GPU paravirtualisation: where
+# none exists (and a container passes them through when it passes a GPU), no torch build
+# can see a GPU.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 _FEEDBACK_LINES = 30
 
 
@@ -191,8 +196,11 @@ def detect_device(python: str = sys.executable, gpu: str | None = None) -> str:
     """Return "cuda" if ``python`` sees a usable CUDA GPU (``gpu``, if given), else "cpu".
 
     Asked in a short subprocess (once per interpreter and GPU, then cached) so the daemon
-    itself never initialises CUDA.
+    itself never initialises CUDA; not asked (two seconds of importing torch) on a
+    machine without the device files any GPU torch could use needs.
     """
+    if not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        return "cpu"
     code = (
         "import torch\n"
         "ok = torch.cuda.is_available() and torch.cuda.device_count() > 0\n"
@@ -477,8 +485,10 @@ _WORKERS: dict[tuple[str, str, tuple[str, ...], str | None], _WarmWorker] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
-def _worker_for(python: str, device: str, plan: _SandboxPlan, gpu: str | None) -> _WarmWorker:
-    key = (python, device, plan.prefix, gpu)
+def _worker_for(python: str, device: str, prefix: tuple[str, ...], gpu: str | None) -> _WarmWorker:
+    """The warm worker for ``device`` started under the network isolation ``prefix`` (the
+    sandbox plan's other limits apply to each job's forked child, not to the worker)."""
+    key = (python, device, prefix, gpu)
     with _WORKERS_LOCK:
         worker = _WORKERS.get(key)
         if worker is not None and worker.alive():
@@ -489,7 +499,7 @@ def _worker_for(python: str, device: str, plan: _SandboxPlan, gpu: str | None) -
         env = sandbox_env(home, gpu)
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
-        cmd = [*plan.prefix, python, "-I", str(SANDBOX_CHILD), "--serve", device]
+        cmd = [*prefix, python, "-I", str(SANDBOX_CHILD), "--serve", device]
         worker = _WarmWorker(cmd, env, home)
         _WORKERS[key] = worker
         return worker
@@ -505,8 +515,8 @@ def _discard_worker(worker: _WarmWorker) -> None:
 
 def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
     """Do now what the first verification under ``config`` would otherwise do first: find
-    the device, probe the sandbox and start the warm worker (together ~10 s of importing
-    torch and triton, three times over). What was readied, in words.
+    the device, probe the sandbox and start the warm worker (seconds of importing torch
+    and triton each). What was readied, in words.
 
     A daemon's verifier calls this as it starts, so that its first candidate, which comes
     only after the designer's and coder's LLM calls, waits for none of it. Raises what
@@ -521,9 +531,23 @@ def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
         return "nothing to ready: no CUDA GPU here, every verification answers unsupported"
     if config.device == "cpu":
         device = "cpu"
-    plan = _sandbox_plan(config.python, device, config.memory_mb)
-    if config.warm:
-        _worker_for(config.python, device, plan, config.gpu)
+    if not config.warm:
+        _sandbox_plan(config.python, device, config.memory_mb)
+    else:
+        # The probe and the worker each spend seconds importing torch and triton: the
+        # worker starts beside the probe, under the network isolation the probe picks
+        # whenever torch works under it at all (the strongest that works here), and is
+        # replaced in the rare case the probe picked another.
+        with concurrent.futures.ThreadPoolExecutor(1, "kf-sandbox-probe") as probing:
+            planned = probing.submit(_sandbox_plan, config.python, device, config.memory_mb)
+            likely = network_prefixes()[0]
+            early = None
+            with contextlib.suppress(_WorkerLost):  # the probe finds out what works instead
+                early = _worker_for(config.python, device, likely, config.gpu)
+            plan = planned.result()
+        if early is not None and plan.prefix != likely:
+            _discard_worker(early)
+        _worker_for(config.python, device, plan.prefix, config.gpu)
     return f"{device}, " + ("warm worker up" if config.warm else "a fresh sandbox per candidate")
 
 
@@ -540,7 +564,7 @@ def _run_warm(
     python: str, device: str, plan: _SandboxPlan, workdir: str, nonce: str, config: VerifierConfig
 ) -> ProcessOutcome:
     for attempt in range(2):
-        worker = _worker_for(python, device, plan, config.gpu)
+        worker = _worker_for(python, device, plan.prefix, config.gpu)
         with worker.lock:
             try:
                 reply = worker.run(workdir, nonce, config.timeout_s)
