@@ -189,37 +189,58 @@ def roles_for(command: SubmitTask) -> tuple[str, ...]:
     return (CONDUCTOR_ROLE, *workflow.agents)
 
 
-# How long a followed task may go without its first event before the user is told why.
+# How long a followed task may wait on one step before the user is told why, if no daemon
+# hosts the role that step needs.
 UNTAKEN_HINT_AFTER_S = 5.0
 
 
-def no_conductor(bridge: Bridge) -> str | None:
-    """Why no daemon takes commands, if the daemons' answers say so (None: a daemon with
-    a conductor is up, just busy)."""
+def no_host(bridge: Bridge, role: str) -> str | None:
+    """Why no daemon takes work for ``role``, if the daemons' answers say so (None: a
+    daemon hosting it is up, just busy)."""
     answers = bridge.call(ping_daemons(bridge.nc, 1.0))
-    if any(CONDUCTOR_ROLE in a.get("roles", ()) for a in answers):
+    if any(role in a.get("roles", ()) for a in answers):
         return None
     if not answers:
         return "no daemon answered"
-    return f"{len(answers)} daemon(s) answered, none runs the {CONDUCTOR_ROLE} role"
+    return f"{len(answers)} daemon(s) answered, none hosts the {role} role"
 
 
-def untaken_hint(bridge: Bridge, task_id: str, waited_s: float) -> str | None:
-    """Why no conductor has taken ``task_id`` yet, if the daemons' answers say."""
-    why = no_conductor(bridge)
+def waiting_on(state: TaskState) -> tuple[str, str] | None:
+    """What the task waits for and the role that does it: its submit, for a conductor; a
+    dispatch no agent has recorded anything for yet, for that agent."""
+    if state.events_seen == 0:
+        return "submit", CONDUCTOR_ROLE
+    d = state.current
+    if d is not None and state.last is d.event:
+        return d.dispatch_id, d.agent
+    return None
+
+
+def unhosted_hint(bridge: Bridge, state: TaskState, role: str, waited_s: float) -> str | None:
+    """Why the task has not moved for ``waited_s``, if that is because no daemon hosts
+    ``role``, the one it waits for."""
+    why = no_host(bridge, role)
     if why is None:
         return None
+    if role == CONDUCTOR_ROLE:
+        what, start = f"task {state.task_id} not taken", "kernelflow daemon"
+    else:
+        what, start = (
+            f"step {state.step} ({role}) not started",
+            f"kernelflow daemon --roles …,{role}",
+        )
     return (
-        f"task {task_id} not taken after {waited_s:.0f}s: {why}. It waits in the queue until "
-        "one does (start one: kernelflow daemon); still waiting…"
+        f"{what} after {waited_s:.0f}s: {why}. It waits in the queue until one does "
+        f"(start one: {start}); still waiting…"
     )
 
 
 def follow_task(
     bridge: Bridge, task_id: str, on_event: Callable[[Event], None], timeout_s: float | None
 ) -> TaskState:
-    """Fold the task's events as they are recorded, until it is over. A task no conductor
-    takes is explained once on stderr, while still waiting (a daemon may start later)."""
+    """Fold the task's events as they are recorded, until it is over. A step that waits
+    for a role no daemon hosts (the submit, for a conductor; a dispatch, for its agent)
+    is explained once on stderr, while still waiting (a daemon may start later)."""
     inbox: queue.Queue[Event] = queue.Queue()
 
     async def tail() -> None:
@@ -248,9 +269,9 @@ def follow_task(
 
     pump = bridge.spawn(tail())
     state = TaskState(task_id)
-    started = time.monotonic()
+    started = moved = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
-    hinted = False
+    hinted: set[str] = set()  # what the task waited on when a hint was considered
     try:
         while state.terminal is None:
             wait = None if deadline is None else deadline - time.monotonic()
@@ -261,13 +282,15 @@ def follow_task(
             except queue.Empty:
                 if pump.done():
                     pump.result()  # the log could not be read: raise why
-                waited = time.monotonic() - started
-                if not hinted and state.events_seen == 0 and waited >= UNTAKEN_HINT_AFTER_S:
-                    hinted = True
-                    if hint := untaken_hint(bridge, task_id, waited):
+                waited = time.monotonic() - moved
+                waiting = waiting_on(state)
+                if waiting and waiting[0] not in hinted and waited >= UNTAKEN_HINT_AFTER_S:
+                    hinted.add(waiting[0])
+                    if hint := unhosted_hint(bridge, state, waiting[1], waited):
                         print(f"kernelflow: {hint}", file=sys.stderr, flush=True)
                 continue
             apply(state, event)
+            moved = time.monotonic()
             on_event(event)
     finally:
         pump.cancel()
@@ -496,7 +519,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         try:
             answer = asked.result(timeout=min(UNTAKEN_HINT_AFTER_S, args.timeout))
         except concurrent.futures.TimeoutError:
-            if (why := no_conductor(bridge)) is not None:
+            if (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
                 # Waiting longer cannot help; the cancel stays queued for the next daemon.
                 raise WaitTimeout(
                     f"no answer after {UNTAKEN_HINT_AFTER_S:g}s: {why}. The cancel waits in the "

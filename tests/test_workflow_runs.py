@@ -223,6 +223,31 @@ def test_a_cancel_no_daemon_takes_says_so_and_applies_when_one_starts(
     assert isinstance(events[-1], TaskCancelled) and events[-1].reason == "not needed"
 
 
+def test_a_step_for_an_agent_no_daemon_hosts_says_so_while_waiting(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """A custom agent runs only where a daemon names it in --roles: a task reaching it
+    under daemons that do not says why it stopped moving, instead of waiting in silence."""
+    daemon = start_daemon(
+        private_nats, tmp_path / "daemon.log", script="examples/scripted/relu_optimizer.yaml"
+    )
+    try:
+        waited = run_cli(
+            "submit", RELU, "--wait", "--timeout", "10", "--nats-url", private_nats,
+            "--workflow", "examples/workflows/custom_optimizer.yaml",
+        )  # fmt: skip
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert waited.returncode == 3, waited.stderr
+    assert "step 1: coder" in waited.stdout and "step 2: optimizer" in waited.stdout
+    assert re.search(
+        r"step 2 \(optimizer\) not started after \d+s: 1 daemon\(s\) answered, none hosts "
+        r"the optimizer role\. .*kernelflow daemon --roles …,optimizer",
+        waited.stderr,
+    ), waited.stderr
+
+
 def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
     candidate = tmp_path / "kernel.py"
     candidate.write_text(good_relu_kernel())
