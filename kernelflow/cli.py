@@ -236,11 +236,17 @@ def unhosted_hint(bridge: Bridge, state: TaskState, role: str, waited_s: float) 
 
 
 def follow_task(
-    bridge: Bridge, task_id: str, on_event: Callable[[Event], None], timeout_s: float | None
+    bridge: Bridge,
+    task_id: str,
+    on_event: Callable[[Event], None],
+    timeout_s: float | None,
+    *,
+    explain_waits: bool = True,
 ) -> TaskState:
-    """Fold the task's events as they are recorded, until it is over. A step that waits
-    for a role no daemon hosts (the submit, for a conductor; a dispatch, for its agent)
-    is explained once on stderr, while still waiting (a daemon may start later)."""
+    """Fold the task's events as they are recorded, until it is over. With
+    ``explain_waits`` (other processes' daemons do the work), a step that waits for a
+    role no daemon hosts (the submit, for a conductor; a dispatch, for its agent) is
+    explained once on stderr, while still waiting (a daemon may start later)."""
     inbox: queue.Queue[Event] = queue.Queue()
 
     async def tail() -> None:
@@ -283,7 +289,7 @@ def follow_task(
                 if pump.done():
                     pump.result()  # the log could not be read: raise why
                 waited = time.monotonic() - moved
-                waiting = waiting_on(state)
+                waiting = waiting_on(state) if explain_waits else None
                 if waiting and waiting[0] not in hinted and waited >= UNTAKEN_HINT_AFTER_S:
                     hinted.add(waiting[0])
                     if hint := unhosted_hint(bridge, state, waiting[1], waited):
@@ -355,7 +361,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
             if not args.json:
                 print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
-            state = follow_task(bridge, command.task_id or "", progress, args.timeout)
+            # This process's own daemon hosts every role the workflow names.
+            state = follow_task(
+                bridge, command.task_id or "", progress, args.timeout, explain_waits=False
+            )
         except (KeyboardInterrupt, WaitTimeout) as exc:
             reason = (
                 "kernelflow run interrupted"

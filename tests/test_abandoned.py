@@ -87,13 +87,15 @@ def test_interrupting_a_run_cancels_its_task(tmp_path: Path) -> None:
 def test_a_run_out_of_time_cancels_its_task(tmp_path: Path) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
     script = slow_script(tmp_path, "designer")
+    # Long enough for a waiting step to be explained, were run to do that (its own daemon
+    # hosts every role: nothing to explain).
     run = run_cli(
-        "run", RELU, "--llm", f"scripted:{script}", "--task-id", "t1", "--timeout", "3", env=env
+        "run", RELU, "--llm", f"scripted:{script}", "--task-id", "t1", "--timeout", "7", env=env
     )
     assert run.returncode == 3
     assert run.stderr == (
-        "kernelflow: cancelled t1: kernelflow run --timeout 3s passed\n"
-        "kernelflow: task t1 did not finish within 3s\n"
+        "kernelflow: cancelled t1: kernelflow run --timeout 7s passed\n"
+        "kernelflow: task t1 did not finish within 7s\n"
     )
     assert status_of("t1", env)["status"] == "cancelled"
 
