@@ -442,8 +442,14 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
     if settings.gpus and "verifier" in pools:
         raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set():  # asked twice: stop now; what actors held is redone from the log
+            raise KeyboardInterrupt
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     with connected(settings) as bridge:
         daemon = start_daemon(bridge, settings, roles, pools)
         daemon_id = new_daemon_id()
@@ -456,7 +462,12 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         health = HealthResponder(bridge, describe).start()
         print(f"kernelflow daemon on {bridge.nats_url}: roles {', '.join(roles)}", flush=True)
         stop.wait()
-        print("shutting down…", flush=True)
+        print(
+            "shutting down: actors finish what they hold (up to "
+            f"{daemon.config.stop_timeout_s:g}s); a second Ctrl-C (or SIGTERM) stops at "
+            "once, and the next daemon redoes their work from the log…",
+            flush=True,
+        )
         health.stop()
         daemon.stop()
         if read_model is not None:

@@ -72,3 +72,42 @@ def test_killed_daemon_is_replaced_and_task_completes(
     assert state.history == ["designer", "coder", "verifier", "coder", "verifier"]
     assert events[: len(before)] == before  # history is only ever appended to
     assert_each_step_once(events)
+
+
+def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: Path) -> None:
+    """The first Ctrl-C lets the actors finish what they hold (up to 30 s); a second one
+    does not make the user wait: the daemon exits at once, and its work is left to the
+    next daemon, as after a crash."""
+    script = yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
+    for entry in script["coder"]:
+        entry["latency_s"] = 60
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump(script))
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(private_nats, log, script=slow)
+    try:
+        submit(private_nats, "t1")
+        wait_for(
+            private_nats,
+            "t1",
+            lambda events: any(
+                isinstance(e, AgentDispatched) and e.agent == "coder" for e in events
+            ),
+            timeout_s=60,
+        )
+        daemon.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while "a second Ctrl-C" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        time.sleep(1)
+        assert daemon.poll() is None  # still letting the coder finish its call
+        interrupted = time.monotonic()
+        daemon.send_signal(signal.SIGINT)
+        assert daemon.wait(timeout=30) == 130
+        assert time.monotonic() - interrupted < 10
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+    assert "Traceback" not in log.read_text()
+    assert fold("t1", task_events(private_nats, "t1")).terminal is None  # left to the next
