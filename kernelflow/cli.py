@@ -403,21 +403,26 @@ def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
             )
         )
 
-    answers = bridge.call(cancel_all(), timeout=10)
+    try:
+        answers = bridge.call(cancel_all(), timeout=10)
+    except Exception:  # NATS gone too: say what stays unfinished, then leave as asked
+        answers = [None] * len(task_ids)
     cancelled = [t for t, a in zip(task_ids, answers, strict=True) if a and a.get("ok")]
+    unanswered = [t for t, a in zip(task_ids, answers, strict=True) if a is None]
     if cancelled:
-        shown = ", ".join(cancelled[:5]) + (
-            f" and {len(cancelled) - 5} more" if len(cancelled) > 5 else ""
+        print(f"kernelflow: cancelled {_listed(cancelled)}: {reason}", file=sys.stderr)
+    if unanswered:
+        them = "it" if len(unanswered) == 1 else "them"
+        print(
+            f"kernelflow: could not cancel {_listed(unanswered)} (no answer): the next daemon "
+            f"resumes {them} (kernelflow cancel ID stops one)",
+            file=sys.stderr,
         )
-        print(f"kernelflow: cancelled {shown}: {reason}", file=sys.stderr, flush=True)
-    for task_id, answer in zip(task_ids, answers, strict=True):
-        if answer is None:
-            print(
-                f"kernelflow: could not cancel {task_id} (no answer): the next daemon on this "
-                f"store resumes it; kernelflow cancel {task_id} stops it",
-                file=sys.stderr,
-                flush=True,
-            )
+
+
+def _listed(ids: list[str], shown: int = 5) -> str:
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
 
 
 def print_summary(result: dict[str, Any]) -> None:
