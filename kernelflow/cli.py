@@ -354,7 +354,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if not args.json:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
-    with connected(settings) as bridge:
+    with terminated_as_interrupted(), connected(settings) as bridge:
         daemon = start_daemon(bridge, settings, roles_for(command), {})
         stop_wait_s = None
         try:
@@ -384,6 +384,21 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_summary(result)
     return exit_code_for(result["status"])
+
+
+@contextlib.contextmanager
+def terminated_as_interrupted() -> Iterator[None]:
+    """Within the block SIGTERM (a ``timeout`` wrapper, a cancelled CI job) ends the command
+    as Ctrl-C does, so that it cancels its own tasks instead of dying with them running."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 # How long a command that gives up on its tasks lets its actors finish what they hold.

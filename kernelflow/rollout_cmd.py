@@ -65,7 +65,7 @@ def config_from(args: argparse.Namespace) -> RolloutConfig:
 
 
 def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelflow.cli import EXIT_FAILED, EXIT_OK, UsageError
+    from kernelflow.cli import EXIT_FAILED, EXIT_OK, UsageError, terminated_as_interrupted
 
     config = config_from(args)
     try:
@@ -81,9 +81,10 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
             flush=True,
         )
     try:
-        trajectories = Rollout(config, settings).run(
-            prompts, args.n, on_progress=None if args.json else print_progress
-        )
+        with terminated_as_interrupted():
+            trajectories = Rollout(config, settings).run(
+                prompts, args.n, on_progress=None if args.json else print_progress
+            )
     except ProviderSpecError as exc:
         raise UsageError(str(exc)) from exc
     result: dict[str, Any] = rollout_summary(trajectories)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
@@ -44,14 +45,16 @@ def start(args: list[str], env: dict[str, str], out: Path) -> subprocess.Popen[b
         )
 
 
-def interrupt_once(proc: subprocess.Popen[bytes], ready: Callable[[], bool]) -> tuple[int, str]:
+def interrupt_once(
+    proc: subprocess.Popen[bytes], ready: Callable[[], bool], sig: int = signal.SIGINT
+) -> tuple[int, str]:
     """Ctrl-C as a terminal sends it (to the whole foreground process group) once
-    ``ready()``; the exit code and stderr."""
+    ``ready()``, or ``sig`` likewise; the exit code and stderr."""
     deadline = time.monotonic() + 60
     while not ready():
         assert proc.poll() is None and time.monotonic() < deadline, "never got ready"
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, sig)
     _, stderr = proc.communicate(timeout=30)
     return proc.returncode, stderr.decode()
 
@@ -63,13 +66,15 @@ def status_of(task_id: str, env: dict[str, str]) -> dict[str, object]:
     return answer
 
 
-def test_interrupting_a_run_cancels_its_task(tmp_path: Path) -> None:
+# SIGTERM: what `timeout` or a cancelled CI job sends.
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_a_run_cancels_its_task(sig: int, tmp_path: Path) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
     script = slow_script(tmp_path, "designer")
     out = tmp_path / "out.txt"
     proc = start(["run", RELU, "--llm", f"scripted:{script}", "--task-id", "t1"], env, out)
     interrupted = time.monotonic()
-    code, stderr = interrupt_once(proc, lambda: "step 1: designer" in out.read_text())
+    code, stderr = interrupt_once(proc, lambda: "step 1: designer" in out.read_text(), sig)
     assert code == 130
     # The interrupt reaches kernelflow, not the embedded server it still needs to record
     # the cancel (before, the server died with it, in a burst of connection warnings).
