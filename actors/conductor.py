@@ -143,12 +143,8 @@ class Conductor(Worker):
             return
         try:
             self._advance_claimed(key, lambda: self.history_at(job), [delivery])
-        except Exception as exc:
-            if not job.last_delivery:
-                self.log.exception("conductor failed on %s; it will be redelivered", job.subject)
-                return
-            self.log.exception("conductor failed on %s for the last time", job.subject)
-            self.gave_up(job, exc)
+        except Exception as exc:  # the triggers held were settled above
+            self.after_failure(job, exc)
 
     def give_up(self, job: Job, error: str) -> None:
         """A command is answered with the error; a task whose decision failed on every

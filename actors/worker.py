@@ -79,21 +79,20 @@ class Worker(pykka.ThreadingActor):
         try:
             settlement = self.handle(job)
         except Exception as exc:
-            if not job.last_delivery:
-                self.log.exception(
-                    "%s failed on %s; it will be redelivered", self.role, job.subject
-                )
-            else:
-                self.log.exception("%s failed on %s for the last time", self.role, job.subject)
-                settlement = self.gave_up(job, exc)
+            settlement = self.after_failure(job, exc)
         finally:
             delivery.settle(settlement)
 
     def handle(self, job: Job) -> Settlement:
         raise NotImplementedError
 
-    def gave_up(self, job: Job, exc: Exception) -> Settlement:
-        """Record that ``job`` failed on its last delivery (see ``give_up``)."""
+    def after_failure(self, job: Job, exc: Exception) -> Settlement:
+        """Handling ``job`` raised ``exc``: logged, and left to be redelivered; on its last
+        delivery, given up and recorded as such (see ``give_up``)."""
+        if not job.last_delivery:
+            self.log.exception("%s failed on %s; it will be redelivered", self.role, job.subject)
+            return "nak"
+        self.log.exception("%s failed on %s for the last time", self.role, job.subject)
         error = f"gave up after {job.deliveries} attempts: {type(exc).__name__}: {exc}"
         try:
             self.give_up(job, error)
