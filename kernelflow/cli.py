@@ -356,26 +356,23 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     with terminated_as_interrupted(), connected(settings) as bridge:
         daemon = start_daemon(bridge, settings, roles_for(command), {})
-        stop_wait_s = None
-        try:
-            bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
-            if not args.json:
-                print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
-            # This process's own daemon hosts every role the workflow names.
-            state = follow_task(
-                bridge, command.task_id or "", progress, args.timeout, explain_waits=False
-            )
-        except (KeyboardInterrupt, WaitTimeout) as exc:
-            reason = (
-                "kernelflow run interrupted"
-                if isinstance(exc, KeyboardInterrupt)
-                else f"kernelflow run --timeout {args.timeout:g}s passed"
-            )
-            cancel_abandoned(bridge, [command.task_id or ""], reason)
-            stop_wait_s = ABANDONED_STOP_WAIT_S  # what the actors still do is for nothing
-            raise
-        finally:
-            daemon.stop(stop_wait_s)
+        with stopped_after(daemon):
+            try:
+                bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+                if not args.json:
+                    print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
+                # This process's own daemon hosts every role the workflow names.
+                state = follow_task(
+                    bridge, command.task_id or "", progress, args.timeout, explain_waits=False
+                )
+            except (KeyboardInterrupt, WaitTimeout) as exc:
+                reason = (
+                    "kernelflow run interrupted"
+                    if isinstance(exc, KeyboardInterrupt)
+                    else f"kernelflow run --timeout {args.timeout:g}s passed"
+                )
+                cancel_abandoned(bridge, [command.task_id or ""], reason)
+                raise
         # Read back once the daemon stopped: what follows the finish (its rewards) is in.
         events = list(bridge.call(bridge.log.read_task(state.task_id)).events)
     result = summary(state) | write_outputs(state, Path(args.out), events)
@@ -403,6 +400,21 @@ def terminated_as_interrupted() -> Iterator[None]:
 
 # How long a command that gives up on its tasks lets its actors finish what they hold.
 ABANDONED_STOP_WAIT_S = 2.0
+
+
+@contextlib.contextmanager
+def stopped_after(daemon: Daemon) -> Iterator[None]:
+    """Stop a command's own ``daemon`` after the block: at once (``ABANDONED_STOP_WAIT_S``)
+    if the block gave up on its tasks (interrupted, out of time), since what the actors
+    still do is no longer wanted."""
+    wait_s = None
+    try:
+        yield
+    except (KeyboardInterrupt, WaitTimeout):
+        wait_s = ABANDONED_STOP_WAIT_S
+        raise
+    finally:
+        daemon.stop(wait_s)
 
 
 def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:

@@ -254,7 +254,7 @@ class Rollout:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
-        from kernelflow.cli import ABANDONED_STOP_WAIT_S, connected  # the CLI owns the wiring
+        from kernelflow.cli import connected, stopped_after  # the CLI owns the wiring
 
         commands = self.commands(prompts, n)
         provider = self._provider()
@@ -269,14 +269,8 @@ class Rollout:
                     llm=provider,
                 ),
             ).start()
-            stop_wait_s = None
-            try:
+            with stopped_after(daemon):  # interrupted, _drive cancels what it leaves
                 events = self._drive(bridge, commands, pool, on_progress)
-            except KeyboardInterrupt:  # _drive cancelled the rollouts it left unfinished
-                stop_wait_s = ABANDONED_STOP_WAIT_S
-                raise
-            finally:
-                daemon.stop(stop_wait_s)
         trajectories = [
             build_trajectory(c.task_id or "", events[c.task_id or ""]) for c in commands
         ]
