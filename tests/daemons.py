@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nats
+import yaml
 
 from events.log import EventLog
 from events.model import (
@@ -28,6 +29,17 @@ from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
 from workflows.loader import load_workflow
 
 RELU_SCRIPT = "examples/scripted/relu.yaml"
+
+
+def slow_script(tmp_path: Path, latency_s: float, agent: str = "coder") -> Path:
+    """The relu script with ``agent``'s answers ``latency_s`` away (an agent it has no
+    answers for answers ``Final Answer: 42``), so that something lands mid-call."""
+    script = yaml.safe_load((REPO / RELU_SCRIPT).read_text())
+    for entry in script.setdefault(agent, [{"text": "Final Answer: 42"}]):
+        entry["latency_s"] = latency_s
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(script))
+    return path
 
 
 def start_daemon(

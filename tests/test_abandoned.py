@@ -14,22 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.daemons import slow_script
 
 RELU = str(EXAMPLES / "tasks" / "relu.py")
-
-
-def slow_script(tmp_path: Path, agent: str) -> Path:
-    """The relu script with the ``agent``'s answers a minute away."""
-    script = yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
-    script.setdefault(agent, [{"text": "Final Answer: 42"}])
-    for entry in script[agent]:
-        entry["latency_s"] = 60
-    path = tmp_path / "slow.yaml"
-    path.write_text(yaml.safe_dump(script))
-    return path
 
 
 def start(args: list[str], env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
@@ -70,7 +59,7 @@ def status_of(task_id: str, env: dict[str, str]) -> dict[str, object]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupting_a_run_cancels_its_task(sig: int, tmp_path: Path) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
-    script = slow_script(tmp_path, "designer")
+    script = slow_script(tmp_path, 60, "designer")
     out = tmp_path / "out.txt"
     proc = start(["run", RELU, "--llm", f"scripted:{script}", "--task-id", "t1"], env, out)
     interrupted = time.monotonic()
@@ -91,7 +80,7 @@ def test_interrupting_a_run_cancels_its_task(sig: int, tmp_path: Path) -> None:
 
 def test_a_run_out_of_time_cancels_its_task(tmp_path: Path) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
-    script = slow_script(tmp_path, "designer")
+    script = slow_script(tmp_path, 60, "designer")
     # Long enough for a waiting step to be explained, were run to do that (its own daemon
     # hosts every role: nothing to explain).
     run = run_cli(
@@ -110,7 +99,7 @@ def test_interrupting_a_rollout_cancels_the_rollouts_it_started(
 ) -> None:
     data = tmp_path / "three.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i} + 1?"}) + "\n" for i in range(3)))
-    script = slow_script(tmp_path, "solver")
+    script = slow_script(tmp_path, 60, "solver")
     args = ["rollout", "--dataset", str(data), "--llm", f"scripted:{script}"]
     args += ["--concurrency", "2", "--nats-url", private_nats]
     proc = start(args, cli_env(), tmp_path / "out.txt")

@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from events.model import AgentDispatched, Event
 from projections.task_state import fold
-from tests.conftest import EXAMPLES
 from tests.daemons import (
     assert_each_step_once,
+    slow_script,
     start_daemon,
     submit,
     task_events,
@@ -25,23 +24,18 @@ from tests.daemons import (
 
 
 @pytest.fixture
-def slow_script(tmp_path: Path) -> Path:
+def slowed(tmp_path: Path) -> Path:
     """The relu script with a model latency, so a kill lands in the middle of a call."""
-    script = yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
-    for entry in script["coder"]:
-        entry["latency_s"] = 1.5
-    path = tmp_path / "slow_relu.yaml"
-    path.write_text(yaml.safe_dump(script))
-    return path
+    return slow_script(tmp_path, 1.5)
 
 
 @pytest.mark.parametrize("agent", ["coder", "verifier"], ids=["mid-LLM-call", "mid-verification"])
 def test_killed_daemon_is_replaced_and_task_completes(
-    agent: str, private_nats: str, slow_script: Path, tmp_path: Path
+    agent: str, private_nats: str, slowed: Path, tmp_path: Path
 ) -> None:
     task_id = f"crash-{agent}"
     log = tmp_path / "daemon.log"
-    first = start_daemon(private_nats, log, script=slow_script, KF_ACK_WAIT="2")
+    first = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2")
     try:
         submit(private_nats, task_id)
 
@@ -58,7 +52,7 @@ def test_killed_daemon_is_replaced_and_task_completes(
     before = task_events(private_nats, task_id)
     assert fold(task_id, before).terminal is None, "the kill must land mid-task"
 
-    second = start_daemon(private_nats, log, script=slow_script, KF_ACK_WAIT="2")
+    second = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2")
     try:
         events = wait_until_over(private_nats, task_id)
     finally:
@@ -78,13 +72,8 @@ def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: 
     """The first Ctrl-C lets the actors finish what they hold (up to 30 s); a second one
     does not make the user wait: the daemon exits at once, and its work is left to the
     next daemon, as after a crash."""
-    script = yaml.safe_load((EXAMPLES / "scripted" / "relu.yaml").read_text())
-    for entry in script["coder"]:
-        entry["latency_s"] = 60
-    slow = tmp_path / "slow.yaml"
-    slow.write_text(yaml.safe_dump(script))
     log = tmp_path / "daemon.log"
-    daemon = start_daemon(private_nats, log, script=slow)
+    daemon = start_daemon(private_nats, log, script=slow_script(tmp_path, 60))
     try:
         submit(private_nats, "t1")
         wait_for(

@@ -14,7 +14,7 @@ import yaml
 
 from events.model import TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
-from tests.daemons import start_daemon, submit, wait_until_over
+from tests.daemons import slow_script, start_daemon, submit, wait_until_over
 
 RELU = "examples/tasks/relu.py"
 
@@ -158,15 +158,6 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
             f"{bad}: agent_info.verifier.possible_next_agent[1]: unknown agent 'codr'"
             in result.stderr
         )
-
-
-def slow_script(tmp_path: Path, latency_s: float) -> Path:
-    script = relu_script()
-    for entry in script["coder"]:
-        entry["latency_s"] = latency_s
-    path = tmp_path / "slow.yaml"
-    path.write_text(yaml.safe_dump(script))
-    return path
 
 
 def test_deadline_ends_a_task_with_its_own_status(nats_url: str, tmp_path: Path) -> None:
