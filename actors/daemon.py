@@ -73,6 +73,9 @@ class DaemonConfig:
     # CUDA devices (indices or UUIDs) the verifier pool owns: one verifier actor per
     # device, each checking on its own device only. Empty: one pool as sized above.
     gpus: tuple[str, ...] = ()
+    # Called on the bridge loop with the role as each job is handed to an actor: a command
+    # that runs its own daemon (``kernelflow run``) says through it what else it works on.
+    on_job: Callable[[str, Job], None] | None = None
 
     def pool_size(self, role: str) -> int:
         if role == VERIFIER and self.gpus:
@@ -249,6 +252,8 @@ class Daemon:
             deliveries=at.delivered,
             last_delivery=0 < self.config.max_deliveries <= at.delivered,
         )
+        if self.config.on_job is not None:
+            self.config.on_job(pool.role, job)
         held = _Held(pool, actor, msg)
         self._held.add(held)
         post = self.bridge.post

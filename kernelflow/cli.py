@@ -37,8 +37,9 @@ from actors.llm import ProviderSpecError, default_llm_spec, make_provider
 from actors.readmodel import NoAnswer, ReadModel, query_status, status_rows
 from actors.verifier.engine import VerifierConfig, detect_device
 from actors.verifier.taskfile import TaskFileError, check_task_source
+from actors.worker import Job, task_of
 from events import subjects
-from events.codec import json_schema
+from events.codec import MalformedMessage, decode_command, json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
 from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_cmd
@@ -114,7 +115,11 @@ def connected(settings: Settings) -> Iterator[Bridge]:
 
 
 def start_daemon(
-    bridge: Bridge, settings: Settings, roles: tuple[str, ...], pools: dict[str, int]
+    bridge: Bridge,
+    settings: Settings,
+    roles: tuple[str, ...],
+    pools: dict[str, int],
+    on_job: Callable[[str, Job], None] | None = None,
 ) -> Daemon:
     llm = None
     try:
@@ -135,6 +140,7 @@ def start_daemon(
         llm=llm,
         verifier=VerifierConfig(timeout_s=settings.verify_timeout_s),
         gpus=settings.gpus,
+        on_job=on_job,
     )
     if "verifier" in roles:
         warn_unseen_gpus(config)
@@ -355,7 +361,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
     with terminated_as_interrupted(), connected(settings) as bridge:
-        daemon = start_daemon(bridge, settings, roles_for(command), {})
+        own = noting_other_tasks({command.task_id or ""}, "this run")
+        daemon = start_daemon(bridge, settings, roles_for(command), {}, own)
         with stopped_after(daemon):
             try:
                 bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
@@ -381,6 +388,41 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_summary(result)
     return exit_code_for(result["status"])
+
+
+def noting_other_tasks(ours: set[str], command: str) -> Callable[[str, Job], None]:
+    """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
+    when it takes work for a task that is not one of ``ours``. Such work was queued in the
+    store before the command (a crashed run's task, a submit no daemon took yet) or comes
+    from another publisher on a shared server; unsaid, it would run unseen, LLM calls
+    and all."""
+    noted: set[str] = set()
+
+    def on_job(role: str, job: Job) -> None:
+        task = _task_worked_on(job)
+        if task is None or task in ours or task in noted:
+            return
+        noted.add(task)
+        print(
+            f"note: {command}'s daemon also works on task {task} ({role}), queued before "
+            f"{command} or by another publisher; `kernelflow cancel {task}` ends it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return on_job
+
+
+def _task_worked_on(job: Job) -> str | None:
+    """The task a job does work for: an event's, or a submitted one's (None for other
+    commands, a submit that leaves the id to the conductor, a malformed one)."""
+    if job.source == "event":
+        return task_of(job.subject)
+    with contextlib.suppress(MalformedMessage):
+        command = decode_command(job.data)
+        if isinstance(command, SubmitTask):
+            return command.task_id
+    return None
 
 
 @contextlib.contextmanager

@@ -254,7 +254,8 @@ class Rollout:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
-        from kernelflow.cli import connected, stopped_after  # the CLI owns the wiring
+        # The CLI owns the wiring.
+        from kernelflow.cli import connected, noting_other_tasks, stopped_after
 
         commands = self.commands(prompts, n)
         provider = self._provider()
@@ -267,6 +268,7 @@ class Rollout:
                     pool_sizes={SOLVER: pool, CONDUCTOR_ROLE: min(pool, 8)},
                     ack_wait_s=self.settings.ack_wait_s,
                     llm=provider,
+                    on_job=noting_other_tasks({c.task_id or "" for c in commands}, "this rollout"),
                 ),
             ).start()
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves

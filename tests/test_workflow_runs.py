@@ -214,6 +214,24 @@ def test_a_cancel_no_daemon_takes_says_so_and_applies_when_one_starts(
     assert isinstance(events[-1], TaskCancelled) and events[-1].reason == "not needed"
 
 
+def test_a_run_says_when_its_daemon_works_on_a_task_not_its_own(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """Work queued in the store before a run (here a submit no daemon took) is done by the
+    run's in-process daemon too: the user hears of it once, with how to stop it."""
+    submit(private_nats, "earlier")
+    run = run_cli(
+        "run", RELU, "--nats-url", private_nats, "--out", str(tmp_path / "out"),
+        "--llm", "scripted:examples/scripted/relu.yaml",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    notes = [line for line in run.stderr.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: this run's daemon also works on task earlier (conductor), queued before this "
+        "run or by another publisher; `kernelflow cancel earlier` ends it"
+    ]
+
+
 def test_a_step_for_an_agent_no_daemon_hosts_says_so_while_waiting(
     private_nats: str, tmp_path: Path
 ) -> None:
