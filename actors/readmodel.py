@@ -190,6 +190,11 @@ class ReadModel:
         for task in [*self._tasks, *self._queries]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._queries, return_exceptions=True)
+        if not self.bridge.nc.is_connected:
+            # Each request would wait out its timeout. The next start catches up from the
+            # last snapshot saved; the server drops the idle cursor by itself.
+            log.info("read model: NATS unreachable; position %d not saved", self.position)
+            return
         try:
             if save:
                 await self.save()

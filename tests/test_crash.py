@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from events.model import AgentDispatched, Event
+from kernelflow.nats_server import EmbeddedNats
 from projections.task_state import fold
 from tests.daemons import (
     assert_each_step_once,
@@ -100,3 +101,33 @@ def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: 
             os.killpg(daemon.pid, signal.SIGKILL)
     assert "Traceback" not in log.read_text()
     assert fold("t1", task_events(private_nats, "t1")).terminal is None  # left to the next
+
+
+def test_a_daemon_whose_nats_is_gone_stops_at_once(tmp_path: Path) -> None:
+    """With its server gone there is nothing a daemon can save or tell NATS on the way
+    out: Ctrl-C ends it at once, not after its read model's requests time out."""
+    server = EmbeddedNats(tmp_path / "nats")
+    url = server.start()
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(url, log)
+    try:
+        wait_for_line(log, "warm-up done")  # a stop waits for a warm-up under way
+        os.kill(server.pid or 0, signal.SIGKILL)
+        server.stop()
+        wait_for_line(log, "reconnecting")
+        interrupted = time.monotonic()
+        daemon.send_signal(signal.SIGINT)
+        assert daemon.wait(timeout=30) == 0, log.read_text()
+        assert time.monotonic() - interrupted < 3, log.read_text()
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        server.stop()
+    assert "Traceback" not in log.read_text()
+
+
+def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
