@@ -36,6 +36,13 @@ def decode_command(data: bytes) -> Command:
         raise MalformedMessage(f"not a kernelflow command: {exc}") from exc
 
 
+def checked_command(command: Command) -> Command:
+    """``command`` as a daemon will read it. Constructing a command checks no constraint of
+    the schema (a task id's alphabet, a positive deadline): a publisher checks here, since
+    a daemon can only refuse what breaks them, after it was published."""
+    return decode_command(encode(command))
+
+
 def to_builtins(message: msgspec.Struct) -> dict[str, Any]:
     return msgspec.to_builtins(message)
 

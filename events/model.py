@@ -68,7 +68,7 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # Existing code to start from (the verifier_only workflow verifies it as is).
     candidate_code: str | None = None
     # Wall-clock seconds the task may take from submission; checked at every decision.
-    deadline_s: float | None = None
+    deadline_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     metadata: dict[str, str] = {}
     # A task that is a prompt rather than a kernel (``kernelflow rollout``): the question
     # for the workflow's start agent, and the reference answer reward functions compare

@@ -39,7 +39,7 @@ from actors.verifier.engine import VerifierConfig, detect_device
 from actors.verifier.taskfile import TaskFileError, check_task_source
 from actors.worker import Job, task_of
 from events import subjects
-from events.codec import MalformedMessage, decode_command, json_schema
+from events.codec import MalformedMessage, checked_command, decode_command, json_schema
 from events.log import StreamSettings
 from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
 from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_cmd
@@ -175,7 +175,7 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
     except WorkflowError as exc:
         raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
-    return SubmitTask(
+    command = SubmitTask(
         task_id=args.task_id or f"t-{uuid.uuid4().hex[:16]}",
         task_name=Path(args.task).stem,
         task_source=source,
@@ -186,6 +186,11 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
         deadline_s=args.deadline,
         group_id=getattr(args, "group", None),
     )
+    try:
+        checked_command(command)
+    except MalformedMessage as exc:
+        raise UsageError(f"cannot submit this task: {exc}") from exc
+    return command
 
 
 def roles_for(command: SubmitTask) -> tuple[str, ...]:

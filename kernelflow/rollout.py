@@ -35,6 +35,7 @@ from actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from actors.llm import make_provider
 from actors.llm.config import AgentLLM, load_config
 from events import subjects
+from events.codec import checked_command
 from events.model import Event, SubmitTask
 from kernelflow.settings import Settings
 from projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
@@ -229,22 +230,23 @@ class Rollout:
             item = raw if isinstance(raw, PromptItem) else PromptItem(prompt=raw)
             name = item.id or f"p{i}"
             for k in range(n):
-                out.append(
-                    SubmitTask(
-                        task_id=f"ro-{run}-{i}-{k}",
-                        task_name=name,
-                        task_source="",
-                        prompt=item.prompt,
-                        reference_answer=item.reference,
-                        files=item.files,
-                        workflow=f"rollout_{self.config.agent_type}",
-                        workflow_yaml=workflow,
-                        group_id=f"{run}-p{i}",
-                        rewards=list(self.config.rewards),
-                        deadline_s=self.config.deadline_s,
-                        metadata={"rollout": run, "prompt_index": str(i), "sample": str(k)},
-                    )
+                command = SubmitTask(
+                    task_id=f"ro-{run}-{i}-{k}",
+                    task_name=name,
+                    task_source="",
+                    prompt=item.prompt,
+                    reference_answer=item.reference,
+                    files=item.files,
+                    workflow=f"rollout_{self.config.agent_type}",
+                    workflow_yaml=workflow,
+                    group_id=f"{run}-p{i}",
+                    rewards=list(self.config.rewards),
+                    deadline_s=self.config.deadline_s,
+                    metadata={"rollout": run, "prompt_index": str(i), "sample": str(k)},
                 )
+                # What a daemon would refuse (a deadline <= 0) is refused here instead.
+                checked_command(command)
+                out.append(command)
         return out
 
     def run(

@@ -12,6 +12,7 @@ from typing import Any
 from actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
 from actors.kinds.check import check_agents
 from actors.llm import ProviderSpecError
+from events.codec import MalformedMessage
 from kernelflow.rollout import (
     DatasetError,
     Rollout,
@@ -87,6 +88,8 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
             )
     except ProviderSpecError as exc:
         raise UsageError(str(exc)) from exc
+    except MalformedMessage as exc:
+        raise UsageError(f"cannot submit these rollouts: {exc}") from exc
     result: dict[str, Any] = rollout_summary(trajectories)
     if config.save_trajectories is not None:
         result["trajectories_path"] = str(config.save_trajectories)

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.codec import MalformedMessage, decode_command, decode_event, encode, json_schema
+from events.codec import (
+    MalformedMessage,
+    checked_command,
+    decode_command,
+    decode_event,
+    encode,
+    json_schema,
+)
 from events.model import (
     COMMAND_TYPES,
     EVENT_TYPES,
@@ -175,12 +182,24 @@ def test_minimal_submit_from_any_client() -> None:
         (b'{"kind": "submit_task"}', "task_source"),
         (b'{"kind": "submit_task", "task_source": "x", "task_id": "a.b"}', "task_id"),
         (b'{"kind": "submit_task", "task_source": "x", "backend": "cobol"}', "backend"),
+        (b'{"kind": "submit_task", "task_source": "x", "deadline_s": 0}', "deadline_s"),
     ],
 )
 def test_bad_commands_are_refused_with_the_reason(payload: bytes, problem: str) -> None:
     with pytest.raises(MalformedMessage) as err:
         decode_command(payload)
     assert problem in str(err.value).lower() or problem in str(err.value)
+
+
+def test_a_publisher_checks_a_command_as_a_daemon_will_read_it() -> None:
+    ok = SubmitTask(task_source="x", task_id="ok-1", deadline_s=60.0)
+    assert checked_command(ok) == ok
+    for bad, field in [
+        (SubmitTask(task_source="x", task_id="a.b"), "task_id"),
+        (SubmitTask(task_source="x", deadline_s=-5.0), "deadline_s"),
+    ]:
+        with pytest.raises(MalformedMessage, match=field):
+            checked_command(bad)
 
 
 def test_events_are_not_commands() -> None:

@@ -3,15 +3,19 @@ CLI; the lifecycle commands (cancel, deadline) and the workflow tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 import time
 from pathlib import Path
 
+import nats
+import nats.js.errors
 import pytest
 import yaml
 
+from events import subjects
 from events.model import TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
 from tests.daemons import slow_script, start_daemon, submit, wait_until_over
@@ -158,6 +162,54 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
             f"{bad}: agent_info.verifier.possible_next_agent[1]: unknown agent 'codr'"
             in result.stderr
         )
+
+
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["submit", RELU, "--task-id", "a.b"], "at `$.task_id`"),
+        (["submit", RELU, "--deadline", "0"], "Expected `float` > 0.0 - at `$.deadline_s`"),
+        (
+            ["run", RELU, "--deadline", "-5", "--llm", "scripted:x"],
+            "Expected `float` > 0.0 - at `$.deadline_s`",
+        ),
+        (
+            [
+                "rollout",
+                "--dataset",
+                "examples/datasets/arithmetic.jsonl",
+                "--deadline",
+                "-1",
+                "--llm",
+                "scripted:examples/scripted/arithmetic_react.yaml",
+            ],
+            "Expected `float` > 0.0 - at `$.deadline_s`",
+        ),
+    ],
+    ids=["task-id", "submit-deadline", "run-deadline", "rollout-deadline"],
+)
+def test_a_task_a_daemon_would_refuse_is_refused_before_it_is_published(
+    args: list[str], problem: str, private_nats: str
+) -> None:
+    result = run_cli(*args, "--nats-url", private_nats)
+    assert result.returncode == 2, result.stderr
+    assert "\nkernelflow: cannot submit th" in "\n" + result.stderr
+    assert problem in result.stderr
+    assert queued_commands(private_nats) == 0
+
+
+def queued_commands(url: str) -> int:
+    async def count() -> int:
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(subjects.COMMANDS_STREAM)
+            return int(info.state.messages)
+        except nats.js.errors.NotFoundError:
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
 
 
 def test_deadline_ends_a_task_with_its_own_status(nats_url: str, tmp_path: Path) -> None:
