@@ -613,6 +613,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     command = CancelTask(task_id=args.task_id, reason=args.reason)
+    try:
+        checked_command(command)
+    except MalformedMessage as exc:
+        raise UsageError(f"cannot cancel this task: {exc}") from exc
     with connected(settings) as bridge:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
         try:
@@ -646,7 +650,8 @@ async def request_reply(
         await bridge.log.publish_command(command, subject, {subjects.REPLY_HEADER: inbox})
         try:
             message = await replies.next_msg(timeout=timeout_s)
-        except nats.errors.TimeoutError:
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError):
+            # Closed: the caller stopped waiting (nats-py turns the cancellation into this).
             return None
         answer: dict[str, Any] = json.loads(message.data)
         return answer
