@@ -51,7 +51,13 @@ from kernelflow.render import describe, workflow_text
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from projections.task_state import TaskState, apply, fold
 from projections.trajectory import build_trajectory
-from workflows.loader import WorkflowError, load_workflow, parse_workflow, resolve_workflow
+from workflows.loader import (
+    WorkflowError,
+    is_agent_name,
+    load_workflow,
+    parse_workflow,
+    resolve_workflow,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a command killed by SIGPIPE
@@ -512,6 +518,13 @@ def print_summary(result: dict[str, Any]) -> None:
 
 def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    if not roles:
+        raise UsageError("--roles: name at least one role")
+    for role in roles:
+        if not is_agent_name(role):
+            raise UsageError(
+                f"--roles: {role!r} cannot name a role (letters, digits, '_' and '-'; not 'finish')"
+            )
     pools = {}
     for item in args.pool:
         role, _, n = item.partition("=")
@@ -572,6 +585,10 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
             msgspec.structs.replace(command, task_id=f"{command.task_id}-{i}", group_id=group)
             for i in range(1, args.samples + 1)
         ]
+        try:
+            checked_command(commands[-1])  # the longest id
+        except MalformedMessage as exc:
+            raise UsageError(f"cannot submit these samples: {exc}") from exc
     codes = []
     with connected(settings) as bridge:
         for c in commands:

@@ -169,6 +169,7 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
     [
         (["submit", RELU, "--task-id", "a.b"], "at `$.task_id`"),
         (["cancel", "a.b"], "at `$.task_id`"),
+        (["submit", RELU, "--samples", "10", "--task-id", "x" * 62], "at `$.task_id`"),
         (["submit", RELU, "--deadline", "0"], "Expected `float` > 0.0 - at `$.deadline_s`"),
         (
             ["run", RELU, "--deadline", "-5", "--llm", "scripted:x"],
@@ -187,7 +188,14 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
             "Expected `float` > 0.0 - at `$.deadline_s`",
         ),
     ],
-    ids=["task-id", "cancel-task-id", "submit-deadline", "run-deadline", "rollout-deadline"],
+    ids=[
+        "task-id",
+        "cancel-task-id",
+        "sample-ids",
+        "submit-deadline",
+        "run-deadline",
+        "rollout-deadline",
+    ],
 )
 def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
     args: list[str], problem: str, private_nats: str
@@ -197,6 +205,18 @@ def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
     assert re.search(r"^kernelflow: cannot (submit|cancel) th", result.stderr, re.MULTILINE)
     assert problem in result.stderr
     assert queued_commands(private_nats) == 0
+
+
+@pytest.mark.parametrize(
+    "roles, problem",
+    [
+        ("conductor,a.b", "--roles: 'a.b' cannot name a role"),  # a subject/consumer token
+        (" , ", "--roles: name at least one role"),
+    ],
+)
+def test_a_daemon_refuses_roles_it_cannot_host(roles: str, problem: str) -> None:
+    result = run_cli("daemon", "--nats-url", "nats://127.0.0.1:9", "--roles", roles)
+    assert result.returncode == 2 and problem in result.stderr, result.stderr
 
 
 def queued_commands(url: str) -> int:

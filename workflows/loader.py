@@ -25,6 +25,14 @@ from workflows.model import (
 )
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def is_agent_name(name: object) -> bool:
+    """Whether ``name`` can name an agent: it becomes a NATS subject token and part of a
+    consumer's name (letters, digits, '_' and '-'), and is not the workflow's end."""
+    return isinstance(name, str) and bool(_AGENT_NAME.match(name)) and name != FINISH
+
+
 _FIELD_TYPES = {"str", "int", "float", "bool", "list", "dict"}
 _TOOL_LIMIT_KEYS = {"timeout_s", "max_output_chars", "calls_per_minute", "memory_mb"}
 _TOP_KEYS = {"agent_info", "start_agent", "mandatory_llm_analysis", "limitation_info"}
@@ -123,7 +131,7 @@ class _Validator:
         if not agents_doc:
             raise self.fail("agent_info", "defines no agents")
         for agent in agents_doc:
-            if not isinstance(agent, str) or not _AGENT_NAME.match(agent) or agent == FINISH:
+            if not is_agent_name(agent):
                 raise self.fail(
                     f"agent_info.{agent}",
                     f"agent names use letters, digits, '_' and '-' and may not be {FINISH!r}",
