@@ -4,6 +4,7 @@ command-line flags. Every setting is documented in the README."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,10 +29,17 @@ def _env_float(name: str, default: float) -> float:
         raise SettingsError(f"{name}={raw!r}: expected a number") from exc
 
 
+def _env_seconds(name: str, default: float) -> float:
+    value = _env_float(name, default)
+    if not 0 < value < math.inf:  # 0 would make the daemon's in-progress sweep spin
+        raise SettingsError(f"{name}={os.environ[name]!r}: expected a positive number of seconds")
+    return value
+
+
 def _env_int(name: str, default: int) -> int:
     value = _env_float(name, default)
-    if value != int(value) or value < 1:
-        raise SettingsError(f"{name}={value!r}: expected a positive integer")
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise SettingsError(f"{name}={os.environ[name]!r}: expected a positive integer")
     return int(value)
 
 
@@ -64,11 +72,13 @@ class Settings:
     # Embedded NATS fsync period: "2m" (NATS default) or "always".
     sync_interval: str | None = field(default_factory=lambda: os.environ.get("KF_SYNC_INTERVAL"))
     # Seconds before work held by a daemon that died is delivered again.
-    ack_wait_s: float = field(default_factory=lambda: _env_float("KF_ACK_WAIT", 30.0))
+    ack_wait_s: float = field(default_factory=lambda: _env_seconds("KF_ACK_WAIT", 30.0))
     # LLM provider spec, e.g. "scripted:examples/scripted/relu.yaml".
     llm: str | None = field(default_factory=lambda: os.environ.get("KF_LLM") or None)
     # Wall-clock limit for verifying one candidate.
-    verify_timeout_s: float = field(default_factory=lambda: _env_float("KF_VERIFY_TIMEOUT", 300.0))
+    verify_timeout_s: float = field(
+        default_factory=lambda: _env_seconds("KF_VERIFY_TIMEOUT", 300.0)
+    )
     # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
     gpus: tuple[str, ...] = field(default_factory=_env_gpus)
 

@@ -1,0 +1,39 @@
+"""Settings from the environment: a value that cannot work is refused at start, naming
+the variable and what was given, instead of a daemon that misbehaves with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelflow.settings import Settings, SettingsError
+
+
+@pytest.mark.parametrize(
+    "name, raw, expected",
+    [
+        ("KF_ACK_WAIT", "abc", "expected a number"),
+        # 0 would make the in-progress sweep (every ack_wait / 3) spin the bridge loop.
+        ("KF_ACK_WAIT", "0", "expected a positive number of seconds"),
+        ("KF_ACK_WAIT", "nan", "expected a positive number of seconds"),
+        ("KF_VERIFY_TIMEOUT", "-1", "expected a positive number of seconds"),
+        ("KF_VERIFY_TIMEOUT", "inf", "expected a positive number of seconds"),
+        ("KF_REPLICAS", "0", "expected a positive integer"),
+        ("KF_REPLICAS", "1.5", "expected a positive integer"),
+        ("KF_REPLICAS", "inf", "expected a positive integer"),
+    ],
+)
+def test_unusable_values_are_refused_by_name(
+    name: str, raw: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(SettingsError) as refused:
+        Settings()
+    assert str(refused.value) == f"{name}={raw!r}: {expected}"
+
+
+def test_usable_values_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KF_ACK_WAIT", "0.5")
+    monkeypatch.setenv("KF_VERIFY_TIMEOUT", "60")
+    monkeypatch.setenv("KF_REPLICAS", "3")
+    settings = Settings()
+    assert (settings.ack_wait_s, settings.verify_timeout_s, settings.replicas) == (0.5, 60.0, 3)
