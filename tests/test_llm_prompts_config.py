@@ -3,6 +3,7 @@ pure functions."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,41 @@ def test_config_file_and_env_overrides(tmp_path: Path) -> None:
         load_config(env)
     with pytest.raises(ProviderSpecError, match="KF_BUDGET_TASK_USD"):
         load_config({"KF_BUDGET_TASK_USD": "lots"})
+
+
+# 0 is usable for most limits (or means none), but not for these: a call that may write no
+# token, or gets no time, fails every attempt.
+@pytest.mark.parametrize(
+    "name, raw, problem",
+    [
+        ("KF_LLM_TIMEOUT", "0", "must be a finite number, positive"),
+        ("KF_LLM_MAX_TOKENS", "0", "must be a finite number, positive"),
+        ("KF_AGENT_CODER_MAX_TOKENS", "0", "must be a finite number, positive"),
+        ("KF_LLM_RPM", "nan", "must be a finite number, not negative"),
+    ],
+)
+def test_env_settings_that_cannot_work_are_refused(name: str, raw: str, problem: str) -> None:
+    env = {name: raw}
+    with pytest.raises(ProviderSpecError) as refused:
+        load_config(env).for_agent("coder", env)
+    assert str(refused.value) == f"{name}={raw!r}: {problem}"
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("limits: {timeout_s: 0}", "limits.timeout_s: must be positive"),
+        ("agents: {coder: {max_tokens: 0}}", "agents.coder.max_tokens: must be positive"),
+        ("limits: {rate_window_s: .inf}", "limits.rate_window_s: inf is not a valid float"),
+    ],
+)
+def test_file_settings_that_cannot_work_are_refused(
+    text: str, problem: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "llm.yaml"
+    path.write_text(text)
+    with pytest.raises(ProviderSpecError, match=re.escape(problem)):
+        load_config({"KF_LLM_CONFIG": str(path)})
 
 
 def call(tokens: int, cost: float | None, seq: int) -> LLMCalled:

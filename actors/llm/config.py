@@ -9,6 +9,7 @@ documents every key.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -139,13 +140,20 @@ class LLMConfig:
         from_env = AgentLLM(
             provider=env.get(f"{key}_LLM") or None,
             temperature=_num(env, f"{key}_TEMPERATURE", float),
-            max_tokens=_num(env, f"{key}_MAX_TOKENS", int),
+            max_tokens=_num(env, f"{key}_MAX_TOKENS", int, positive=True),
         )
         resolved = from_env.over(self.agents.get(agent, AgentLLM())).over(self.defaults)
         return replace(resolved, provider=resolved.provider or self.provider)
 
 
-def _num(env: Mapping[str, str], name: str, kind: type[float] | type[int]) -> Any:
+# Settings that cannot work at 0 (a call that may write no token, or gets no time);
+# elsewhere 0 is a usable value or means "no limit".
+_POSITIVE = {"max_tokens", "timeout_s", "rate_window_s"}
+
+
+def _num(
+    env: Mapping[str, str], name: str, kind: type[float] | type[int], *, positive: bool = False
+) -> Any:
     raw = env.get(name)
     if raw is None or raw == "":
         return None
@@ -153,8 +161,9 @@ def _num(env: Mapping[str, str], name: str, kind: type[float] | type[int]) -> An
         value = kind(raw)
     except ValueError as exc:
         raise ProviderSpecError(f"{name}={raw!r}: expected {kind.__name__}") from exc
-    if value < 0:
-        raise ProviderSpecError(f"{name}={raw!r}: must not be negative")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        expected = "positive" if positive else "not negative"
+        raise ProviderSpecError(f"{name}={raw!r}: must be a finite number, {expected}")
     return value
 
 
@@ -180,10 +189,15 @@ def _section(where: str, raw: object, cls: type[Any]) -> Any:
             )
         else:
             ok = (value is None and "None" in str(want)) or (
-                isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value >= 0
             )
         if not ok:
             raise ProviderSpecError(f"{where}.{key}: {value!r} is not a valid {want}")
+        if key in _POSITIVE and value == 0:
+            raise ProviderSpecError(f"{where}.{key}: must be positive")
         values[key] = value
     return cls(**values)
 
@@ -285,7 +299,7 @@ def load_config(env: Mapping[str, str] | None = None) -> LLMConfig:
     limits = {
         attr: value
         for name, (attr, kind) in _LIMIT_ENV.items()
-        if (value := _num(env, name, kind)) is not None
+        if (value := _num(env, name, kind, positive=attr in _POSITIVE)) is not None
     }
     budgets = {
         attr: value
@@ -294,7 +308,7 @@ def load_config(env: Mapping[str, str] | None = None) -> LLMConfig:
     }
     defaults = AgentLLM(
         temperature=_num(env, "KF_LLM_TEMPERATURE", float),
-        max_tokens=_num(env, "KF_LLM_MAX_TOKENS", int),
+        max_tokens=_num(env, "KF_LLM_MAX_TOKENS", int, positive=True),
     ).over(config.defaults)
     prompts_dir = env.get("KF_PROMPTS_DIR")
     return replace(
