@@ -237,16 +237,23 @@ class Conductor(Worker):
         )
 
     def cancel(self, job: Job, command: CancelTask) -> Settlement:
+        pending_checked = False
         while True:
             history = self.read(command.task_id)
             state = state_of(history)
             if state.submitted is None:
+                if pending_checked:
+                    self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
+                    return "ack"
                 if not job.last_delivery and self.earlier_commands_pending(job):
                     # Its submit may be one of them, handled by another conductor right
                     # now (or queued with it while no daemon ran): cancel after it.
                     return "soon"
-                self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
-                return "ack"
+                # None is pending now, so its submit, if any, was settled, and a command
+                # is settled after what it records: a second read sees the task. (The
+                # first may have come just before another conductor recorded it.)
+                pending_checked = True
+                continue
             if state.terminal is not None:
                 self.reply(job, {"ok": False, "error": f"task {command.task_id} is already over"})
                 return "ack"

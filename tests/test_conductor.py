@@ -19,7 +19,14 @@ from actors.worker import Job
 from events import subjects
 from events.codec import encode
 from events.log import TaskHistory
-from events.model import AgentDispatched, ConductorDecided, SubmitTask, TaskSubmitted
+from events.model import (
+    AgentDispatched,
+    CancelTask,
+    ConductorDecided,
+    SubmitTask,
+    TaskCancelled,
+    TaskSubmitted,
+)
 from projections.task_state import fold
 from tests.conftest import REPO
 from tests.daemons import (
@@ -112,3 +119,31 @@ def test_a_redelivered_submit_takes_up_a_task_recorded_but_not_advanced(bridge: 
     events = bridge.call(bridge.log.read_task(task_id)).events
     assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
     assert events[0].cause == "cmd:7" and events[1].cause == events[0].event_id
+
+
+def test_a_cancel_read_just_before_its_submit_was_recorded_still_applies(bridge: Bridge) -> None:
+    """The cancel's conductor reads the task (none yet) just before another conductor
+    records its submit and settles that command: no earlier command is pending by the
+    time it looks, and it must still not conclude that there is no task."""
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+
+    class RacedConductor(Conductor):
+        def read(self, task: str) -> TaskHistory:
+            history = super().read(task)
+            if not history.events:
+                # The other conductor's work, landing right after this read.
+                bridge.call(bridge.log.append(TaskHistory(task), [submitted_on_default(task)]))
+            return history
+
+    cancel = CancelTask(task_id=task_id, reason="not needed")
+    job = Job(
+        source="command",
+        subject=subjects.CANCEL,
+        data=encode(cancel),
+        headers={},
+        stream_seq=2,
+        deliveries=1,
+    )
+    assert RacedConductor(bridge, llm=None).handle(job) == "ack"
+    events = bridge.call(bridge.log.read_task(task_id)).events
+    assert [type(e) for e in events] == [TaskSubmitted, TaskCancelled]
