@@ -3,12 +3,14 @@ verifier running interpreted Triton, and the trajectory replayed from the log.""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -262,6 +264,24 @@ def test_malformed_command_is_answered_and_daemon_keeps_working(
     state = _wait_until_over(daemon, task_id)
     assert state.finished is not None and state.finished.status == "failed"
     assert state.verifications[0].report.verdict == "compile_error"
+
+
+def test_the_readme_publisher_example_runs_as_written(daemon: Bridge, nats_url: str) -> None:
+    """The README's Python example of publishing a task from one's own program, run as it
+    is printed there (only the server's URL differs): the daemon accepts the task."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Publishing tasks from your own program", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"nats://127.0.0.1:4222"' in example
+    example = example.replace("nats://127.0.0.1:4222", nats_url)
+    run = subprocess.run(
+        [sys.executable, "-c", example], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(ast.literal_eval(run.stdout.strip()))
+    assert answer == {"ok": True, "task_id": "my-relu-1"}
+    state = _wait_until_over(daemon, "my-relu-1")
+    assert state.finished is not None and state.finished.status == "success"
 
 
 def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> None:
