@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nats
+import nats.js.errors
 import yaml
 
 from events.log import EventLog
@@ -71,6 +72,22 @@ def task_events(url: str, task_id: str) -> list[Event]:
             await nc.close()
 
     return asyncio.run(read())
+
+
+def stream_messages(url: str, stream: str) -> int:
+    """Messages ``stream`` holds now (0 if it does not exist yet)."""
+
+    async def count() -> int:
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            return int(info.state.messages)
+        except nats.js.errors.NotFoundError:
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
 
 
 def is_settled(url: str, task_id: str) -> bool:

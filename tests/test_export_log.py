@@ -28,6 +28,7 @@ from kernelflow.cli import main as kernelflow_main
 from kernelflow.nats_server import EmbeddedNats
 from projections import logfile
 from tests.conftest import KERNELFLOW, REPO, cli_env
+from tests.daemons import stream_messages
 from tests.test_projections_props import TaskSpec, make_task
 
 SPECS = [
@@ -189,20 +190,6 @@ def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer
         asyncio.run(go())
 
 
-def stored_events(url: str) -> int:
-    async def go() -> int:
-        nc = await nats.connect(url)
-        try:
-            info = await nc.jetstream().stream_info(subjects.EVENTS_STREAM)
-            return int(info.state.messages)
-        except nats.js.errors.NotFoundError:
-            return 0
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
-
-
 def test_an_import_cut_by_a_nats_crash_says_so_and_the_next_one_finishes_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -227,7 +214,7 @@ def test_an_import_cut_by_a_nats_crash_says_so_and_the_next_one_finishes_it(
             text=True,
         )
         deadline = time.monotonic() + 60
-        while stored_events(url) == 0 and time.monotonic() < deadline:
+        while stream_messages(url, subjects.EVENTS_STREAM) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         os.kill(server.pid or 0, signal.SIGKILL)
         server.stop()

@@ -3,22 +3,19 @@ CLI; the lifecycle commands (cancel, deadline) and the workflow tools."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
 import time
 from pathlib import Path
 
-import nats
-import nats.js.errors
 import pytest
 import yaml
 
 from events import subjects
 from events.model import TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
-from tests.daemons import slow_script, start_daemon, submit, wait_until_over
+from tests.daemons import slow_script, start_daemon, stream_messages, submit, wait_until_over
 
 RELU = "examples/tasks/relu.py"
 
@@ -204,7 +201,7 @@ def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
     assert result.returncode == 2, result.stderr
     assert re.search(r"^kernelflow: cannot (submit|cancel) th", result.stderr, re.MULTILINE)
     assert problem in result.stderr
-    assert queued_commands(private_nats) == 0
+    assert stream_messages(private_nats, subjects.COMMANDS_STREAM) == 0
 
 
 @pytest.mark.parametrize(
@@ -217,20 +214,6 @@ def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
 def test_a_daemon_refuses_roles_it_cannot_host(roles: str, problem: str) -> None:
     result = run_cli("daemon", "--nats-url", "nats://127.0.0.1:9", "--roles", roles)
     assert result.returncode == 2 and problem in result.stderr, result.stderr
-
-
-def queued_commands(url: str) -> int:
-    async def count() -> int:
-        nc = await nats.connect(url)
-        try:
-            info = await nc.jetstream().stream_info(subjects.COMMANDS_STREAM)
-            return int(info.state.messages)
-        except nats.js.errors.NotFoundError:
-            return 0
-        finally:
-            await nc.close()
-
-    return asyncio.run(count())
 
 
 def test_deadline_ends_a_task_with_its_own_status(nats_url: str, tmp_path: Path) -> None:
