@@ -401,12 +401,12 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     return exit_code_for(result["status"])
 
 
-def noting_other_tasks(ours: set[str], command: str) -> Callable[[str, Job], None]:
+def noting_other_tasks(ours: set[str], runner: str) -> Callable[[str, Job], None]:
     """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
-    when it takes work for a task that is not one of ``ours``. Such work was queued in the
-    store before the command (a crashed run's task, a submit no daemon took yet) or comes
-    from another publisher on a shared server; unsaid, it would run unseen, LLM calls
-    and all."""
+    when it takes work for a task that is not one of ``ours`` (``runner`` names the
+    command: "this run"). Such work was queued in the store before the command (a crashed
+    run's task, a submit no daemon took yet) or comes from another publisher on a shared
+    server; unsaid, it would run unseen, LLM calls and all."""
     noted: set[str] = set()
 
     def on_job(role: str, job: Job) -> None:
@@ -415,8 +415,8 @@ def noting_other_tasks(ours: set[str], command: str) -> Callable[[str, Job], Non
             return
         noted.add(task)
         print(
-            f"note: {command}'s daemon also works on task {task} ({role}), queued before "
-            f"{command} or by another publisher; `kernelflow cancel {task}` ends it",
+            f"note: {runner}'s daemon also works on task {task} ({role}), queued before "
+            f"{runner} or by another publisher; `kernelflow cancel {task}` ends it",
             file=sys.stderr,
             flush=True,
         )
