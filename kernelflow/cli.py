@@ -192,11 +192,17 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
         deadline_s=args.deadline,
         group_id=getattr(args, "group", None),
     )
+    refuse_unpublishable(command, "submit this task")
+    return command
+
+
+def refuse_unpublishable(command: Command, what: str) -> None:
+    """A usage error (``cannot <what>: …``, naming the field) for a command a daemon would
+    refuse as malformed: refused here, before it is published to nobody listening."""
     try:
         checked_command(command)
     except MalformedMessage as exc:
-        raise UsageError(f"cannot submit this task: {exc}") from exc
-    return command
+        raise UsageError(f"cannot {what}: {exc}") from exc
 
 
 def roles_for(command: SubmitTask) -> tuple[str, ...]:
@@ -585,10 +591,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
             msgspec.structs.replace(command, task_id=f"{command.task_id}-{i}", group_id=group)
             for i in range(1, args.samples + 1)
         ]
-        try:
-            checked_command(commands[-1])  # the longest id
-        except MalformedMessage as exc:
-            raise UsageError(f"cannot submit these samples: {exc}") from exc
+        refuse_unpublishable(commands[-1], "submit these samples")  # the longest id
     codes = []
     with connected(settings) as bridge:
         for c in commands:
@@ -630,10 +633,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     command = CancelTask(task_id=args.task_id, reason=args.reason)
-    try:
-        checked_command(command)
-    except MalformedMessage as exc:
-        raise UsageError(f"cannot cancel this task: {exc}") from exc
+    refuse_unpublishable(command, "cancel this task")
     with connected(settings) as bridge:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
         try:
