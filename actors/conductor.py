@@ -16,13 +16,15 @@ the other (a crash in between leaves the trigger unacked: the rest is decided ag
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from actors.bridge import Bridge
-from actors.decide import Append, AskLLM, Idle, end_task, fallback_decision, plan_next
+from actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
 from actors.kinds.check import check_agents
 from actors.llm import budgets_of, is_budget_error
 from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
@@ -58,6 +60,7 @@ from workflows.model import Workflow
 # rounds than this between two agent runs, so hitting it means something is wrong (and
 # the trigger is redelivered).
 MAX_ROUNDS = 64
+log = logging.getLogger("kernelflow.conductor")
 
 _ClaimKey = tuple[Bridge, str]
 
@@ -320,9 +323,8 @@ class Conductor(Worker):
 
     def _through(self, history: TaskHistory, handed: list[Delivery | None]) -> TaskHistory:
         """The newest history known that includes the events of the triggers handed over."""
-        jobs = [d.job for d in handed if d is not None]
-        if jobs:
-            history = _newest(history, self.history_at(max(jobs, key=lambda job: job.stream_seq)))
+        if (job := _newest_trigger(handed)) is not None:
+            history = _newest(history, self.history_at(job))
         return self._latest(history)
 
     def _latest(self, history: TaskHistory) -> TaskHistory:
@@ -348,42 +350,23 @@ class Conductor(Worker):
         """What to append on top of ``history`` (which may grow on the way) up to the next
         wait. What needs no I/O is decided on top of what was decided before it and
         appended with it; before asking an LLM, what was decided is appended first."""
-        task_id = history.task_id
-        # Decided on top of ``history``, not appended yet. A task already in the log (a
-        # redelivered or repeated submit) is advanced as it stands.
+        # A task already in the log (a redelivered or repeated submit) is advanced as it
+        # stands.
         planned = [] if first is None or history.events else numbered_after((), [first])
         for _ in range(MAX_ROUNDS):
-            state = fold(task_id, (*history.events, *planned))
-            if state.submitted is None:
-                break
-            if needs_judge(state):  # the judge scores a finished prompt task's answer
-                if planned:  # an LLM is only asked on what the log holds
-                    history, planned = self._append_or_reload(history, planned), []
-                else:
-                    history = self._append_or_reload(history, [self.judge(state)])
-                continue
-            if late := pending_reward_events(state):  # a conductor died after the finish
-                planned += numbered_after((*history.events, *planned), late)
-                continue
-            if state.terminal is not None:  # over, with nothing left to record
-                if not planned:  # as the log holds it: its later triggers need no read
-                    _SETTLED.add((self.bridge, task_id))
-                break
-            workflow = workflow_of(state)
-            plan = plan_next(state, workflow, now=time.time())
-            if isinstance(plan, Idle):
-                break
-            if isinstance(plan, AskLLM) and planned:
+            planned, question = decided(self.bridge, history, planned)
+            if question is None:
+                return history, planned
+            if planned:  # an LLM is only asked on what the log holds
                 history, planned = self._append_or_reload(history, planned), []
                 continue
-            event = plan.event if isinstance(plan, Append) else self.ask(state, workflow, plan)
-            # The outcome rewards follow the finish they score (if this conductor dies in
-            # between, the next visit records them: see pending_reward_events above).
-            rewards = finish_reward_events(state, event) if isinstance(event, TaskFinished) else []
-            planned += numbered_after((*history.events, *planned), [event, *rewards])
-        else:
-            raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
-        return history, planned
+            state, plan = question
+            if plan is None:  # the judge scores a finished prompt task's answer
+                history = self._append_or_reload(history, [self.judge(state)])
+                continue
+            event = self.ask(state, workflow_of(state), plan)
+            planned = numbered_after(history.events, [event, *_rewards_for(state, event)])
+        raise RuntimeError(f"task {history.task_id}: no stable state after {MAX_ROUNDS} rounds")
 
     def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
         try:
@@ -432,6 +415,130 @@ class Conductor(Worker):
         return llm_called(
             request, response, dispatch_id=plan.decision_point, cause=plan.decision_point
         )
+
+
+# Where deciding needs an LLM: the task's state and the conductor's question (None: the
+# judge's, on a finished prompt task).
+Question = tuple[TaskState, AskLLM | None]
+
+
+def decided(
+    bridge: Bridge, history: TaskHistory, planned: list[Event]
+) -> tuple[list[Event], Question | None]:
+    """Decide on top of ``history`` and ``planned`` (decided, not appended yet) as far as
+    no LLM is needed: the events to append, and the question that stopped it (None: the
+    task now waits on an agent, or is over)."""
+    task_id = history.task_id
+    for _ in range(MAX_ROUNDS):
+        state = fold(task_id, (*history.events, *planned))
+        if state.submitted is None:
+            return planned, None
+        if needs_judge(state):
+            return planned, (state, None)
+        if late := pending_reward_events(state):  # a conductor died after the finish
+            planned = [*planned, *numbered_after((*history.events, *planned), late)]
+            continue
+        if state.terminal is not None:  # over, with nothing left to record
+            if not planned:  # as the log holds it: its later triggers need no read
+                _SETTLED.add((bridge, task_id))
+            return planned, None
+        plan = plan_next(state, workflow_of(state), now=time.time())
+        if isinstance(plan, Idle):
+            return planned, None
+        if isinstance(plan, AskLLM):
+            return planned, (state, plan)
+        decision = [plan.event, *_rewards_for(state, plan.event)]
+        planned = [*planned, *numbered_after((*history.events, *planned), decision)]
+    raise RuntimeError(f"task {task_id}: no stable state after {MAX_ROUNDS} rounds")
+
+
+def _rewards_for(state: TaskState, event: Event) -> list[Event]:
+    """The outcome rewards that follow a finish (if its conductor dies in between, the
+    next visit records them: see ``pending_reward_events``)."""
+    return [*finish_reward_events(state, event)] if isinstance(event, TaskFinished) else []
+
+
+def advance_on_loop(
+    bridge: Bridge, delivery: Delivery, spawn: Callable[[Coroutine[Any, Any, None]], object]
+) -> bool:
+    """On the bridge loop, as a trigger arrives: advance its task right there when the
+    history it needs is in memory and what comes next needs no LLM (most decisions: a
+    routing rule, a dispatch, a finish). True: the trigger is taken (``spawn`` runs the
+    append, which settles it), or handed to the conductor of this process advancing its
+    task. False: it goes to a conductor actor (a read, an LLM, giving up, an error).
+
+    Deciding where the trigger arrives spares a decision its two thread hand-offs (to a
+    conductor thread, and back to the loop to append), which under load are most of its
+    latency: each waits for the GIL behind every other busy thread. Folding and routing
+    take well under a millisecond, and the append is awaited: the loop never blocks."""
+    job = delivery.job
+    if job.last_delivery:  # giving up is recorded by an actor
+        return False
+    try:
+        trigger = decode_event(job.data)
+        history = bridge.log.remembered_through(trigger)
+        if history is None:
+            return False
+        planned, question = decided(bridge, history, [])
+    except Exception:  # an actor meets it again, and reports it as it does any failure
+        return False
+    if question is not None:
+        return False
+    key = (bridge, trigger.task_id)
+    if _CLAIMS.claim(key, delivery):
+        spawn(_append_on_loop(bridge, key, history, planned, delivery))
+    return True
+
+
+async def _append_on_loop(
+    bridge: Bridge, key: _ClaimKey, history: TaskHistory, planned: list[Event], first: Delivery
+) -> None:
+    """Append what ``advance_on_loop`` decided, then advance again for the triggers handed
+    over meanwhile, as ``Conductor._advance_claimed`` does on a thread; a conflict (the
+    task moved on elsewhere) reads the log and decides again. Where an LLM is needed
+    after all, the triggers held are delivered again shortly, to a conductor actor."""
+    held = [first]
+    settlement: Settlement = "nak"
+    try:
+        for _ in range(MAX_ROUNDS):
+            try:
+                if planned:
+                    history = await bridge.log.append(history, planned)
+                if not (handed := _CLAIMS.next_or_release(key)):
+                    settlement = "ack"
+                    return
+                held.extend(d for d in handed if d is not None)
+                history = await _through_on_loop(bridge, history, handed)
+            except AppendConflict:
+                history = await bridge.log.read_task(history.task_id)
+            planned, question = decided(bridge, history, [])
+            if question is not None:
+                settlement = "soon"
+                return
+        raise RuntimeError(f"task {key[1]}: still contended after {MAX_ROUNDS} tries")
+    except Exception:
+        log.exception("deciding task %s failed; its trigger will be redelivered", key[1])
+    finally:
+        if settlement != "ack":
+            held.extend(d for d in _CLAIMS.release(key) if d is not None)
+        for delivery in held:
+            delivery.settle(settlement)
+
+
+async def _through_on_loop(
+    bridge: Bridge, history: TaskHistory, handed: list[Delivery | None]
+) -> TaskHistory:
+    """``Conductor._through``, on the loop."""
+    if (job := _newest_trigger(handed)) is not None:
+        trigger = decode_event(job.data)
+        history = _newest(history, await bridge.log.history_through(trigger, job.stream_seq))
+    return _newest(history, bridge.log.remembered(history.task_id))
+
+
+def _newest_trigger(handed: list[Delivery | None]) -> Job | None:
+    """The latest in the stream of the triggers handed over, if any."""
+    jobs = [d.job for d in handed if d is not None]
+    return max(jobs, key=lambda job: job.stream_seq) if jobs else None
 
 
 def _cause(job: Job) -> str:

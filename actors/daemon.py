@@ -11,6 +11,8 @@ Per message the loop does: hand it to an idle actor (one ``tell``), keep it in p
 (one sweep every ``ack_wait / 3`` covers every message held), and settle it when the actor
 says so (one ack). An actor may give its message to another actor (``Delivery.release``):
 it is free for new work at once, and the message is held until the other settles it.
+A trigger whose decision needs no LLM is decided by the loop itself, as it arrives
+(``advance_on_loop``): no actor, no thread hand-off.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from nats.js import api
 
 from actors.agents import LLMAgent
 from actors.bridge import Bridge
-from actors.conductor import Conductor, settled
+from actors.conductor import Conductor, advance_on_loop, settled
 from actors.llm.base import LLMProvider
 from actors.verifier.actor import Verifier, WarmUps
 from actors.verifier.engine import VerifierConfig
@@ -73,7 +75,7 @@ class DaemonConfig:
     # CUDA devices (indices or UUIDs) the verifier pool owns: one verifier actor per
     # device, each checking on its own device only. Empty: one pool as sized above.
     gpus: tuple[str, ...] = ()
-    # Called on the bridge loop with the role as each job is handed to an actor: a command
+    # Called on the bridge loop with the role as each job is taken up: a command
     # that runs its own daemon (``kernelflow run``) says through it what else it works on.
     on_job: Callable[[str, Job], None] | None = None
 
@@ -98,6 +100,9 @@ class _Feed:
     source: Source
     # Task id -> whether this process knows that work for the task calls for nothing.
     stale: Callable[[str], bool] | None = None
+    # Decisions that need no LLM are made on the loop, as triggers arrive (see
+    # ``advance_on_loop``); the rest go to the pool's actors.
+    decided_on_loop: bool = False
 
 
 @dataclass
@@ -116,10 +121,10 @@ class _Pool:
 
 @dataclass(eq=False)
 class _Held:
-    """A message handed to an actor and not settled yet."""
+    """A message handed to an actor (None: worked on by the loop) and not settled yet."""
 
     pool: _Pool
-    actor: ActorRef
+    actor: ActorRef | None
     msg: Msg
     actor_freed: bool = False
     settled: bool = False
@@ -172,6 +177,7 @@ class Daemon:
                         subjects.decision_triggers(),
                         "event",
                         stale=functools.partial(settled, self.bridge),
+                        decided_on_loop=True,
                     )
                 )
             else:
@@ -229,19 +235,29 @@ class Daemon:
                 # consumer, an imported log): done without an actor or a read.
                 self._in_background(msg.ack())
                 return
+            job = self._job(pool, msg, feed.source)
+            if feed.decided_on_loop:
+                held = _Held(pool, None, msg)
+                self._held.add(held)
+                if advance_on_loop(self.bridge, self._delivery(held, job), self._in_background):
+                    return
+                self._held.discard(held)
             if pool.idle.empty():
                 # More than was asked for (a late answer to a request given up on after a
                 # reconnect): let JetStream deliver it again shortly.
                 self._in_background(msg.nak(delay=1.0))
                 return
-            self._hand_over(pool, pool.idle.get_nowait(), msg, feed.source)
+            actor = pool.idle.get_nowait()
+            held = _Held(pool, actor, msg)
+            self._held.add(held)
+            actor.tell(self._delivery(held, job))
 
         pool.puller = CreditPuller(
             self.bridge.nc, feed.stream, feed.durable, credit=pool.idle.qsize, deliver=deliver
         )
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
-    def _hand_over(self, pool: _Pool, actor: ActorRef, msg: Msg, source: Source) -> None:
+    def _job(self, pool: _Pool, msg: Msg, source: Source) -> Job:
         at = delivery_of(msg)
         job = Job(
             source=source,
@@ -254,17 +270,18 @@ class Daemon:
         )
         if self.config.on_job is not None:
             self.config.on_job(pool.role, job)
-        held = _Held(pool, actor, msg)
-        self._held.add(held)
+        return job
+
+    def _delivery(self, held: _Held, job: Job) -> Delivery:
         post = self.bridge.post
 
-        def settle(how: Settlement) -> None:  # called on an actor's thread
+        def settle(how: Settlement) -> None:  # called on an actor's thread, or the loop
             post(lambda: self._settle(held, how))
 
         def release() -> None:  # called on an actor's thread
             post(lambda: self._free(held))
 
-        actor.tell(Delivery(job, settle, release))
+        return Delivery(job, settle, release)
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -284,7 +301,8 @@ class Daemon:
     def _free(self, held: _Held) -> None:
         if not held.actor_freed:
             held.actor_freed = True
-            held.pool.free(held.actor)
+            if held.actor is not None:
+                held.pool.free(held.actor)
 
     def _settle(self, held: _Held, how: Settlement) -> None:
         if held.settled:

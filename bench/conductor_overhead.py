@@ -18,7 +18,7 @@ With a short delay (``--delay 0.05``) the LLM calls of early tasks overlap the s
 later ones and the run is bound by the framework's throughput instead: that ratio
 measures CPU per task, not overhead.
 
-Decision latency includes the wait in the conductors' queue. The tasks reach each step in
+Decision latency includes the wait in the loop's queue. The tasks reach each step in
 lockstep, spaced by how fast the daemon started them; the last step (verification,
 finish, rewards) costs more events per task than the first, so its triggers arrive
 faster than one GIL-bound process decides them and queue up: a daemon that starts tasks
@@ -26,16 +26,21 @@ faster gets a better ratio and a worse p99.
 
 Where the CPU goes. Each round prints the CPU of the daemon's threads by role. The bridge
 loop, the one thread that carries every append, acknowledgement and delivery through
-nats-py, takes about half of it (0.7-0.9 s a round, about 4 ms per task); the conductors'
-folds and decisions about a third; the agents and the verifier the rest. Everything that
+nats-py, and now makes the routing decisions too, takes more than half of it (0.9-1.0 s a
+round, about 5 ms per task); the conductor threads, which record each new task with its
+first decisions (and ask LLMs, none here), about a sixth; the agents and the verifier the
+rest. Everything that
 reaches the log queues on that one loop, and the GIL lets only one thread run at a time.
 
-Where the latency goes. Timed from a trigger's ``at`` to a conductor receiving it, the
-arrival alone is nearly the whole decision latency (p50 ~5 of ~6 ms after an agent's
-output, and most of the tail): the trigger's trip through the bridge loop and the hand-over
-to a conductor thread under the GIL. The conductor itself decides in about 1 ms. Handing a
-trigger this process recorded straight to a local conductor (skipping JetStream's
-delivery) was tried and did not help: the time is in the thread hand-offs, not the hop.
+Where the latency goes. A decision that needs no LLM (all of them here) is made on the
+bridge loop as its trigger arrives (``actors.conductor.advance_on_loop``): deciding takes
+~0.1 ms, and what is left is the trigger's trip through JetStream and the wait behind the
+loop's other work (every append, acknowledgement and delivery of the daemon). The tail is
+the triggers that arrive together (a few agents' outputs recorded in the same
+millisecond), decided one after the other. Before, each decision also went to a conductor
+thread and back to the loop to append, two hand-offs that each waited for the GIL behind
+every other busy thread: p50 ~5-9 ms and p99 ~15-30 ms on this benchmark, against ~2 ms
+and ~5-13 ms since.
 
 Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
 over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the

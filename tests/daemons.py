@@ -13,7 +13,10 @@ import nats
 import nats.js.errors
 import yaml
 
-from events.log import EventLog
+from actors.worker import Job
+from events import subjects
+from events.codec import encode
+from events.log import EventLog, TaskHistory
 from events.model import (
     DISPATCH_RESULTS,
     AgentDispatched,
@@ -153,4 +156,17 @@ def submitted_on_default(task_id: str) -> TaskSubmitted:
         workflow_yaml=text,
         backend="triton",
         group_id="g",
+    )
+
+
+def trigger_job(history: TaskHistory) -> Job:
+    """The last event of ``history`` as a conductor's consumer delivers it, first time."""
+    trigger = history.events[-1]
+    return Job(
+        source="event",
+        subject=subjects.event_subject(trigger),
+        data=encode(trigger),
+        headers={},
+        stream_seq=history.last_stream_seq,
+        deliveries=1,
     )

@@ -3,6 +3,7 @@ daemons on one NATS share a batch of tasks without processing any step twice."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import time
@@ -14,8 +15,8 @@ import msgspec
 import pytest
 
 from actors.bridge import Bridge
-from actors.conductor import Conductor
-from actors.worker import Job
+from actors.conductor import Conductor, advance_on_loop
+from actors.worker import Delivery, Job, Settlement
 from events import subjects
 from events.codec import encode
 from events.log import TaskHistory
@@ -23,6 +24,7 @@ from events.model import (
     AgentDispatched,
     CancelTask,
     ConductorDecided,
+    OutputParsed,
     SubmitTask,
     TaskCancelled,
     TaskSubmitted,
@@ -35,8 +37,10 @@ from tests.daemons import (
     submit,
     submitted_on_default,
     task_events,
+    trigger_job,
     wait_until_over,
 )
+from workflows.loader import load_workflow
 
 
 @pytest.fixture
@@ -147,3 +151,75 @@ def test_a_cancel_read_just_before_its_submit_was_recorded_still_applies(bridge:
     assert RacedConductor(bridge, llm=None).handle(job) == "ack"
     events = bridge.call(bridge.log.read_task(task_id)).events
     assert [type(e) for e in events] == [TaskSubmitted, TaskCancelled]
+
+
+def _designer_done(bridge: Bridge, task_id: str, workflow: str) -> TaskHistory:
+    """A task advanced to its designer's dispatch, and the designer's output recorded
+    by this process (so its bridge remembers the history through it)."""
+    submitted = msgspec.structs.replace(submitted_on_default(task_id), workflow_name=workflow)
+    _, text = load_workflow(workflow)
+    submitted = msgspec.structs.replace(submitted, workflow_yaml=text)
+    history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
+    Conductor(bridge, llm=None).advance(history)
+    history = bridge.call(bridge.log.read_task(task_id))
+    dispatch = fold(task_id, history.events).current
+    assert dispatch is not None and dispatch.agent == "designer"
+    output = OutputParsed(
+        task_id=task_id,
+        cause=dispatch.event.event_id,
+        agent="designer",
+        dispatch_id=dispatch.dispatch_id,
+        fields={"design": "one program per block of 1024 elements"},
+    )
+    return bridge.call(bridge.log.append(history, [output]))
+
+
+def _on_loop(bridge: Bridge, history: TaskHistory) -> tuple[bool, list[Settlement]]:
+    """Offer the last event of ``history`` to ``advance_on_loop`` as a trigger delivered
+    from the stream; whether it was taken, and how it was settled once the loop was done."""
+    settled: list[Settlement] = []
+    delivery = Delivery(trigger_job(history), settled.append, lambda: None)
+
+    async def offer() -> bool:
+        spawned: list[asyncio.Task[None]] = []
+        taken = advance_on_loop(
+            bridge, delivery, lambda work: spawned.append(asyncio.create_task(work))
+        )
+        await asyncio.gather(*spawned)
+        return taken
+
+    return bridge.call(offer()), settled
+
+
+def test_a_decision_made_on_the_loop_from_a_stale_history_is_not_doubled(
+    bridge: Bridge, private_nats: str
+) -> None:
+    """The loop decides from the history this process remembers; another daemon moved
+    the task on meanwhile: the append is refused, the loop reads the log, finds nothing
+    left to decide, and acks the trigger."""
+    task_id = f"t-{uuid.uuid4().hex[:12]}"
+    remembered = _designer_done(bridge, task_id, "default")
+    elsewhere = Bridge(private_nats).start()
+    try:
+        Conductor(elsewhere, llm=None).advance(elsewhere.call(elsewhere.log.read_task(task_id)))
+    finally:
+        elsewhere.stop()
+    assert _on_loop(bridge, remembered) == (True, ["ack"])
+    events = bridge.call(bridge.log.read_task(task_id)).events
+    assert [type(e) for e in events][3:] == [OutputParsed, ConductorDecided, AgentDispatched]
+
+
+def test_the_loop_decides_what_needs_no_llm_and_leaves_the_rest_to_an_actor(
+    bridge: Bridge,
+) -> None:
+    """After the designer, the default workflow has one way on (the coder): decided on
+    the loop. Connect-all offers several, which only the conductor's LLM may choose
+    between: the trigger goes to a conductor actor, untouched."""
+    routed = _designer_done(bridge, f"t-{uuid.uuid4().hex[:12]}", "default")
+    assert _on_loop(bridge, routed) == (True, ["ack"])
+    events = bridge.call(bridge.log.read_task(routed.task_id)).events
+    assert isinstance(events[-1], AgentDispatched) and events[-1].agent == "coder"
+
+    asked = _designer_done(bridge, f"t-{uuid.uuid4().hex[:12]}", "conductor_connect_all")
+    assert _on_loop(bridge, asked) == (False, [])
+    assert bridge.call(bridge.log.read_task(asked.task_id)).events == asked.events

@@ -19,7 +19,7 @@ from events import subjects
 from events.codec import encode
 from events.log import EventLog, TaskHistory
 from events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
-from tests.daemons import submitted_on_default
+from tests.daemons import submitted_on_default, trigger_job
 
 
 def new_task() -> str:
@@ -107,15 +107,7 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     task_id = new_task()
     submitted = submitted_on_default(task_id)
     history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
-    trigger = history.events[0]
-    job = Job(
-        source="event",
-        subject=subjects.event_subject(trigger),
-        data=encode(trigger),
-        headers={},
-        stream_seq=history.last_stream_seq,
-        deliveries=1,
-    )
+    job = trigger_job(history)
     first, second = Conductor(bridge, llm=None), Conductor(bridge, llm=None)
     key = (bridge, task_id)
     assert _CLAIMS.claim(key, None)  # the first conductor is busy with the task
