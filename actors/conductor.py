@@ -11,6 +11,10 @@ never race each other into conflicts. Decisions that need no I/O (a routing deci
 the dispatch it calls for, a finish and its rewards) are planned on top of one another
 and appended together: one call into the bridge, where the log records them one after
 the other (a crash in between leaves the trigger unacked: the rest is decided again).
+
+Most triggers never reach a conductor thread: the daemon's loop decides them as they
+arrive (``advance_on_loop``), with the same pure functions, claims and appends, and hands
+a conductor actor only what needs an LLM or has failed.
 """
 
 from __future__ import annotations
@@ -459,35 +463,52 @@ def _rewards_for(state: TaskState, event: Event) -> list[Event]:
 
 
 def advance_on_loop(
-    bridge: Bridge, delivery: Delivery, spawn: Callable[[Coroutine[Any, Any, None]], object]
+    bridge: Bridge,
+    delivery: Delivery,
+    spawn: Callable[[Coroutine[Any, Any, None]], object],
+    to_actor: Callable[[], None],
 ) -> bool:
-    """On the bridge loop, as a trigger arrives: advance its task right there when the
-    history it needs is in memory and what comes next needs no LLM (most decisions: a
-    routing rule, a dispatch, a finish). True: the trigger is taken (``spawn`` runs the
-    append, which settles it), or handed to the conductor of this process advancing its
-    task. False: it goes to a conductor actor (a read, an LLM, giving up, an error).
+    """On the bridge loop, as a trigger arrives: advance its task right there (``spawn``
+    runs the work, which settles the trigger) when what comes next needs no LLM: most
+    decisions (a routing rule, a dispatch, a finish). What does, and what fails, goes to a
+    conductor actor (``to_actor``), which asks the LLM or reports the failure as it does
+    any. False: the trigger goes to an actor at once (its last delivery: giving up on it
+    is recorded by one).
 
     Deciding where the trigger arrives spares a decision its two thread hand-offs (to a
     conductor thread, and back to the loop to append), which under load are most of its
     latency: each waits for the GIL behind every other busy thread. Folding and routing
-    take well under a millisecond, and the append is awaited: the loop never blocks."""
-    job = delivery.job
-    if job.last_delivery:  # giving up is recorded by an actor
+    take well under a millisecond, and reads and appends are awaited: the loop never
+    blocks."""
+    if delivery.job.last_delivery:
         return False
+    spawn(_advance_on_loop(bridge, delivery, to_actor))
+    return True
+
+
+async def _advance_on_loop(
+    bridge: Bridge, delivery: Delivery, to_actor: Callable[[], None]
+) -> None:
+    decision = await _decided_on_loop(bridge, delivery.job)
+    if decision is None:
+        to_actor()
+        return
+    history, planned = decision
+    key = (bridge, history.task_id)
+    if _CLAIMS.claim(key, delivery):  # else handed to the conductor advancing the task
+        await _append_on_loop(bridge, key, history, planned, delivery)
+
+
+async def _decided_on_loop(bridge: Bridge, job: Job) -> tuple[TaskHistory, list[Event]] | None:
+    """The trigger's task's history and what to append on it; None where that takes an
+    LLM, or fails (an actor meets the failure again, and reports it as it does any)."""
     try:
         trigger = decode_event(job.data)
-        history = bridge.log.remembered_through(trigger)
-        if history is None:
-            return False
+        history = await bridge.log.history_through(trigger, job.stream_seq)
         planned, question = decided(bridge, history, [])
-    except Exception:  # an actor meets it again, and reports it as it does any failure
-        return False
-    if question is not None:
-        return False
-    key = (bridge, trigger.task_id)
-    if _CLAIMS.claim(key, delivery):
-        spawn(_append_on_loop(bridge, key, history, planned, delivery))
-    return True
+    except Exception:
+        return None
+    return (history, planned) if question is None else None
 
 
 async def _append_on_loop(

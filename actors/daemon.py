@@ -12,12 +12,16 @@ Per message the loop does: hand it to an idle actor (one ``tell``), keep it in p
 says so (one ack). An actor may give its message to another actor (``Delivery.release``):
 it is free for new work at once, and the message is held until the other settles it.
 A trigger whose decision needs no LLM is decided by the loop itself, as it arrives
-(``advance_on_loop``): no actor, no thread hand-off.
+(``advance_on_loop``): no actor, no thread hand-off. So that busy conductors (waiting on
+their LLM) hold up no such decision, the triggers' pump asks for up to ``_LOOP_ROOM``
+messages beyond its idle actors; one of those that needs an actor after all waits in the
+daemon (kept in progress) for the next actor to free up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -54,6 +58,8 @@ DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
 _DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
 # When a message settled "soon" is delivered again.
 SOON_S = 0.5
+# Triggers the loop may hold at once beyond what idle conductor actors can take.
+_LOOP_ROOM = 64
 
 
 @dataclass
@@ -111,10 +117,19 @@ class _Pool:
     actors: list[ActorRef]
     idle: asyncio.Queue[ActorRef]
     puller: CreditPuller | None = None
+    # Messages the loop may hold beyond what idle actors can take: a feed whose messages
+    # the loop mostly handles itself (decisions) is not held back by busy actors.
+    loop_room: int = 0
+    # Held by the loop (its own work, or waiting for an actor), not settled yet.
+    on_loop: int = 0
+    # Taken while every actor was busy, for the next actor to free up.
+    waiting: collections.deque[tuple[_Held, Job]] = field(default_factory=collections.deque)
 
-    def free(self, actor: ActorRef) -> None:
-        """On the loop: the actor can take new work."""
-        self.idle.put_nowait(actor)
+    def credit(self) -> int:
+        """How many more messages to ask for."""
+        return self.idle.qsize() + max(0, self.loop_room - self.on_loop)
+
+    def credit_changed(self) -> None:
         if self.puller is not None:
             self.puller.credit_changed()
 
@@ -128,6 +143,8 @@ class _Held:
     msg: Msg
     actor_freed: bool = False
     settled: bool = False
+    # Counted in its pool's ``on_loop`` until handed to an actor or settled.
+    on_loop: bool = False
 
 
 class Daemon:
@@ -146,7 +163,8 @@ class Daemon:
     def start(self) -> Daemon:
         for feed in self._feeds():
             actors = self._actors(feed.role)
-            self._pools[feed.durable] = _Pool(feed.role, actors, asyncio.Queue())
+            room = _LOOP_ROOM if feed.decided_on_loop else 0
+            self._pools[feed.durable] = _Pool(feed.role, actors, asyncio.Queue(), loop_room=room)
         self.bridge.call(self._start_pumps())
         log.info(
             "daemon started: %s",
@@ -236,24 +254,24 @@ class Daemon:
                 self._in_background(msg.ack())
                 return
             job = self._job(pool, msg, feed.source)
+            held = _Held(pool, None, msg)
+            self._held.add(held)
             if feed.decided_on_loop:
-                held = _Held(pool, None, msg)
-                self._held.add(held)
-                if advance_on_loop(self.bridge, self._delivery(held, job), self._in_background):
+                self._hold_on_loop(held)
+                delivery = self._delivery(held, job)
+                to_actor = functools.partial(self._to_next_actor, held, job)
+                if advance_on_loop(self.bridge, delivery, self._in_background, to_actor):
                     return
-                self._held.discard(held)
-            if pool.idle.empty():
+            if held.on_loop or not pool.idle.empty():
+                self._to_next_actor(held, job)
+            else:
                 # More than was asked for (a late answer to a request given up on after a
                 # reconnect): let JetStream deliver it again shortly.
+                self._held.discard(held)
                 self._in_background(msg.nak(delay=1.0))
-                return
-            actor = pool.idle.get_nowait()
-            held = _Held(pool, actor, msg)
-            self._held.add(held)
-            actor.tell(self._delivery(held, job))
 
         pool.puller = CreditPuller(
-            self.bridge.nc, feed.stream, feed.durable, credit=pool.idle.qsize, deliver=deliver
+            self.bridge.nc, feed.stream, feed.durable, credit=pool.credit, deliver=deliver
         )
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
@@ -271,6 +289,28 @@ class Daemon:
         if self.config.on_job is not None:
             self.config.on_job(pool.role, job)
         return job
+
+    def _hold_on_loop(self, held: _Held) -> None:
+        held.on_loop = True
+        held.pool.on_loop += 1
+
+    def _off_loop(self, held: _Held) -> None:
+        if held.on_loop:
+            held.on_loop = False
+            held.pool.on_loop -= 1
+            held.pool.credit_changed()
+
+    def _to_next_actor(self, held: _Held, job: Job) -> None:
+        """Hand the message to an idle actor, or to the next to free up."""
+        if held.pool.idle.empty():
+            held.pool.waiting.append((held, job))
+        else:
+            self._to_actor(held, held.pool.idle.get_nowait(), job)
+
+    def _to_actor(self, held: _Held, actor: ActorRef, job: Job) -> None:
+        self._off_loop(held)
+        held.actor = actor
+        actor.tell(self._delivery(held, job))
 
     def _delivery(self, held: _Held, job: Job) -> Delivery:
         post = self.bridge.post
@@ -299,10 +339,18 @@ class Daemon:
                     await held.msg.in_progress()
 
     def _free(self, held: _Held) -> None:
-        if not held.actor_freed:
-            held.actor_freed = True
-            if held.actor is not None:
-                held.pool.free(held.actor)
+        if held.actor_freed:
+            return
+        held.actor_freed = True
+        pool, actor = held.pool, held.actor
+        if actor is None:  # the loop's own work
+            self._off_loop(held)
+        elif pool.waiting:  # a message taken while every actor was busy
+            waiting, job = pool.waiting.popleft()
+            self._to_actor(waiting, actor, job)
+        else:
+            pool.idle.put_nowait(actor)
+            pool.credit_changed()
 
     def _settle(self, held: _Held, how: Settlement) -> None:
         if held.settled:

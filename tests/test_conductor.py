@@ -16,7 +16,7 @@ import pytest
 
 from actors.bridge import Bridge
 from actors.conductor import Conductor, advance_on_loop
-from actors.worker import Delivery, Job, Settlement
+from actors.worker import Delivery, Job
 from events import subjects
 from events.codec import encode
 from events.log import TaskHistory
@@ -24,6 +24,8 @@ from events.model import (
     AgentDispatched,
     CancelTask,
     ConductorDecided,
+    Event,
+    LLMCalled,
     OutputParsed,
     SubmitTask,
     TaskCancelled,
@@ -33,11 +35,13 @@ from projections.task_state import fold
 from tests.conftest import REPO
 from tests.daemons import (
     assert_each_step_once,
+    slow_script,
     start_daemon,
     submit,
     submitted_on_default,
     task_events,
     trigger_job,
+    wait_for,
     wait_until_over,
 )
 from workflows.loader import load_workflow
@@ -174,21 +178,25 @@ def _designer_done(bridge: Bridge, task_id: str, workflow: str) -> TaskHistory:
     return bridge.call(bridge.log.append(history, [output]))
 
 
-def _on_loop(bridge: Bridge, history: TaskHistory) -> tuple[bool, list[Settlement]]:
+def _on_loop(bridge: Bridge, history: TaskHistory) -> list[str]:
     """Offer the last event of ``history`` to ``advance_on_loop`` as a trigger delivered
-    from the stream; whether it was taken, and how it was settled once the loop was done."""
-    settled: list[Settlement] = []
-    delivery = Delivery(trigger_job(history), settled.append, lambda: None)
+    from the stream: how it was settled once the loop was done, or that it went to an
+    actor."""
+    outcome: list[str] = []
+    delivery = Delivery(trigger_job(history), outcome.append, lambda: None)
 
-    async def offer() -> bool:
+    async def offer() -> None:
         spawned: list[asyncio.Task[None]] = []
-        taken = advance_on_loop(
-            bridge, delivery, lambda work: spawned.append(asyncio.create_task(work))
+        assert advance_on_loop(
+            bridge,
+            delivery,
+            lambda work: spawned.append(asyncio.create_task(work)),
+            lambda: outcome.append("to an actor"),
         )
         await asyncio.gather(*spawned)
-        return taken
 
-    return bridge.call(offer()), settled
+    bridge.call(offer())
+    return outcome
 
 
 def test_a_decision_made_on_the_loop_from_a_stale_history_is_not_doubled(
@@ -204,22 +212,54 @@ def test_a_decision_made_on_the_loop_from_a_stale_history_is_not_doubled(
         Conductor(elsewhere, llm=None).advance(elsewhere.call(elsewhere.log.read_task(task_id)))
     finally:
         elsewhere.stop()
-    assert _on_loop(bridge, remembered) == (True, ["ack"])
+    assert _on_loop(bridge, remembered) == ["ack"]
     events = bridge.call(bridge.log.read_task(task_id)).events
     assert [type(e) for e in events][3:] == [OutputParsed, ConductorDecided, AgentDispatched]
 
 
 def test_the_loop_decides_what_needs_no_llm_and_leaves_the_rest_to_an_actor(
-    bridge: Bridge,
+    bridge: Bridge, private_nats: str
 ) -> None:
     """After the designer, the default workflow has one way on (the coder): decided on
-    the loop. Connect-all offers several, which only the conductor's LLM may choose
-    between: the trigger goes to a conductor actor, untouched."""
-    routed = _designer_done(bridge, f"t-{uuid.uuid4().hex[:12]}", "default")
-    assert _on_loop(bridge, routed) == (True, ["ack"])
+    the loop, from the log where another process recorded the trigger. Connect-all offers
+    several, which only the conductor's LLM may choose between: the trigger goes to a
+    conductor actor, untouched."""
+    elsewhere = Bridge(private_nats).start()
+    try:
+        routed = _designer_done(elsewhere, f"t-{uuid.uuid4().hex[:12]}", "default")
+    finally:
+        elsewhere.stop()
+    assert bridge.log.remembered(routed.task_id) is None
+    assert _on_loop(bridge, routed) == ["ack"]
     events = bridge.call(bridge.log.read_task(routed.task_id)).events
     assert isinstance(events[-1], AgentDispatched) and events[-1].agent == "coder"
 
     asked = _designer_done(bridge, f"t-{uuid.uuid4().hex[:12]}", "conductor_connect_all")
-    assert _on_loop(bridge, asked) == (False, [])
+    assert _on_loop(bridge, asked) == ["to an actor"]
     assert bridge.call(bridge.log.read_task(asked.task_id)).events == asked.events
+
+
+def test_routing_goes_on_while_the_only_conductor_waits_on_its_llm(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """One task's conductor LLM call (20 s here) holds the daemon's only conductor for
+    triggers; another task still goes from designer to coder to verifier meanwhile: what
+    needs no LLM is decided on the loop, and is fetched whether or not an actor is idle."""
+    script = slow_script(tmp_path, 20.0, agent="conductor")
+    roles = ("--roles", "conductor,designer,coder", "--pool", "conductor=1")
+    daemon = start_daemon(private_nats, tmp_path / "daemon.log", *roles, script=script)
+    try:
+        submit(private_nats, "asks", "--workflow", "conductor_connect_all")
+        wait_for(private_nats, "asks", lambda ev: bool(ev) and isinstance(ev[-1], OutputParsed), 60)
+        submit(private_nats, "routed")
+
+        def at_verifier(events: list[Event]) -> bool:
+            last = events[-1] if events else None
+            return isinstance(last, AgentDispatched) and last.agent == "verifier"
+
+        wait_for(private_nats, "routed", at_verifier, 15)
+        asked = task_events(private_nats, "asks")
+        assert not any(isinstance(e, LLMCalled) and e.agent == "conductor" for e in asked)
+    finally:
+        daemon.kill()  # not waiting 20 s for the conductor's answer
+        daemon.wait(timeout=30)
