@@ -39,8 +39,9 @@ loop's other work (every append, acknowledgement and delivery of the daemon). Th
 the triggers that arrive together (a few agents' outputs recorded in the same
 millisecond), decided one after the other. Before, each decision also went to a conductor
 thread and back to the loop to append, two hand-offs that each waited for the GIL behind
-every other busy thread: p50 ~5-9 ms and p99 ~15-30 ms on this benchmark, against ~2 ms
-and ~5-13 ms since.
+every other busy thread. Two runs of 5 rounds each, before and after, interleaved on the
+2-core VM: p99 medians 26.1 and 21.3 ms before, 10.0 and 9.3 ms after (p50 1.9-5.1 ms
+before, 1.2-2.8 ms after).
 
 Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
 over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the
