@@ -53,8 +53,9 @@ ActorRef = pykka.ActorRef[Any]  # refs are invariant in the actor type; pools mi
 CONDUCTOR_ROLE = "conductor"
 DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
 # Pool sizes that differ from the default: the verifier owns the (single) GPU; a conductor
-# spends most of a decision waiting on the log's round trips, so a burst of tasks needs
-# many of them (threads that wait cost next to nothing).
+# actor (recording a new task, asking the conductor's LLM) spends most of its time waiting
+# on round trips and LLM calls, so a burst of tasks needs many of them (threads that wait
+# cost next to nothing). Routing decisions take no actor: the loop makes them.
 _DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
 # When a message settled "soon" is delivered again.
 SOON_S = 0.5
