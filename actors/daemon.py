@@ -372,6 +372,18 @@ class Daemon:
         except Exception as exc:  # the message will be redelivered; the log makes that safe
             log.warning("%s: could not settle %s: %s", held.pool.role, held.msg.subject, exc)
 
+    async def _give_back_waiting(self) -> None:
+        """Messages taken while every actor was busy, and never begun, go back to the
+        stream now, for another daemon to take at once rather than after ``ack_wait``."""
+        for pool in self._pools.values():
+            while pool.waiting:
+                held, _ = pool.waiting.popleft()
+                held.settled = True
+                self._held.discard(held)
+                self._off_loop(held)
+                with contextlib.suppress(Exception):
+                    await held.msg.nak()
+
     def stop(self, wait_s: float | None = None) -> None:
         """Stop taking work, let actors finish what they hold (for up to ``wait_s``,
         default ``stop_timeout_s``), then stop them."""
@@ -380,6 +392,7 @@ class Daemon:
             for task in self._pumps:
                 task.cancel()
             await asyncio.gather(*self._pumps, return_exceptions=True)
+            await self._give_back_waiting()
 
         with contextlib.suppress(Exception):
             self.bridge.call(halt_pumps(), timeout=10)

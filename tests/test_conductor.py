@@ -16,6 +16,8 @@ import pytest
 
 from actors.bridge import Bridge
 from actors.conductor import Conductor, advance_on_loop
+from actors.daemon import Daemon, DaemonConfig
+from actors.llm.scripted import ScriptedProvider
 from actors.worker import Delivery, Job
 from events import subjects
 from events.codec import encode
@@ -34,6 +36,7 @@ from events.model import (
 from projections.task_state import fold
 from tests.conftest import REPO
 from tests.daemons import (
+    RELU_SCRIPT,
     assert_each_step_once,
     slow_script,
     start_daemon,
@@ -263,3 +266,54 @@ def test_routing_goes_on_while_the_only_conductor_waits_on_its_llm(
     finally:
         daemon.kill()  # not waiting 20 s for the conductor's answer
         daemon.wait(timeout=30)
+
+
+def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
+    bridge: Bridge, private_nats: str, tmp_path: Path
+) -> None:
+    """A trigger that needs the conductor's LLM while the daemon's only conductor is busy
+    waits in that daemon; when the daemon stops, it goes back to the stream, and another
+    daemon decides it at once, not after the 30 s a message unacked waits."""
+
+    def connect_all(task_id: str) -> None:
+        command = SubmitTask(
+            task_id=task_id,
+            task_source=(REPO / "examples/tasks/relu.py").read_text(),
+            task_name="relu",
+            workflow="conductor_connect_all",
+        )
+        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+
+    def designer_done(events: list[Event]) -> bool:
+        return bool(events) and isinstance(events[-1], OutputParsed)
+
+    busy = Daemon(
+        bridge,
+        DaemonConfig(
+            roles=("conductor", "designer"),
+            pool_sizes={"conductor": 1},
+            llm=ScriptedProvider(slow_script(tmp_path, 20.0, agent="conductor")),
+        ),
+    ).start()
+    try:
+        connect_all("holds-the-conductor")
+        wait_for(private_nats, "holds-the-conductor", designer_done, 30)
+        connect_all("waits")
+        wait_for(private_nats, "waits", designer_done, 30)
+        time.sleep(0.5)  # its trigger delivered, and waiting in the busy daemon
+    finally:
+        busy.stop(wait_s=0.5)
+    other_bridge = Bridge(private_nats).start()
+    other = Daemon(
+        other_bridge,
+        DaemonConfig(roles=("conductor",), llm=ScriptedProvider(REPO / RELU_SCRIPT)),
+    ).start()
+    try:
+
+        def decided(events: list[Event]) -> bool:
+            return any(isinstance(e, LLMCalled) and e.agent == "conductor" for e in events)
+
+        wait_for(private_nats, "waits", decided, 10)
+    finally:
+        other.stop()
+        other_bridge.stop()
