@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client as NATS
@@ -41,6 +42,17 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def safe_url(url: str) -> str:
+    """A NATS URL (or comma-separated list) as it may be shown: without credentials."""
+    out = []
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+    return ",".join(out)
+
+
 class NatsUnreachable(ConnectionError):
     """No NATS server answered in time when the bridge started."""
 
@@ -57,11 +69,11 @@ class _RepeatedErrors:
     def report(self, text: str) -> None:
         if text != self.last:
             self.last, self.repeats = text, 0
-            log.warning("NATS error: %s", text)
+            log.warning("%s", text)
             return
         self.repeats += 1
         if self.repeats % self.every == 0:
-            log.warning("NATS error, still (%d attempts): %s", self.repeats + 1, text)
+            log.warning("still (%d attempts): %s", self.repeats + 1, text)
 
     def reset(self) -> None:
         """The connection is back: the next outage's first error is news."""
@@ -126,29 +138,34 @@ class Bridge:
     def start(self, timeout_s: float = 30.0) -> Bridge:
         self._thread.start()
         try:
-            self.call(asyncio.wait_for(self._connect(), timeout_s))
+            self.call(asyncio.wait_for(self._connect(timeout_s), timeout_s))
         except TimeoutError:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout_s)
             raise NatsUnreachable(
-                f"no NATS server answered at {self.nats_url} within {timeout_s:.0f}s"
+                f"no NATS server answered at {safe_url(self.nats_url)} within {timeout_s:g}s"
             ) from None
         return self
 
-    async def _connect(self) -> None:
+    async def _connect(self, timeout_s: float) -> None:
         errors = _RepeatedErrors()
+        shown = safe_url(self.nats_url)
+        connected = False
 
         async def on_error(exc: Exception) -> None:
-            errors.report(str(exc))
+            if connected:
+                errors.report(f"NATS error: {exc}")
+            else:  # the first connection: say that it is tried again, and for how long
+                errors.report(f"no NATS server at {shown} yet ({exc}); trying for {timeout_s:g}s")
 
         async def on_disconnect() -> None:
             if self._closing:
                 return
-            log.warning("disconnected from NATS at %s; reconnecting", self.nats_url)
+            log.warning("disconnected from NATS at %s; reconnecting", shown)
 
         async def on_reconnect() -> None:
             errors.reset()
-            log.info("reconnected to NATS at %s", self.nats_url)
+            log.info("reconnected to NATS at %s", shown)
 
         self._nc = await nats.connect(
             self.nats_url,
@@ -162,6 +179,7 @@ class Bridge:
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
         )
+        connected = True
         self._log = EventLog(self._nc, self.streams, self._after_append)
         await self._log.ensure_streams()
 

@@ -25,7 +25,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.bridge import Bridge
+from actors.bridge import Bridge, safe_url
 
 log = logging.getLogger("kernelflow.health")
 
@@ -48,16 +48,6 @@ def safe_spec(spec: str | None) -> str | None:
         netloc = host + (f":{parts.port}" if parts.port else "")
         head = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     return f"{kind}:{head}{sep}{model}" if rest else kind
-
-
-def safe_url(url: str) -> str:
-    out = []
-    for one in url.split(","):
-        parts = urlsplit(one.strip())
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-    return ",".join(out)
 
 
 def llm_description(provider: object | None, agents: Iterable[str]) -> dict[str, Any]:

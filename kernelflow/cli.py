@@ -29,7 +29,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from actors.bridge import Bridge, NatsUnreachable
+from actors.bridge import Bridge, NatsUnreachable, safe_url
 from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
 from actors.health import HealthResponder, daemon_describer, new_daemon_id, ping_daemons
 from actors.kinds.check import check_agents
@@ -558,7 +558,10 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
             daemon_id, bridge.nats_url, roles, sizes, daemon.config.llm, read_model, daemon.warm_ups
         )
         health = HealthResponder(bridge, describe).start()
-        print(f"kernelflow daemon on {bridge.nats_url}: roles {', '.join(roles)}", flush=True)
+        print(
+            f"kernelflow daemon on {safe_url(bridge.nats_url)}: roles {', '.join(roles)}",
+            flush=True,
+        )
         stop.wait()
         print(
             "shutting down: actors finish what they hold (up to "

@@ -69,7 +69,10 @@ def test_unhealthy_without_a_daemon_or_without_nats(private_nats: str) -> None:
 
 
 def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
-    daemon = start_daemon(private_nats, tmp_path / "daemon.log", "--pool", "coder=2")
+    # Credentials in the URL (this server wants none) are never shown nor reported.
+    with_credentials = private_nats.replace("nats://", "nats://kf:hunter2@")
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(with_credentials, log, "--pool", "coder=2")
     try:
         deadline = time.monotonic() + 90
         while True:  # until its verifier has readied its sandbox (~10 s of imports)
@@ -82,6 +85,9 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
         assert d["verifier"]["any"]["state"] == "ready"
         assert "warm worker up" in d["verifier"]["any"]["detail"]
         assert d["pid"] == daemon.pid and d["uptime_s"] >= 0
+        assert d["nats_url"] == private_nats
+        assert f"kernelflow daemon on {private_nats}: roles" in log.read_text()
+        assert "hunter2" not in log.read_text()
         assert d["roles"] == ["conductor", "designer", "coder", "verifier"]
         assert d["pools"] == {"conductor": 16, "designer": 4, "coder": 2, "verifier": 1}
         assert d["llm"]["provider"] == "scripted"
