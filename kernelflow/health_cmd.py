@@ -26,7 +26,8 @@ import nats
 import nats.js.errors
 from nats.js import api
 
-from actors.health import llm_description, ping_daemons, safe_spec, safe_url
+from actors.bridge import safe_url
+from actors.health import llm_description, ping_daemons, safe_spec
 from events import subjects
 from kernelflow.nats_server import NatsServerError
 from projections.report import table
