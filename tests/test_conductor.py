@@ -311,9 +311,16 @@ def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
     try:
 
         def decided(events: list[Event]) -> bool:
-            return any(isinstance(e, LLMCalled) and e.agent == "conductor" for e in events)
+            return any(
+                isinstance(e, ConductorDecided) and e.after_agent == "designer" for e in events
+            )
 
-        wait_for(private_nats, "waits", decided, 10)
+        events = wait_for(private_nats, "waits", decided, 10)
     finally:
         other.stop()
         other_bridge.stop()
+    # Decided by the second daemon's conductor LLM, as its script answers.
+    [decision] = [
+        e for e in events if isinstance(e, ConductorDecided) and e.after_agent == "designer"
+    ]
+    assert (decision.mode, decision.chosen) == ("llm", "coder")
