@@ -41,7 +41,6 @@ from events import subjects
 from events.codec import encode
 from events.log import EventLog
 from events.model import (
-    TERMINAL_EVENTS,
     AgentDispatched,
     ChatMessage,
     ConductorDecided,
@@ -53,6 +52,7 @@ from events.model import (
     Usage,
     VerificationCompleted,
     VerificationReport,
+    ends_task,
 )
 from kernelflow.nats_server import EmbeddedNats
 from kernelflow.offline_cmd import EventFilter, FileSource, Source, export_grpo, live_events
@@ -158,6 +158,10 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# The repeat patterns the counters track (a workflow's ``sequence_patterns``).
+SEQUENCES = {"cv": ["coder", "verifier"]}
+
+
 class AllProjections:
     """Task state, counters and trajectory of each task (built when it ends), and the
     run metrics: what a full replay maintains."""
@@ -176,9 +180,9 @@ class AllProjections:
         state, events = opened
         apply(state, e)
         events.append(e)
-        if isinstance(e, TERMINAL_EVENTS):
+        if ends_task(e):
             del self.open[e.task_id]
-            self.steps += repeat_counters(state.history, {"cv": ["coder", "verifier"]}).step
+            self.steps += repeat_counters(state.history, SEQUENCES).step
             self.trajectories += len(build_trajectory(e.task_id, events).steps) > 0
 
 

@@ -45,7 +45,7 @@ from nats.js import api
 
 from events import subjects
 from events.codec import decode_event, encode
-from events.model import TERMINAL_EVENTS, Command, Event
+from events.model import Command, Event, ends_task
 from events.pull import CreditPuller, wait_until_set
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
@@ -213,7 +213,7 @@ class EventLog:
             if event.task_id != task_id:
                 raise ValueError(f"event for task {event.task_id} appended to {task_id}")
             stamped = msgspec.structs.replace(event, seq=history.next_seq, at=time.time())
-            ended = ended or isinstance(stamped, TERMINAL_EVENTS)
+            ended = ended or ends_task(stamped)
             history = await self._replies.request(
                 subjects.event_subject(stamped),
                 encode(stamped),
@@ -431,7 +431,7 @@ class EventLog:
 
 def _ended(events: Sequence[Event]) -> bool:
     # Rewards (and the judge's call) follow the end they score: look past them.
-    return any(isinstance(event, TERMINAL_EVENTS) for event in reversed(events))
+    return any(ends_task(event) for event in reversed(events))
 
 
 class DeliveryInfo(NamedTuple):

@@ -41,7 +41,7 @@ from actors.worker import Job, task_of
 from events import subjects
 from events.codec import MalformedMessage, checked_command, decode_command, json_schema
 from events.log import StreamSettings
-from events.model import TERMINAL_EVENTS, CancelTask, Command, Event, SubmitTask, TaskFinished
+from events.model import CancelTask, Command, Event, SubmitTask, TaskFinished, ends_task
 from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_cmd
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
@@ -282,7 +282,7 @@ def follow_task(
                 async with contextlib.aclosing(reading):
                     async for seq, event in reading:  # a following read ends only here
                         position = seq + 1
-                        if isinstance(event, TERMINAL_EVENTS):
+                        if ends_task(event):
                             break
                         inbox.put(event)
                 # The read is closed (its consumer deleted) before the last event is handed

@@ -28,10 +28,11 @@ class RepeatCounters:
 
 
 def _tail_repeats(history: Sequence[str], pattern: Sequence[str]) -> int:
+    history, pattern = list(history), list(pattern)
     n, k = len(pattern), 0
     while n and len(history) >= (k + 1) * n:
         end = len(history) - k * n
-        if list(history[end - n : end]) != list(pattern):
+        if history[end - n : end] != pattern:
             break
         k += 1
     return k

@@ -34,12 +34,12 @@ from typing import Any, Literal
 import msgspec
 
 from events.model import (
-    TERMINAL_EVENTS,
     ChatMessage,
     Event,
     LLMCalled,
     TaskFinished,
     TaskSubmitted,
+    ends_task,
 )
 from projections.metrics import TaskMetrics
 from projections.rewards import DEFAULT_REWARD, RewardFn, get_reward
@@ -277,15 +277,16 @@ class SampleBuilder:
         tid = event.task_id
         if tid in self._done:
             return True
-        if isinstance(event, TaskSubmitted):
+        # Exact types, not isinstance: see ``ends_task`` (this runs for every event).
+        if type(event) is TaskSubmitted:
             self._open.setdefault(tid, _OpenTask()).submitted = event
-        elif isinstance(event, LLMCalled) and self.options.wants(event.agent):
+        elif type(event) is LLMCalled and self.options.wants(event.agent):
             reason = self._keep_task(tid)
             if reason is None:
                 self._open.setdefault(tid, _OpenTask()).turns.append(event)
             else:
                 setattr(self.drops, reason, getattr(self.drops, reason) + 1)
-        elif isinstance(event, TERMINAL_EVENTS):
+        elif ends_task(event):
             self._done.add(tid)
             task = self._open.pop(tid, None)
             if task is not None and task.turns:
@@ -400,15 +401,15 @@ class PromptCollector:
         return (s.task_source, s.backend, s.workflow_name)
 
     def apply(self, position: int, event: Event) -> bool:
-        if isinstance(event, TaskSubmitted):
+        if type(event) is TaskSubmitted:  # exact types: see ``ends_task``
             if self._key(event) not in self._seen:
                 self._seen.add(self._key(event))
                 self._pending[event.task_id] = event
-        elif isinstance(event, LLMCalled) and self.options.wants(event.agent):
+        elif type(event) is LLMCalled and self.options.wants(event.agent):
             sub = self._pending.pop(event.task_id, None)
             if sub is not None:
                 self._row(sub, [Message(m.role, m.content) for m in event.messages])
-        elif isinstance(event, TERMINAL_EVENTS):
+        elif ends_task(event):
             sub = self._pending.pop(event.task_id, None)
             if sub is not None:
                 self._row(sub, [Message("user", sub.task_source)])

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from events.model import (
     DISPATCH_RESULTS,
     TERMINAL_EVENTS,
@@ -28,16 +30,14 @@ CONDUCTOR = "conductor"
 JUDGE = "judge"
 
 
-# Slotted (here and in TaskState): a replay makes one per dispatch of millions of events,
-# and slots make creating them and reading their fields cheaper.
-@dataclass(slots=True)
-class Dispatch:
+# A msgspec struct (built in C): a replay makes one per dispatch of millions of events.
+class Dispatch(msgspec.Struct):
     """One run of one agent: its dispatch, the LLM and tool calls it made, and how it
     ended."""
 
     event: AgentDispatched
-    llm_calls: list[LLMCalled] = field(default_factory=list)
-    tool_calls: list[ToolCalled] = field(default_factory=list)
+    llm_calls: list[LLMCalled] = []
+    tool_calls: list[ToolCalled] = []
     result: Event | None = None
 
     @property
@@ -49,6 +49,7 @@ class Dispatch:
         return self.event.dispatch_id
 
 
+# Slotted: slots make reading and setting its fields cheaper.
 @dataclass(slots=True)
 class TaskState:
     task_id: str
@@ -78,8 +79,8 @@ class TaskState:
         return self.dispatches[-1] if self.dispatches else None
 
     def dispatch(self, dispatch_id: str) -> Dispatch | None:
-        for d in reversed(self.dispatches):
-            if d.dispatch_id == dispatch_id:
+        for d in reversed(self.dispatches):  # almost always the last one
+            if d.event.dispatch_id == dispatch_id:
                 return d
         return None
 

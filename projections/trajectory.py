@@ -13,11 +13,12 @@ function) and ``metadata["rewards"]``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from events.codec import to_builtins
+import msgspec
+
 from events.model import (
     AgentFailed,
     ConductorDecided,
@@ -45,12 +46,12 @@ class StepType(StrEnum):
     FINAL_ANSWER = "final_answer"
 
 
-# Slotted: a full replay builds a step for most events it reads.
-@dataclass(slots=True)
-class TrajectoryStep:
+# A msgspec struct, not a dataclass: a full replay builds a step for most events it reads,
+# and a struct is built in C, in less than half the time.
+class TrajectoryStep(msgspec.Struct):
     step_type: StepType
     content: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = {}
     tool_name: str | None = None
     tool_args: dict[str, Any] | None = None
     tool_result: Any | None = None
@@ -60,8 +61,8 @@ class TrajectoryStep:
     attention_mask: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["step_type"] = self.step_type.value
+        """Plain data (a copy: changing it leaves the step as it was)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
         return data
 
     @classmethod
@@ -128,8 +129,8 @@ def _llm_metadata(call: LLMCalled) -> dict[str, Any]:
     return {
         "provider": call.provider,
         "model": call.model,
-        "messages": [to_builtins(m) for m in call.messages],
-        "usage": to_builtins(call.usage),
+        "messages": msgspec.to_builtins(call.messages),
+        "usage": msgspec.to_builtins(call.usage),
         "latency_s": call.latency_s,
         "event": call.event_id,
     }
@@ -214,7 +215,7 @@ class _Builder:
                 {"event": e.event_id, "at": e.at, "agent": e.agent, "dispatch_id": e.dispatch_id},
                 tool_name=e.agent,
                 tool_args={"code": e.code},
-                tool_result=to_builtins(e.report),
+                tool_result=msgspec.to_builtins(e.report),
                 is_correct=e.report.passed,
             )
         )
