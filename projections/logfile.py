@@ -159,13 +159,13 @@ def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[t
     line_no = 1
     for raw in it:
         line_no += 1
-        body = _line_no_newline(raw)
-        if _is_trailer(body):
-            _check_end(body, it, h, count, line_no, name)
+        if _is_trailer(raw):
+            _check_end(_line_no_newline(raw), it, h, count, line_no, name)
             return
-        h.update(body + b"\n")
+        # The line as read, newline and all: no copies of it (records are kilobytes).
+        h.update(raw if raw.endswith(b"\n") else raw + b"\n")
         try:
-            event = decode_event(body)
+            event = decode_event(raw)  # JSON allows the trailing newline
         except MalformedMessage as exc:
             raise CorruptLogFile(f"{name}: line {line_no}: {exc}") from None
         expected = last_seq.get(event.task_id, 0) + 1
