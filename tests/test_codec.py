@@ -20,6 +20,7 @@ from events.codec import (
 from events.model import (
     COMMAND_TYPES,
     EVENT_TYPES,
+    TERMINAL_EVENTS,
     AgentDispatched,
     AgentFailed,
     CancelTask,
@@ -39,6 +40,7 @@ from events.model import (
     Usage,
     VerificationCompleted,
     VerificationReport,
+    ends_task,
 )
 
 T = "t-1"
@@ -200,6 +202,14 @@ def test_a_publisher_checks_a_command_as_a_daemon_will_read_it() -> None:
     ]:
         with pytest.raises(MalformedMessage, match=field):
             checked_command(bad)
+
+
+def test_ends_task_answers_as_isinstance_for_every_event_type() -> None:
+    # ends_task looks up the exact type: right only while no event class is subclassed.
+    assert all(not t.__subclasses__() for t in EVENT_TYPES)
+    for event in EVENT_SAMPLES:
+        assert ends_task(event) == isinstance(event, TERMINAL_EVENTS), event.kind
+    assert {type(e) for e in EVENT_SAMPLES if ends_task(e)} == set(TERMINAL_EVENTS)
 
 
 def test_events_are_not_commands() -> None:
