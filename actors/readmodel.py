@@ -130,6 +130,7 @@ class ReadModel:
         self._tasks: list[asyncio.Task[None]] = []
         self._queries: set[asyncio.Task[None]] = set()
         self._sub: Subscription | None = None
+        self._stopping = ""  # what ``stop`` is doing (said if it runs out of time)
 
     @property
     def position(self) -> int:
@@ -177,16 +178,29 @@ class ReadModel:
             subjects.EVENTS_STREAM,
         )
 
-    def stop(self, timeout_s: float = 30.0, *, save: bool = True) -> None:
+    def stop(self, timeout_s: float = 10.0, *, save: bool = True) -> None:
         """Stop following the log and answering; save the position reached (``save=False``
-        leaves the store as a crash would)."""
-        with contextlib.suppress(Exception):
+        leaves the store as a crash would). Bounded: a daemon's stop must fit in its
+        service's stop timeout, and a final snapshot not saved only means the next start
+        folds the few seconds since the last periodic one again."""
+        self._stopping = "stopping"
+        try:
             self.bridge.call(self._stop(save), timeout=timeout_s)
+        except Exception as exc:
+            log.warning(
+                "read model: stop did not finish within %gs (%s: %r); the next start "
+                "catches up from position %d",
+                timeout_s,
+                self._stopping,
+                exc,
+                self.saved_position,
+            )
 
     async def _stop(self, save: bool) -> None:
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
+        self._stopping = "waiting for its reader and queries to stop"
         for task in [*self._tasks, *self._queries]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._queries, return_exceptions=True)
@@ -197,9 +211,11 @@ class ReadModel:
             return
         try:
             if save:
+                self._stopping = f"saving its snapshot at position {self.position}"
                 await self.save()
         except Exception as exc:
             log.warning("read model: final snapshot failed: %r", exc)
+        self._stopping = "deleting its consumer"
         with contextlib.suppress(Exception):
             await self.bridge.log.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
 

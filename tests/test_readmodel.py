@@ -6,7 +6,9 @@ when no daemon answers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,41 @@ async def publish_submit(url: str, command: SubmitTask) -> None:
         await nc.jetstream().publish(subjects.SUBMIT, encode(command))
     finally:
         await nc.close()
+
+
+def test_a_stop_that_cannot_finish_is_cut_short_and_says_what_it_waited_for(
+    private_nats: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A daemon's stop must fit in its service's stop timeout: a read model whose stop
+    hangs (here a task that ignores cancellation, as ``asyncio.wait_for`` can on Python
+    3.11) gives up at its bound and says where it was."""
+    bridge = Bridge(private_nats).start()
+    try:
+        model = ReadModel(bridge, "stuck", snapshot_every_s=3600).start()
+
+        async def plant_deaf_task() -> asyncio.Event:
+            release = asyncio.Event()
+
+            async def deaf() -> None:
+                while not release.is_set():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await release.wait()
+
+            model._tasks.append(asyncio.create_task(deaf()))
+            return release
+
+        release = bridge.call(plant_deaf_task())
+        began = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="kernelflow.readmodel"):
+            model.stop(timeout_s=1.0)
+        assert time.monotonic() - began < 3.0
+        assert (
+            "read model: stop did not finish within 1s "
+            "(waiting for its reader and queries to stop: TimeoutError"
+        ) in caplog.text
+        bridge.loop.call_soon_threadsafe(release.set)
+    finally:
+        bridge.stop()
 
 
 def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
