@@ -254,6 +254,11 @@ class Daemon:
                 # consumer, an imported log): done without an actor or a read.
                 self._in_background(msg.ack())
                 return
+            if not feed.decided_on_loop and pool.idle.empty():
+                # More than was asked for (a late answer to a request given up on after a
+                # reconnect): let JetStream deliver it again shortly.
+                self._in_background(msg.nak(delay=1.0))
+                return
             job = self._job(pool, msg, feed.source)
             held = _Held(pool, None, msg)
             self._held.add(held)
@@ -263,13 +268,7 @@ class Daemon:
                 to_actor = functools.partial(self._to_next_actor, held, job)
                 if advance_on_loop(self.bridge, delivery, self._in_background, to_actor):
                     return
-            if held.on_loop or not pool.idle.empty():
-                self._to_next_actor(held, job)
-            else:
-                # More than was asked for (a late answer to a request given up on after a
-                # reconnect): let JetStream deliver it again shortly.
-                self._held.discard(held)
-                self._in_background(msg.nak(delay=1.0))
+            self._to_next_actor(held, job)
 
         pool.puller = CreditPuller(
             self.bridge.nc, feed.stream, feed.durable, credit=pool.credit, deliver=deliver
