@@ -183,7 +183,7 @@ class ReadModel:
         leaves the store as a crash would). Bounded: a daemon's stop must fit in its
         service's stop timeout, and a final snapshot not saved only means the next start
         folds the few seconds since the last periodic one again."""
-        self._stopping = "stopping"
+        self._stopping = "waiting for the bridge loop"
         try:
             self.bridge.call(self._stop(save), timeout=timeout_s)
         except Exception as exc:
@@ -197,6 +197,7 @@ class ReadModel:
             )
 
     async def _stop(self, save: bool) -> None:
+        self._stopping = "leaving the status queries' group"
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
