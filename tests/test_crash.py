@@ -36,7 +36,9 @@ def test_killed_daemon_is_replaced_and_task_completes(
 ) -> None:
     task_id = f"crash-{agent}"
     log = tmp_path / "daemon.log"
-    first = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2")
+    temp = tmp_path / "temp"  # the daemons' temp dir, where verifications work
+    temp.mkdir()
+    first = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2", TMPDIR=str(temp))
     try:
         submit(private_nats, task_id)
 
@@ -44,7 +46,13 @@ def test_killed_daemon_is_replaced_and_task_completes(
             return any(isinstance(e, AgentDispatched) and e.agent == agent for e in events)
 
         wait_for(private_nats, task_id, agent_busy, timeout_s=60)
-        time.sleep(0.5)  # inside the LLM call / the sandboxed run
+        if agent == "verifier":  # past its warm-up, into the check (a fraction of a second)
+            deadline = time.monotonic() + 60
+            while not list(temp.glob("kf-verify-*/job.json")):
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.01)
+        else:
+            time.sleep(0.5)  # inside the LLM call
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     finally:
@@ -52,8 +60,14 @@ def test_killed_daemon_is_replaced_and_task_completes(
             os.killpg(first.pid, signal.SIGKILL)
     before = task_events(private_nats, task_id)
     assert fold(task_id, before).terminal is None, "the kill must land mid-task"
+    # A verification killed with its daemon leaves its work dir; the next daemon's verifier
+    # removes it once it is clearly abandoned (a minute old: made to look so here).
+    left = list(temp.glob("kf-verify-*"))
+    assert len(left) == (agent == "verifier")
+    for path in left:
+        os.utime(path, (time.time() - 120, time.time() - 120))
 
-    second = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2")
+    second = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2", TMPDIR=str(temp))
     try:
         events = wait_until_over(private_nats, task_id)
     finally:
@@ -67,6 +81,10 @@ def test_killed_daemon_is_replaced_and_task_completes(
     assert state.history == ["designer", "coder", "verifier", "coder", "verifier"]
     assert events[: len(before)] == before  # history is only ever appended to
     assert_each_step_once(events)
+    assert not list(temp.glob("kf-verify-*"))
+    assert ("removed 1 verification work dir(s) left by a stopped process" in log.read_text()) == (
+        agent == "verifier"
+    )
 
 
 def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from actors.verifier.engine import (
     _probed_once,
     _sandbox_plan,
     detect_device,
+    remove_abandoned_workdirs,
     shutdown_workers,
     verify,
 )
@@ -273,6 +274,56 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child), "the sandbox outlived the daemon that started it"
+    # Its work dir stays behind, until a verifier that starts later removes it.
+    left = found[0].parent
+    assert remove_abandoned_workdirs(str(tmp_path), older_than_s=0) == [str(left)]
+    assert not left.exists()
+
+
+def test_only_abandoned_work_dirs_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Daemons share the temp dir: a verifier cleaning up after a crash must leave alone
+    the work dirs of verifications running elsewhere, fresh ones, links and other files."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    body = (
+        "import os, time\nopen('running', 'w').close()\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.01)\nreturn relu_k(x)"
+    )
+    reports: list[VerificationReport] = []
+    running = threading.Thread(
+        target=lambda: reports.append(verify(RELU_TASK, candidate(body), config=QUICK))
+    )
+    running.start()
+    deadline = time.monotonic() + 60
+    while not (found := list(tmp_path.glob("kf-verify-*/running"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert found, "the candidate never ran"
+    in_use = found[0].parent
+
+    fresh = tmp_path / "kf-verify-fresh"
+    fresh.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep").write_text("")
+    (tmp_path / "kf-verify-link").symlink_to(outside)
+    (tmp_path / "kf-verify-file").write_text("")
+    old = [tmp_path / "kf-verify-old", tmp_path / "kf-probe-old"]  # a probe's, too
+    for path in old:
+        path.mkdir()
+        (path / "task.py").write_text("")
+    for path in (in_use, fresh, *old, outside):
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    os.utime(fresh, None)
+
+    assert sorted(remove_abandoned_workdirs()) == sorted(map(str, old))
+    assert in_use.is_dir() and fresh.is_dir() and (outside / "keep").exists()
+    assert (tmp_path / "kf-verify-link").is_symlink()
+
+    (in_use / "go").write_text("")
+    running.join(timeout=60)
+    assert [r.verdict for r in reports] == ["pass"], reports
+    assert not in_use.exists()
 
 
 def test_segfault_is_error_with_stack() -> None:

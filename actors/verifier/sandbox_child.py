@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import fcntl
 import importlib.util
 import json
 import math
@@ -430,6 +431,10 @@ def probe(device: str, memory_kind: str, memory_mb: int, fs: bool = False) -> in
     import tempfile
 
     workdir = Path(tempfile.mkdtemp(prefix="kf-probe-")).resolve()
+    # Locked while in use, as the verifications' work dirs are: a daemon killed during its
+    # warm-up leaves this one behind, and the next one's verifier removes it.
+    lock = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
@@ -461,6 +466,7 @@ def probe(device: str, memory_kind: str, memory_mb: int, fs: bool = False) -> in
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     shutil.rmtree(workdir, ignore_errors=True)
+    os.close(lock)
     return os.waitstatus_to_exitcode(status)
 
 
