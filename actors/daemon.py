@@ -25,6 +25,7 @@ import collections
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from actors.conductor import Conductor, advance_on_loop, settled
 from actors.llm.base import LLMProvider
 from actors.verifier.actor import Verifier, WarmUps
 from actors.verifier.engine import VerifierConfig
+from actors.workdirs import remove_abandoned_workdirs
 from actors.worker import Delivery, Job, Settlement, Source, task_of
 from events import subjects
 from events.log import delivery_of
@@ -162,6 +164,13 @@ class Daemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Daemon:
+        removed = remove_abandoned_workdirs()
+        if removed:  # left by a daemon killed mid-verification or mid-tool-run
+            log.info(
+                "removed %d sandbox work dir(s) a stopped daemon left in %s",
+                len(removed),
+                os.path.dirname(removed[0]),
+            )
         for feed in self._feeds():
             actors = self._actors(feed.role)
             room = _LOOP_ROOM if feed.decided_on_loop else 0

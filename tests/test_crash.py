@@ -60,8 +60,8 @@ def test_killed_daemon_is_replaced_and_task_completes(
             os.killpg(first.pid, signal.SIGKILL)
     before = task_events(private_nats, task_id)
     assert fold(task_id, before).terminal is None, "the kill must land mid-task"
-    # A verification killed with its daemon leaves its work dir; the next daemon's verifier
-    # removes it once it is clearly abandoned (a minute old: made to look so here).
+    # A verification killed with its daemon leaves its work dir; the next daemon removes it
+    # once it is clearly abandoned (a minute old: made to look so here).
     left = list(temp.glob("kf-verify-*"))
     assert len(left) == (agent == "verifier")
     for path in left:
@@ -82,7 +82,7 @@ def test_killed_daemon_is_replaced_and_task_completes(
     assert events[: len(before)] == before  # history is only ever appended to
     assert_each_step_once(events)
     assert not list(temp.glob("kf-verify-*"))
-    assert ("removed 1 verification work dir(s) left by a stopped process" in log.read_text()) == (
+    assert ("removed 1 sandbox work dir(s) a stopped daemon left" in log.read_text()) == (
         agent == "verifier"
     )
 

@@ -22,10 +22,10 @@ from actors.verifier.engine import (
     _probed_once,
     _sandbox_plan,
     detect_device,
-    remove_abandoned_workdirs,
     shutdown_workers,
     verify,
 )
+from actors.workdirs import remove_abandoned_workdirs
 from events.model import VerificationReport
 from tests.conftest import alive
 
@@ -283,8 +283,9 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
 def test_only_abandoned_work_dirs_are_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Daemons share the temp dir: a verifier cleaning up after a crash must leave alone
-    the work dirs of verifications running elsewhere, fresh ones, links and other files."""
+    """Daemons share the temp dir: one cleaning up after a crash (verifications', their
+    probe's and tools' dirs) must leave alone the work dirs of verifications running
+    elsewhere, fresh ones, links and other files."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     body = (
         "import os, time\nopen('running', 'w').close()\n"
@@ -308,7 +309,7 @@ def test_only_abandoned_work_dirs_are_removed(
     (outside / "keep").write_text("")
     (tmp_path / "kf-verify-link").symlink_to(outside)
     (tmp_path / "kf-verify-file").write_text("")
-    old = [tmp_path / "kf-verify-old", tmp_path / "kf-probe-old"]  # a probe's, too
+    old = [tmp_path / f"kf-{kind}-old" for kind in ("verify", "probe", "tool")]
     for path in old:
         path.mkdir()
         (path / "task.py").write_text("")

@@ -16,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, ar
 from actors.tools.registry import register_tool
 from actors.tools.workspace import materialise
 from actors.verifier.engine import SANDBOX_CHILD, network_prefixes, run_process, sandbox_env
+from actors.workdirs import TOOL_PREFIX, locked_workdir
 
 __all__ = ["CommandResult", "PythonTool", "run_sandboxed"]
 
@@ -125,8 +124,7 @@ def _environment(workdir: str) -> dict[str, str]:
 def _run(
     argv: Sequence[str], limits: ToolLimits, files: Mapping[str, str], scratch_dir: Path | None
 ) -> CommandResult:
-    workdir = tempfile.mkdtemp(prefix="kf-tool-", dir=scratch_dir)
-    try:
+    with locked_workdir(TOOL_PREFIX, scratch_dir) as workdir:
         materialise(files, Path(workdir))
         memory = limits.memory_mb or 0
         cmd = [
@@ -144,8 +142,6 @@ def _run(
         outcome = run_process(
             cmd, workdir, _environment(workdir), limits.work_timeout_s, tail_bytes
         )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     output = outcome.output.replace(workdir.rstrip("/") + "/", "")
     return CommandResult(outcome.returncode, output, limits.timeout_s)
 

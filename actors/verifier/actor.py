@@ -6,12 +6,7 @@ import threading
 import time
 
 from actors.bridge import Bridge
-from actors.verifier.engine import (
-    VerifierConfig,
-    remove_abandoned_workdirs,
-    verify,
-    warm_up,
-)
+from actors.verifier.engine import VerifierConfig, verify, warm_up
 from actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
 from events.codec import decode_event
 from events.log import AppendConflict
@@ -94,18 +89,7 @@ class Verifier(DispatchWorker):
         # On the actor's own thread: the warm worker dies with the thread that started it,
         # so that must be one that lives as long as the verifier. A candidate that arrives
         # meanwhile waits in the inbox for what it would have waited for anyway.
-        self.remove_abandoned_workdirs()
         self.warm_up()
-
-    def remove_abandoned_workdirs(self) -> None:
-        """Clean up after a daemon killed mid-verification (its work dirs stay behind)."""
-        removed = remove_abandoned_workdirs()
-        if removed:
-            self.log.info(
-                "removed %d verification work dir(s) left by a stopped process, e.g. %s",
-                len(removed),
-                removed[0],
-            )
 
     def warm_up(self) -> None:
         """Ready the sandbox before the first candidate arrives (see ``engine.warm_up``)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import functools
 import inspect
 import json
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -49,6 +48,7 @@ from actors.verifier.taskfile import (
     check_task_source,
     size_constants,
 )
+from actors.workdirs import VERIFY_PREFIX, locked_workdir
 from events.model import VerificationReport
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
     "detect_device",
     "feedback_text",
     "network_prefixes",
-    "remove_abandoned_workdirs",
     "run_process",
     "sandbox_env",
     "shutdown_workers",
@@ -598,71 +597,6 @@ def _read_tail(path: Path, limit: int) -> str:
     return f"[... {dropped} bytes dropped ...]\n{body}" if dropped else body
 
 
-# --------------------------------------------------------------------------- work dirs
-
-_WORKDIR_PREFIX = "kf-verify-"
-# The sandbox probe's work dirs (``sandbox_child.probe``) are locked the same way.
-_LOCKED_PREFIXES = (_WORKDIR_PREFIX, "kf-probe-")
-# A work dir is locked a few microseconds after it is made; one that is unlocked and older
-# than this was left by a process that died (or by a version that did not lock).
-_ABANDONED_AFTER_S = 60.0
-
-
-@contextlib.contextmanager
-def _workdir() -> Iterator[str]:
-    """A fresh temp dir for one verification, removed afterwards, and locked (``flock``)
-    while in use: the kernel drops the lock when the process dies, so a verifier that
-    starts after a daemon was killed mid-verification can tell what it left behind from
-    the work dirs of verifications still running (other daemons share the temp dir)."""
-    path = tempfile.mkdtemp(prefix=_WORKDIR_PREFIX)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-        os.close(fd)
-
-
-def remove_abandoned_workdirs(
-    root: str | None = None, older_than_s: float = _ABANDONED_AFTER_S
-) -> list[str]:
-    """Remove the verification (and sandbox probe) work dirs in ``root`` (the temp dir)
-    that no live process holds: what a killed daemon left (task, candidate and job files;
-    a SIGKILL leaves no chance to clean up). Only this user's plain directories older than
-    ``older_than_s``; never follows links. Returns the paths removed."""
-    removed: list[str] = []
-    now = time.time()
-    try:
-        entries = list(os.scandir(root or tempfile.gettempdir()))
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(_LOCKED_PREFIXES):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-            if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid():
-                continue
-            if now - info.st_mtime < older_than_s:
-                continue
-            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue  # gone meanwhile, or not ours to look into
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # locked: a verification is running in it
-            continue
-        try:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        finally:
-            os.close(fd)
-        if not os.path.lexists(entry.path):
-            removed.append(entry.path)
-    return removed
-
-
 # --------------------------------------------------------------------------- shapes
 
 
@@ -795,7 +729,7 @@ def verify(
         else auto_shape_sets(task_source, device, config.cpu_max_size)
     )
     plan = _sandbox_plan(config.python, device, config.memory_mb)
-    with _workdir() as workdir:
+    with locked_workdir(VERIFY_PREFIX) as workdir:
         Path(workdir, "task.py").write_text(task_source)
         Path(workdir, "candidate.py").write_text(candidate_source)
         job = {
