@@ -6,6 +6,7 @@ runs, so the embedded path and a cluster exercise the same code.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
@@ -39,9 +40,28 @@ def find_nats_server() -> str:
     return found
 
 
+def _dies_with_this_thread() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has Linux send the child SIGTERM when the thread starting it
+    ends (``PR_SET_PDEATHSIG``): a kernelflow killed with SIGKILL, which runs no clean-up,
+    takes its server down with it (SIGTERM: JetStream flushes its store) instead of leaving
+    it running for good. None where the call does not exist."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_child
+
+
 class EmbeddedNats:
     """Run ``nats-server -js`` on a loopback port (a free one unless ``port`` is given) with
-    its store in ``data_dir``.
+    its store in ``data_dir``. The server stops with this object or, should the process be
+    killed, with the thread that started it (start it from one that lives as long).
 
     ``sync_interval`` is JetStream's fsync period ("2m" by default, "always" to fsync every
     write): a killed process loses nothing either way, a power loss loses at most that much.
@@ -93,6 +113,7 @@ class EmbeddedNats:
                 # still needs the server to record what the interruption means, then
                 # stops it (SIGTERM) itself.
                 process_group=0,
+                preexec_fn=_dies_with_this_thread(),
             )
         self.url = self._wait_for_port(log_path)
         return self.url

@@ -3,8 +3,10 @@ with every step exactly once in the log."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +15,9 @@ import pytest
 from events.model import AgentDispatched, Event
 from kernelflow.nats_server import EmbeddedNats
 from projections.task_state import fold
+from tests.conftest import KERNELFLOW, REPO, alive, cli_env, run_cli
 from tests.daemons import (
+    RELU_SCRIPT,
     assert_each_step_once,
     slow_script,
     start_daemon,
@@ -149,3 +153,40 @@ def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
     while text not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.1)
+
+
+def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> None:
+    """SIGKILL runs no clean-up, yet the embedded server must not run on for good: the
+    kernel stops it (SIGTERM) with its owner, and the next kernelflow on the same data dir
+    starts its own on the same store, where the log still is."""
+    data = tmp_path / "data"
+    log = tmp_path / "daemon.log"
+    with log.open("ab") as out:
+        daemon = subprocess.Popen(
+            [*KERNELFLOW, "daemon", "--llm", f"scripted:{RELU_SCRIPT}"],
+            cwd=REPO,
+            env=cli_env(KF_DATA_DIR=str(data)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    env = cli_env(KF_DATA_DIR=str(data))
+    try:
+        wait_for_line(log, "daemon started")
+        server = json.loads((data / "nats" / "server.json").read_text())
+        submitted = run_cli("submit", "examples/tasks/relu.py", "--task-id", "kept", env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        daemon.kill()  # the daemon's process only: the server has a group of its own
+        daemon.wait()
+        deadline = time.monotonic() + 15
+        while alive(server["pid"]):
+            assert time.monotonic() < deadline, "the embedded nats-server outlived its owner"
+            time.sleep(0.1)
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+    replayed = run_cli("replay", "--task", "kept", "--view", "counters", env=env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith("workflow default: step"), (
+        replayed.stdout
+    )  # the task is there
