@@ -91,5 +91,8 @@ if __name__ == "__main__":
     if args.nats_url:
         asyncio.run(main(args.nats_url, args.events, args.rounds))
     else:
-        with EmbeddedNats(Path(tempfile.mkdtemp(prefix="kf-bench-"))) as server:
+        with (
+            tempfile.TemporaryDirectory(prefix="kf-bench-") as store,
+            EmbeddedNats(Path(store)) as server,
+        ):
             asyncio.run(main(server.url, args.events, args.rounds))

@@ -190,7 +190,8 @@ def main(tasks: int, delay: float, runs: int) -> None:
     print(f"ideal: {ideal:.3f} s (delay x {LLM_CALLS_PER_TASK} LLM calls per task)")
     rounds = []
     for i in range(runs):
-        r = one_round(tasks, delay, Path(tempfile.mkdtemp(prefix="kf-bench-")))
+        with tempfile.TemporaryDirectory(prefix="kf-bench-") as workdir:
+            r = one_round(tasks, delay, Path(workdir))
         rounds.append(r)
         # Python runs the daemon's work on one core at a time (the GIL): a run cannot take
         # less than the CPU it needs, whatever the delay.
