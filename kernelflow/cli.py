@@ -536,6 +536,10 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         role, _, n = item.partition("=")
         if not n.isdigit() or int(n) < 1:
             raise UsageError(f"--pool {item!r}: expected ROLE=N with N ≥ 1")
+        if role not in roles:  # a typo would leave the pool its default size, unnoticed
+            raise UsageError(
+                f"--pool {item!r}: this daemon does not host {role!r} (--roles {','.join(roles)})"
+            )
         pools[role] = int(n)
     if settings.gpus and "verifier" in pools:
         raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")

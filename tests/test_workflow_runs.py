@@ -205,14 +205,19 @@ def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
 
 
 @pytest.mark.parametrize(
-    "roles, problem",
+    "args, problem",
     [
-        ("conductor,a.b", "--roles: 'a.b' cannot name a role"),  # a subject/consumer token
-        (" , ", "--roles: name at least one role"),
+        (["--roles", "conductor,a.b"], "--roles: 'a.b' cannot name a role"),  # a subject token
+        (["--roles", " , "], "--roles: name at least one role"),
+        (["--pool", "coder=0"], "--pool 'coder=0': expected ROLE=N with N ≥ 1"),
+        (
+            ["--roles", "conductor,coder", "--pool", "codr=4"],
+            "--pool 'codr=4': this daemon does not host 'codr' (--roles conductor,coder)",
+        ),
     ],
 )
-def test_a_daemon_refuses_roles_it_cannot_host(roles: str, problem: str) -> None:
-    result = run_cli("daemon", "--nats-url", "nats://127.0.0.1:9", "--roles", roles)
+def test_a_daemon_refuses_roles_it_cannot_host(args: list[str], problem: str) -> None:
+    result = run_cli("daemon", "--nats-url", "nats://127.0.0.1:9", *args)
     assert result.returncode == 2 and problem in result.stderr, result.stderr
 
 
