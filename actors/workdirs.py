@@ -1,5 +1,5 @@
-"""Temp work dirs of sandboxed runs (verifications, their probe, agents' tools), and the
-clean-up after a daemon that was killed while using some.
+"""Temp work dirs of sandboxed runs (verifications, their probe, agents' tools) and of the
+embedded NATS server, and the clean-up after a process that was killed while using some.
 
 A work dir is removed when its run ends, but a SIGKILLed daemon runs no clean-up. So each
 one is locked (``flock``) while in use: the kernel drops the lock when its process dies,
@@ -19,8 +19,9 @@ from pathlib import Path
 
 VERIFY_PREFIX = "kf-verify-"
 TOOL_PREFIX = "kf-tool-"
+NATS_PREFIX = "kf-nats-"
 # ``sandbox_child.probe`` (which cannot import this module) locks its "kf-probe-" dirs too.
-LOCKED_PREFIXES = (VERIFY_PREFIX, TOOL_PREFIX, "kf-probe-")
+LOCKED_PREFIXES = (VERIFY_PREFIX, TOOL_PREFIX, NATS_PREFIX, "kf-probe-")
 # A work dir is locked microseconds after it is made; one unlocked and older than this was
 # left by a process that died (or by a version that did not lock).
 ABANDONED_AFTER_S = 60.0

@@ -14,12 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
+
+from actors.workdirs import NATS_PREFIX, locked_workdir
 
 
 class NatsServerError(RuntimeError):
@@ -80,12 +81,14 @@ class EmbeddedNats:
         self.sync_interval = sync_interval
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._runtime_dir: str | None = None
+        self._runtime_dir: str | None = None  # config, log, ports file
+        self._runtime = contextlib.ExitStack()
         self.url = ""
 
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._runtime_dir = tempfile.mkdtemp(prefix="kf-nats-")
+        # Locked while in use: if this process is killed, the next daemon removes it.
+        self._runtime_dir = self._runtime.enter_context(locked_workdir(NATS_PREFIX))
         config = Path(self._runtime_dir) / "nats.conf"
         jetstream = {"store_dir": str(self.data_dir / "jetstream")}
         if self.sync_interval:
@@ -150,9 +153,8 @@ class EmbeddedNats:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
-            self._runtime_dir = None
+        self._runtime.close()
+        self._runtime_dir = None
 
     @property
     def pid(self) -> int | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.workdirs import remove_abandoned_workdirs
 from events.model import AgentDispatched, Event
 from kernelflow.nats_server import EmbeddedNats
 from projections.task_state import fold
@@ -158,19 +159,21 @@ def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
 def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> None:
     """SIGKILL runs no clean-up, yet the embedded server must not run on for good: the
     kernel stops it (SIGTERM) with its owner, and the next kernelflow on the same data dir
-    starts its own on the same store, where the log still is."""
-    data = tmp_path / "data"
+    starts its own on the same store, where the log still is. The server's runtime dir is
+    left unlocked, for the next daemon to remove."""
+    data, temp = tmp_path / "data", tmp_path / "temp"
+    temp.mkdir()
     log = tmp_path / "daemon.log"
     with log.open("ab") as out:
         daemon = subprocess.Popen(
             [*KERNELFLOW, "daemon", "--llm", f"scripted:{RELU_SCRIPT}"],
             cwd=REPO,
-            env=cli_env(KF_DATA_DIR=str(data)),
+            env=cli_env(KF_DATA_DIR=str(data), TMPDIR=str(temp)),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    env = cli_env(KF_DATA_DIR=str(data))
+    env = cli_env(KF_DATA_DIR=str(data), TMPDIR=str(temp))
     try:
         wait_for_line(log, "daemon started")
         server = json.loads((data / "nats" / "server.json").read_text())
@@ -185,8 +188,9 @@ def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> 
     finally:
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGKILL)
+    # (A verification or the sandbox probe may have been cut short too: theirs go as well.)
+    removed = [Path(p).name for p in remove_abandoned_workdirs(str(temp), 0)]
+    assert [name for name in removed if name.startswith("kf-nats-")], removed
     replayed = run_cli("replay", "--task", "kept", "--view", "counters", env=env)
     assert replayed.returncode == 0, replayed.stderr
-    assert replayed.stdout.startswith("workflow default: step"), (
-        replayed.stdout
-    )  # the task is there
+    assert replayed.stdout.startswith("workflow default: step"), replayed.stdout  # it is there

@@ -284,8 +284,8 @@ def test_only_abandoned_work_dirs_are_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Daemons share the temp dir: one cleaning up after a crash (verifications', their
-    probe's and tools' dirs) must leave alone the work dirs of verifications running
-    elsewhere, fresh ones, links and other files."""
+    probe's, tools' and the embedded NATS server's dirs) must leave alone the work dirs of
+    verifications running elsewhere, fresh ones, links and other files."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     body = (
         "import os, time\nopen('running', 'w').close()\n"
@@ -309,7 +309,7 @@ def test_only_abandoned_work_dirs_are_removed(
     (outside / "keep").write_text("")
     (tmp_path / "kf-verify-link").symlink_to(outside)
     (tmp_path / "kf-verify-file").write_text("")
-    old = [tmp_path / f"kf-{kind}-old" for kind in ("verify", "probe", "tool")]
+    old = [tmp_path / f"kf-{kind}-old" for kind in ("verify", "probe", "tool", "nats")]
     for path in old:
         path.mkdir()
         (path / "task.py").write_text("")
