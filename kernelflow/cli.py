@@ -552,32 +552,55 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with connected(settings) as bridge:
-        daemon = start_daemon(bridge, settings, roles, pools)
-        daemon_id = new_daemon_id()
-        # The status read model and the health responder (kernelflow status / health).
-        read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
-        sizes = {r: daemon.config.pool_size(r) for r in roles}
-        describe = daemon_describer(
-            daemon_id, bridge.nats_url, roles, sizes, daemon.config.llm, read_model, daemon.warm_ups
-        )
-        health = HealthResponder(bridge, describe).start()
-        print(
-            f"kernelflow daemon on {safe_url(bridge.nats_url)}: roles {', '.join(roles)}",
-            flush=True,
-        )
-        stop.wait()
-        print(
-            "shutting down: actors finish what they hold (up to "
-            f"{daemon.config.stop_timeout_s:g}s); a second Ctrl-C (or SIGTERM) stops at "
-            "once, and the next daemon redoes their work from the log…",
-            flush=True,
-        )
-        health.stop()
-        daemon.stop()
-        if read_model is not None:
-            read_model.stop()
+    # Started once asked to stop; covers everything up to the exit (NATS closing included).
+    deadline = threading.Timer(settings.stop_deadline_s, _stop_at_once, [settings.stop_deadline_s])
+    deadline.daemon = True
+    try:
+        with connected(settings) as bridge:
+            daemon = start_daemon(bridge, settings, roles, pools)
+            daemon_id = new_daemon_id()
+            # The status read model and the health responder (kernelflow status / health).
+            read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
+            sizes = {r: daemon.config.pool_size(r) for r in roles}
+            describe = daemon_describer(
+                daemon_id,
+                bridge.nats_url,
+                roles,
+                sizes,
+                daemon.config.llm,
+                read_model,
+                daemon.warm_ups,
+            )
+            health = HealthResponder(bridge, describe).start()
+            print(
+                f"kernelflow daemon on {safe_url(bridge.nats_url)}: roles {', '.join(roles)}",
+                flush=True,
+            )
+            stop.wait()
+            deadline.start()
+            grace = min(daemon.config.stop_timeout_s, settings.stop_deadline_s)
+            print(
+                f"shutting down: actors finish what they hold (up to {grace:g}s; the whole stop "
+                f"up to {settings.stop_deadline_s:g}s); a second Ctrl-C (or SIGTERM) stops at "
+                "once, and the next daemon redoes their work from the log…",
+                flush=True,
+            )
+            health.stop()
+            daemon.stop()
+            if read_model is not None:
+                read_model.stop()
+    finally:
+        deadline.cancel()
     return EXIT_OK
+
+
+def _stop_at_once(deadline_s: float) -> None:
+    log.warning(
+        "the stop did not finish within %gs (KF_STOP_DEADLINE): stopping at once, as on a "
+        "second signal; the next daemon redoes whatever was unfinished",
+        deadline_s,
+    )
+    os.kill(os.getpid(), signal.SIGTERM)  # the main thread's handler: KeyboardInterrupt
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:

@@ -75,6 +75,10 @@ class Settings:
     ack_wait_s: float = field(default_factory=lambda: _env_seconds("KF_ACK_WAIT", 30.0))
     # LLM provider spec, e.g. "scripted:examples/scripted/relu.yaml".
     llm: str | None = field(default_factory=lambda: os.environ.get("KF_LLM") or None)
+    # How long a daemon's stop may take (its actors finishing what they hold, saving its
+    # read model, closing NATS) before it stops at once, as on a second signal. Below the
+    # systemd unit's TimeoutStopSec (45), so that the unit is not SIGKILLed mid-stop.
+    stop_deadline_s: float = field(default_factory=lambda: _env_seconds("KF_STOP_DEADLINE", 40.0))
     # Wall-clock limit for verifying one candidate.
     verify_timeout_s: float = field(
         default_factory=lambda: _env_seconds("KF_VERIFY_TIMEOUT", 300.0)

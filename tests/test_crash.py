@@ -126,6 +126,37 @@ def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: 
     assert fold("t1", task_events(private_nats, "t1")).terminal is None  # left to the next
 
 
+def test_a_stop_that_runs_out_of_time_ends_as_a_second_signal_would(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """One SIGTERM, as systemd sends, and actors holding more than the stop may take: the
+    daemon stops at its deadline, saying so, instead of being SIGKILLed by the unit."""
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(private_nats, log, script=slow_script(tmp_path, 60), KF_STOP_DEADLINE="3")
+    try:
+        submit(private_nats, "t1")
+        wait_for(
+            private_nats,
+            "t1",
+            lambda events: any(
+                isinstance(e, AgentDispatched) and e.agent == "coder" for e in events
+            ),
+            timeout_s=60,
+        )
+        asked = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 130, log.read_text()
+        assert 3 <= time.monotonic() - asked < 10, log.read_text()
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "(up to 3s; the whole stop up to 3s)" in text
+    assert "the stop did not finish within 3s (KF_STOP_DEADLINE): stopping at once" in text
+    assert "Traceback" not in text
+    assert fold("t1", task_events(private_nats, "t1")).terminal is None  # left to the next
+
+
 def test_a_daemon_whose_nats_is_gone_stops_at_once(tmp_path: Path) -> None:
     """With its server gone there is nothing a daemon can save or tell NATS on the way
     out: Ctrl-C ends it at once, not after its read model's requests time out."""

@@ -17,6 +17,7 @@ from kernelflow.settings import Settings, SettingsError
         ("KF_ACK_WAIT", "nan", "expected a positive number of seconds"),
         ("KF_VERIFY_TIMEOUT", "-1", "expected a positive number of seconds"),
         ("KF_VERIFY_TIMEOUT", "inf", "expected a positive number of seconds"),
+        ("KF_STOP_DEADLINE", "0", "expected a positive number of seconds"),
         ("KF_REPLICAS", "0", "expected a positive integer"),
         ("KF_REPLICAS", "1.5", "expected a positive integer"),
         ("KF_REPLICAS", "inf", "expected a positive integer"),
@@ -35,5 +36,7 @@ def test_usable_values_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KF_ACK_WAIT", "0.5")
     monkeypatch.setenv("KF_VERIFY_TIMEOUT", "60")
     monkeypatch.setenv("KF_REPLICAS", "3")
+    monkeypatch.setenv("KF_STOP_DEADLINE", "20")
     settings = Settings()
-    assert (settings.ack_wait_s, settings.verify_timeout_s, settings.replicas) == (0.5, 60.0, 3)
+    taken = (settings.ack_wait_s, settings.verify_timeout_s, settings.replicas)
+    assert (*taken, settings.stop_deadline_s) == (0.5, 60.0, 3, 20.0)
