@@ -92,6 +92,17 @@ def test_killed_daemon_is_replaced_and_task_completes(
     )
 
 
+def submit_and_wait_for_the_coder(url: str, task_id: str) -> None:
+    """Submit a task and return once its coder is dispatched (inside its slow call)."""
+    submit(url, task_id)
+    wait_for(
+        url,
+        task_id,
+        lambda events: any(isinstance(e, AgentDispatched) and e.agent == "coder" for e in events),
+        timeout_s=60,
+    )
+
+
 def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: Path) -> None:
     """The first Ctrl-C lets the actors finish what they hold (up to 30 s); a second one
     does not make the user wait: the daemon exits at once, and its work is left to the
@@ -99,15 +110,7 @@ def test_a_second_interrupt_stops_a_daemon_at_once(private_nats: str, tmp_path: 
     log = tmp_path / "daemon.log"
     daemon = start_daemon(private_nats, log, script=slow_script(tmp_path, 60))
     try:
-        submit(private_nats, "t1")
-        wait_for(
-            private_nats,
-            "t1",
-            lambda events: any(
-                isinstance(e, AgentDispatched) and e.agent == "coder" for e in events
-            ),
-            timeout_s=60,
-        )
+        submit_and_wait_for_the_coder(private_nats, "t1")
         daemon.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 30
         while "a second Ctrl-C" not in log.read_text():
@@ -134,15 +137,7 @@ def test_a_stop_that_runs_out_of_time_ends_as_a_second_signal_would(
     log = tmp_path / "daemon.log"
     daemon = start_daemon(private_nats, log, script=slow_script(tmp_path, 60), KF_STOP_DEADLINE="3")
     try:
-        submit(private_nats, "t1")
-        wait_for(
-            private_nats,
-            "t1",
-            lambda events: any(
-                isinstance(e, AgentDispatched) and e.agent == "coder" for e in events
-            ),
-            timeout_s=60,
-        )
+        submit_and_wait_for_the_coder(private_nats, "t1")
         asked = time.monotonic()
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 130, log.read_text()
