@@ -356,12 +356,16 @@ def write_outputs(state: TaskState, out_dir: Path, events: list[Event]) -> dict[
     target.mkdir(parents=True, exist_ok=True)
     paths = {}
     finished = state.finished
+    # Whole files or none: a run killed while writing leaves no half kernel to be taken
+    # for the real one (the log has both: ``kernelflow replay --view trajectory`` shows them).
     if finished is not None and finished.final_code:
         kernel = target / "kernel.py"
-        kernel.write_text(finished.final_code, encoding="utf-8")
+        with offline_cmd.atomic_output(kernel) as partial:
+            partial.write_text(finished.final_code, encoding="utf-8")
         paths["kernel_path"] = str(kernel)
     trajectory = target / "trajectory.json"
-    trajectory.write_text(json.dumps(build_trajectory(state.task_id, events).to_dict(), indent=2))
+    with offline_cmd.atomic_output(trajectory) as partial:
+        partial.write_text(json.dumps(build_trajectory(state.task_id, events).to_dict(), indent=2))
     paths["trajectory_path"] = str(trajectory)
     return paths
 
