@@ -32,6 +32,7 @@ or differently, so that persisted snapshots of an older fold (the daemon's read 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -128,8 +129,18 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
         )
 
 
+# The read model keeps a row per task for the life of the daemon, and the offline tools one
+# per task of the log: the few names that recur in every row (agents, workflow, status,
+# verdicts...) are kept once (``sys.intern``), not once per event they were decoded from.
+_shared = sys.intern
+
+
 def _bump(counts: dict[str, int], key: str, n: int = 1) -> None:
-    counts[key] = counts.get(key, 0) + n
+    old = counts.get(key)
+    if old is None:
+        counts[_shared(key)] = n
+    else:
+        counts[key] = old + n
 
 
 def _append(lists: dict[str, list[float]], key: str, value: float) -> None:
@@ -228,10 +239,10 @@ class MetricsProjection:
 
 
 def _on_submitted(p: MetricsProjection, t: TaskMetrics, event: TaskSubmitted) -> None:
-    t.task_name = event.task_name
-    t.workflow = event.workflow_name
+    t.task_name = _shared(event.task_name)
+    t.workflow = _shared(event.workflow_name)
     t.group_id = event.group_id
-    t.backend = event.backend
+    t.backend = _shared(event.backend)
     t.submitted_at = event.at
 
 
@@ -256,7 +267,7 @@ def _on_llm_called(p: MetricsProjection, t: TaskMetrics, event: LLMCalled) -> No
     t.llm_retries += event.retries
     t.llm_latency_s += event.latency_s
     if event.model and event.model not in t.models:
-        t.models = tuple(sorted([*t.models, event.model]))
+        t.models = tuple(sorted([*t.models, _shared(event.model)]))
     _append(p.state.llm_latency_s, event.agent, event.latency_s)
     a = p._agent(event.agent)
     a.llm_calls += 1
@@ -295,7 +306,7 @@ def _on_agent_failed(p: MetricsProjection, t: TaskMetrics, event: AgentFailed) -
 
 def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationCompleted) -> None:
     r = event.report
-    t.verdicts = (*t.verdicts, r.verdict)
+    t.verdicts = (*t.verdicts, _shared(r.verdict))
     if r.passed and r.speedup is not None:
         t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
     _close_dispatch(p, event, succeeded=r.passed)
@@ -328,14 +339,14 @@ def _on_decided(p: MetricsProjection, t: TaskMetrics, event: ConductorDecided) -
 
 
 def _on_rewarded(p: MetricsProjection, t: TaskMetrics, event: RewardAssigned) -> None:
-    t.rewards[f"{event.reward_fn}@{event.version}"] = event.value
+    t.rewards[_shared(f"{event.reward_fn}@{event.version}")] = event.value
 
 
 def _on_finished(p: MetricsProjection, t: TaskMetrics, event: TaskFinished) -> None:
-    t.status = event.status
-    t.reason = event.reason
+    t.status = _shared(event.status)
+    t.reason = _shared(event.reason)
     t.ended_at = event.at
-    t.final_verdict = event.verdict
+    t.final_verdict = _shared(event.verdict) if event.verdict is not None else None
     t.final_speedup = event.speedup
     p.state.open_dispatches.pop(event.task_id, None)
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from events.codec import decode_event, encode
 from events.model import (
     AgentDispatched,
     AgentFailed,
@@ -18,6 +19,7 @@ from events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RewardAssigned,
     TaskFinished,
     TaskSubmitted,
     ToolCalled,
@@ -140,6 +142,27 @@ def test_per_agent_and_per_tool_metrics() -> None:
     assert "Per agent" in text and "Per tool (3 calls)" in text
     calc_line = next(line for line in text.splitlines() if line.startswith("calculator"))
     assert calc_line.split()[:5] == ["calculator", "2", "2", "0", "100.0%"]
+
+
+def test_the_names_every_task_repeats_are_kept_once() -> None:
+    """A long log's per-task rows hold the same few names (workflow, agents, verdicts,
+    status, reason, reward): decoded anew from each event, they are still kept once, not
+    once per task (the read model and the offline tools keep a row per task)."""
+    events = [decode_event(encode(e)) for tid in ("a", "b") for e in tool_task(tid)]
+    rewards = [
+        RewardAssigned(task_id=tid, reward_fn="binary", version=1, value=0.0, seq=99)
+        for tid in ("a", "b")
+    ]
+    events += [decode_event(encode(e)) for e in rewards]
+    p = MetricsProjection().apply_all(enumerate(events, 1))
+    a, b = p.tasks["a"], p.tasks["b"]
+    assert a.workflow == "coder_only" and a.workflow is b.workflow
+    assert a.task_name is b.task_name and a.backend is b.backend
+    coder = {name: name for name in b.llm_calls_by_agent}["coder"]
+    assert next(name for name in a.llm_calls_by_agent if name == "coder") is coder
+    assert a.verdicts == ("mismatch",) and a.verdicts[0] is b.verdicts[0]
+    assert a.status is b.status and a.reason is b.reason
+    assert next(iter(a.rewards)) is next(iter(b.rewards))
 
 
 def test_each_kind_of_dispatch_result_is_counted_for_its_task_and_agent() -> None:
