@@ -352,8 +352,7 @@ def exit_code_for(status: str) -> int:
 
 
 def write_outputs(state: TaskState, out_dir: Path, events: list[Event]) -> dict[str, str]:
-    target = out_dir / state.task_id
-    target.mkdir(parents=True, exist_ok=True)
+    target = out_dir / state.task_id  # made by atomic_output
     paths = {}
     finished = state.finished
     # Whole files or none: a run killed while writing leaves no half kernel to be taken

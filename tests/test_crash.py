@@ -190,16 +190,16 @@ def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> 
     data, temp = tmp_path / "data", tmp_path / "temp"
     temp.mkdir()
     log = tmp_path / "daemon.log"
+    env = cli_env(KF_DATA_DIR=str(data), TMPDIR=str(temp))
     with log.open("ab") as out:
         daemon = subprocess.Popen(
             [*KERNELFLOW, "daemon", "--llm", f"scripted:{RELU_SCRIPT}"],
             cwd=REPO,
-            env=cli_env(KF_DATA_DIR=str(data), TMPDIR=str(temp)),
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    env = cli_env(KF_DATA_DIR=str(data), TMPDIR=str(temp))
     try:
         wait_for_line(log, "daemon started")
         server = json.loads((data / "nats" / "server.json").read_text())
