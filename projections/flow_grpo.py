@@ -88,7 +88,8 @@ class DropCounts(msgspec.Struct, kw_only=True):
 # --------------------------------------------------------------------------- pass 1
 
 
-@dataclass(frozen=True)
+# Slotted: the reward table holds one per task of the log through pass 2.
+@dataclass(frozen=True, slots=True)
 class RolloutReward:
     task_id: str
     group_id: str
@@ -115,7 +116,7 @@ def rollout_reward(t: TaskMetrics, options: GrpoOptions) -> RolloutReward:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupStats:
     group_id: str
     rollouts: int
