@@ -29,6 +29,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/conductor_overhead.py
 	$(BIN)/python bench/verify_speed.py
 	$(BIN)/python bench/llm_gateway.py
+	$(BIN)/python bench/readmodel_save.py
 
 clean:
 	rm -rf $(VENV) kernelflow-runs .pytest_cache

@@ -8,10 +8,12 @@ from ``KF_EVENTS`` in stream order on the bridge loop, and a responder on
 model answers each query).
 
 Position and persistence. The fold's state and its position are one document, saved
-together (every ``snapshot_every_s`` seconds when it moved, and on stop) as one object in
-the JetStream object store ``KF_READMODEL``. On start the read model loads that snapshot
-and reads the log from ``position + 1``; if it has none (or it is unusable: another fold
-version, a recreated stream, a damaged object) it rebuilds from the start. Why this and
+together (every ``snapshot_every_s`` seconds when it moved, and on stop) in the JetStream
+object store ``KF_READMODEL``: a head object that names the sealed pages of rows it
+builds on (``actors.readmodel_snapshot``: a save writes the head and any newly sealed
+page, not the whole history). On start the read model loads that snapshot and reads the
+log from ``position + 1``; if it has none (or it is unusable: another fold version, a
+recreated stream, a damaged or missing object) it rebuilds from the start. Why this and
 not the consumer's ack floor: a durable consumer's acknowledged position and a snapshot
 stored elsewhere can never be written atomically, so after a crash one would be ahead of
 the other and events would be lost or counted twice. Keeping the position *inside* the
@@ -21,9 +23,8 @@ equal, and a snapshot that is behind only costs catch-up time. The durable consu
 (``kf-readmodel-<instance>``, no acks, removed by the server a minute after its daemon
 is gone) is just the cursor of one process: recreated at ``position + 1`` on every start
 and whenever a gap in its delivery sequence shows a message was lost in transit. The fold
-also skips positions it already applied, so nothing is ever counted twice. A snapshot is
-bounded by nothing but the number of tasks (a few hundred bytes each): the object store
-chunks it, so it is not limited by the NATS message size.
+also skips positions it already applied, so nothing is ever counted twice. The object
+store chunks each object, so neither head nor page is limited by the NATS message size.
 
 Queries may name a stream sequence (``after``): the answer waits (up to ``wait_s``) until
 the fold has applied it, so ``kernelflow status`` sees everything recorded before it
@@ -34,7 +35,9 @@ order tasks first appeared in the log, which is the same in every daemon's read 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -52,28 +55,24 @@ from nats.js import JetStreamContext, api
 from nats.js.object_store import ObjectStore
 
 from actors.bridge import Bridge
+from actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from events import subjects
 from events.codec import MalformedMessage, decode_event
 from events.log import delivery_of
 from events.pull import CreditPuller
-from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
+from projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")
 
 QUERY_SUBJECT = "kf.query.status"
 QUEUE_GROUP = "kf-readmodel"
 BUCKET = "KF_READMODEL"
-SNAPSHOT = f"status-v{FOLD_VERSION}"
+# The head's name (not the unpaged ``status-vN`` of earlier versions, which would read a
+# head as a whole state and miss the paged rows).
+SNAPSHOT = f"status-v{FOLD_VERSION}.head"
 PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
 MAX_REASON = 300
 _BATCH = 256
-
-
-class Snapshot(msgspec.Struct, kw_only=True):
-    fold_version: int
-    stream_created: str  # the log it is a fold of (a recreated stream starts again at 1)
-    saved_at: float
-    state: MetricsState
 
 
 def status_row(t: TaskMetrics) -> dict[str, Any]:
@@ -113,11 +112,13 @@ class ReadModel:
         snapshot_every_s: float = 5.0,
         persist: bool = True,
         consumer_check_s: float = 10.0,
+        page_rows: int = PAGE_ROWS,
     ) -> None:
         self.bridge = bridge
         self.instance = instance
         self.durable = f"kf-readmodel-{_safe_name(instance)}"
-        self.projection = MetricsProjection()
+        self.page_rows = page_rows  # for a fold from the start; a restored one keeps its own
+        self.paged = PagedMetrics(seal=False)  # replaced once the store is open
         self.snapshot_every_s = snapshot_every_s
         self.consumer_check_s = consumer_check_s
         self.persist = persist
@@ -133,6 +134,10 @@ class ReadModel:
         self._stopping = ""  # what ``stop`` is doing (said if it runs out of time)
 
     @property
+    def projection(self) -> MetricsProjection:
+        return self.paged.projection
+
+    @property
     def position(self) -> int:
         return self.projection.position
 
@@ -144,6 +149,7 @@ class ReadModel:
             "restored_from": self.restored_from,
             "rebuilt_because": self.rebuilt_because,
             "saved_position": self.saved_position,
+            "sealed_pages": self.paged.pages,
             "persist": self._store is not None,
         }
 
@@ -160,10 +166,12 @@ class ReadModel:
         if self.persist:
             try:
                 self._store = await self._open_store()
+                self.paged = PagedMetrics(self._stream_created, self.page_rows)
                 await self._restore(int(info.state.last_seq))
             except Exception as exc:  # run without persistence rather than not at all
                 log.warning("read model: no snapshot store (%r); folding from the start", exc)
                 self._store = None
+                self.paged = PagedMetrics(self._stream_created, seal=False)
                 self.rebuilt_because = f"snapshot store unavailable: {exc!r}"
         self._sub = await self.bridge.nc.subscribe(
             QUERY_SUBJECT, queue=QUEUE_GROUP, cb=self._on_query
@@ -259,30 +267,56 @@ class ReadModel:
         if why:
             self.rebuilt_because = why
             return
-        self.projection = MetricsProjection(snap.state)
+        pages = []
+        for index in range(snap.pages):
+            name = page_name(SNAPSHOT, snap.page_rows, index)
+            try:
+                page = (await asyncio.wait_for(self._store.get(name), 30.0)).data
+                pages.append(msgspec.json.decode(page or b"", type=Page))
+            except Exception as exc:  # missing, damaged, timed out: refold
+                self.rebuilt_because = f"snapshot page {name} unreadable: {exc!r}"
+                return
+        try:
+            self.paged = PagedMetrics.restore(snap, pages)
+        except ValueError as exc:
+            self.rebuilt_because = f"snapshot inconsistent: {exc}"
+            return
         self.restored_from = self.saved_position = snap.state.position
 
     async def save(self) -> bool:
-        """Store the state with its position, unless a snapshot at least as far exists."""
+        """Store the state with its position, unless a snapshot at least as far exists:
+        the pages sealed since the last save, then the head."""
         if self._store is None or self.position <= self.saved_position:
             return False
+        await self._store_pages()  # whoever stores the head, they are the log's pages
         with contextlib.suppress(Exception):
             stored = await self._store.get_info(SNAPSHOT)
             if _position_of(stored.description) >= self.position:
                 self.saved_position = self.position  # another daemon got as far
                 return False
+        await self._store_pages()  # any sealed meanwhile
+        # Nothing awaits from the check that every page is stored to this encode.
         position = self.position
-        doc = Snapshot(
-            fold_version=FOLD_VERSION,
-            stream_created=self._stream_created,
-            saved_at=time.time(),
-            state=self.projection.state,
-        )
-        data = msgspec.json.encode(doc)  # one encode on the loop: state and position agree
+        data = msgspec.json.encode(self.paged.head(time.time()))
         meta = api.ObjectMeta(name=SNAPSHOT, description=f"position {position}")
         await self._store.put(SNAPSHOT, data, meta=meta)
         self.saved_position = position
         return True
+
+    async def _store_pages(self) -> None:
+        assert self._store is not None
+        unstored = self.paged.unstored
+        while unstored:
+            index, data = unstored[0]
+            name = page_name(SNAPSHOT, self.paged.page_rows, index)
+            digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+            try:
+                stored = (await self._store.get_info(name)).digest == digest
+            except nats.js.errors.NotFoundError:
+                stored = False
+            if not stored:  # another daemon of this log may have stored it: the same bytes
+                await self._store.put(name, data, meta=api.ObjectMeta(name=name))
+            unstored.pop(0)
 
     async def _snapshots(self) -> None:
         while True:
@@ -339,7 +373,7 @@ class ReadModel:
             except MalformedMessage as exc:  # not ours to fold; the log keeps it
                 log.warning("read model: skipping %s: %s", msg.subject, exc)
                 return
-            if self.projection.apply(at.stream_seq, event):
+            if self.paged.apply(at.stream_seq, event):
                 self._moved.set()
                 self._moved = asyncio.Event()
 
@@ -406,9 +440,9 @@ class ReadModel:
             t = self.projection.tasks.get(str(task_id))
             reply["row"] = status_row(t) if t is not None else None
         else:
-            tasks = self.projection.tasks
-            reply["total"] = len(tasks)
-            reply["rows"] = [status_row(t) for t in list(tasks.values())[offset : offset + limit]]
+            rows = self.paged.rows  # a page of them without copying every row's reference
+            reply["total"] = len(rows)
+            reply["rows"] = [status_row(t) for t in rows[offset : offset + limit]]
         await _respond(msg, reply)
 
 

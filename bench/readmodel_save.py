@@ -1,0 +1,120 @@
+"""The cost of a read model's periodic save once the log holds many tasks: the paged
+snapshot (a head plus pages sealed once) versus saving the whole state, as before.
+
+    python bench/readmodel_save.py [--tasks 50000] [--saves 10]
+
+A ``ReadModel`` on an embedded nats-server folds ``--tasks`` synthetic tasks (20 events
+each, as ``bench/replay_speed.py`` makes them), then, ``--saves`` times, folds the next
+``--per-save`` tasks (the work of a busy daemon between two saves) and saves: timed
+around ``ReadModel.save`` (encode and store). The baseline, in the same run on the same
+state after each save, encodes the whole state and stores it as one object, which is
+what every save did before pages. Prints the median time and the bytes each writes,
+and the ratio whole / paged (how many times cheaper a save is now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay_speed import task_events
+
+from actors.bridge import Bridge
+from actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
+from actors.readmodel_snapshot import page_name
+from kernelflow.nats_server import EmbeddedNats
+from projections.metrics import FOLD_VERSION
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=50_000, help="tasks in the log before")
+    ap.add_argument("--saves", type=int, default=10)
+    ap.add_argument("--per-save", type=int, default=20, help="tasks folded between saves")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "nats") as server:
+        bridge = Bridge(server.url).start()
+        try:
+            run(bridge, args.tasks, args.saves, args.per_save)
+        finally:
+            bridge.stop()
+
+
+def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
+    model = ReadModel(bridge, "bench", snapshot_every_s=3600).start()
+    position = 0
+
+    def fold(first: int, count: int) -> None:
+        nonlocal position
+        for i in range(first, first + count):
+            for event in task_events(i, 1e9 + i):
+                position += 1
+                model.paged.apply(position, event)
+
+    print(f"folding {n_tasks:,} tasks ({20 * n_tasks:,} events)", flush=True)
+    bridge.call(_on_loop(fold, 0, n_tasks), timeout=3600)
+    bridge.call(model.save(), timeout=600)  # the pages of the history, once
+    print(f"  {model.paged.pages} pages sealed and stored", flush=True)
+
+    async def store_info(name: str) -> int:
+        store = await bridge.log.jetstream.object_store(BUCKET)
+        return int((await store.get_info(name)).size)
+
+    async def save_whole() -> int:
+        store = await bridge.log.jetstream.object_store(BUCKET)
+        doc = Snapshot(
+            fold_version=FOLD_VERSION,
+            stream_created="bench",
+            saved_at=time.time(),
+            state=model.projection.state,
+        )
+        data = msgspec.json.encode(doc)
+        await store.put("bench-whole-state", data)
+        return len(data)
+
+    paged_s, whole_s, paged_bytes, whole_bytes = [], [], [], []
+    for k in range(saves):
+        pages_before = model.paged.pages
+        bridge.call(_on_loop(fold, n_tasks + k * per_save, per_save), timeout=600)
+        t = time.perf_counter()
+        assert bridge.call(model.save(), timeout=600)
+        paged_s.append(time.perf_counter() - t)
+        new_pages = model.paged.pages - pages_before
+        written = bridge.call(store_info(SNAPSHOT))
+        if new_pages:
+            written += new_pages * bridge.call(store_info(_last_page(model)))
+        paged_bytes.append(written)
+        t = time.perf_counter()
+        whole_bytes.append(bridge.call(save_whole(), timeout=600))
+        whole_s.append(time.perf_counter() - t)
+    model.stop(save=False)
+
+    p, w = statistics.median(paged_s), statistics.median(whole_s)
+    pb, wb = statistics.median(paged_bytes), statistics.median(whole_bytes)
+    rows = len(model.projection.tasks)
+    print(f"a save with {rows:,} tasks in the read model (median of {saves}):")
+    print(f"  whole state (before) {w * 1000:8.1f} ms  {wb / 1e6:8.2f} MB written")
+    print(f"  head + new pages     {p * 1000:8.1f} ms  {pb / 1e6:8.2f} MB written")
+    print(f"  ratio whole/paged: time {w / p:.1f}x, bytes {wb / pb:.1f}x")
+
+
+async def _on_loop(fn, *args):  # type: ignore[no-untyped-def]
+    """Fold on the bridge loop, where the read model's consumer folds."""
+    fn(*args)
+
+
+def _last_page(model: ReadModel) -> str:
+    return page_name(SNAPSHOT, model.paged.page_rows, model.paged.pages - 1)
+
+
+if __name__ == "__main__":
+    main()
