@@ -10,12 +10,13 @@ position, the run-wide tallies, the rows not in a page yet, and the sealed rows 
 changed after their page was sealed (a reward recorded late, a task that was still
 running).
 
-Page ``k`` holds rows ``k*R`` to ``(k+1)*R - 1`` (``R = page_rows``) as they were when
-row ``(k+2)*R`` first appeared, with the latencies recorded since page ``k - 1``: a
-function of the log alone. Every read model of one log seals the same pages, byte for
-byte, at the same positions, whether it folded from the start or resumed from any head;
-so any daemon may store a page, and a head's list of rows changed since their page holds
-whichever daemon stored it. A head counts its pages, and a save stores them before it.
+Page ``k`` holds rows ``k*R`` to ``(k+1)*R - 1`` (``R = page_rows``, counting from 0) as
+they were when the ``(k+2)*R``-th row appeared, with the latencies recorded since page
+``k - 1``: a function of the log alone. Every read model of one log seals the same pages,
+byte for byte, at the same positions, whether it folded from the start or resumed from
+any head; so any daemon may store a page, and a head's list of rows changed since their
+page holds whichever daemon stored it. A head counts its pages, and a save stores them
+before it.
 
 Pure: ``actors.readmodel`` does the storing and the loading.
 """
@@ -27,7 +28,13 @@ from collections.abc import Iterable
 import msgspec
 
 from events.model import Event
-from projections.metrics import FOLD_VERSION, MetricsProjection, MetricsState, TaskMetrics
+from projections.metrics import (
+    FOLD_VERSION,
+    MetricsProjection,
+    MetricsState,
+    TaskMetrics,
+    share_names,
+)
 
 PAGE_ROWS = 1000  # a page's JSON is then ~1 MB; the head holds at most 2 pages' worth
 
@@ -47,7 +54,7 @@ class Page(msgspec.Struct, kw_only=True):
     fold_version: int
     stream_created: str
     index: int
-    position: int  # where it was sealed: the position at which row (index + 2) * R appeared
+    position: int  # where it was sealed: where the (index + 2) * R-th row appeared
     tasks: list[TaskMetrics]
     agent_latency_s: dict[str, list[float]]  # recorded since the page before
     llm_latency_s: dict[str, list[float]]
@@ -142,7 +149,9 @@ class PagedMetrics:
             wanted = (head.fold_version, head.stream_created, paged.pages, head.page_rows)
             if found != wanted:
                 raise ValueError(f"page {paged.pages} is not this head's: {found} != {wanted}")
-            tasks.update((t.task_id, t) for t in page.tasks)
+            for t in page.tasks:
+                share_names(t)
+                tasks[t.task_id] = t
             _extend(agent, page.agent_latency_s)
             _extend(llm, page.llm_latency_s)
             paged.pages += 1
@@ -151,6 +160,7 @@ class PagedMetrics:
         paged._sealed_ids = set(tasks)
         paged._sealed_agent, paged._sealed_llm = _lengths(agent), _lengths(llm)
         for tid, t in head.state.tasks.items():
+            share_names(t)
             if tid in paged._sealed_ids:
                 paged._changed.add(tid)
             tasks[tid] = t  # a sealed row keeps its place; the others follow in order

@@ -135,6 +135,24 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
 _shared = sys.intern
 
 
+def share_names(t: TaskMetrics) -> None:
+    """Keep the recurring names of a row decoded from a snapshot once, as the fold keeps
+    those of the rows it builds (a restored read model holds every task's row)."""
+    t.task_name, t.workflow, t.backend = (
+        _shared(t.task_name),
+        _shared(t.workflow),
+        _shared(t.backend),
+    )
+    t.status, t.reason = _shared(t.status), _shared(t.reason)
+    if t.final_verdict is not None:
+        t.final_verdict = _shared(t.final_verdict)
+    t.models = tuple(map(_shared, t.models))
+    t.verdicts = tuple(map(_shared, t.verdicts))
+    t.llm_calls_by_agent = {_shared(k): n for k, n in t.llm_calls_by_agent.items()}
+    t.decisions_by_mode = {_shared(k): n for k, n in t.decisions_by_mode.items()}
+    t.rewards = {_shared(k): value for k, value in t.rewards.items()}
+
+
 def _bump(counts: dict[str, int], key: str, n: int = 1) -> None:
     old = counts.get(key)
     if old is None:
@@ -203,7 +221,10 @@ class MetricsProjection:
 
     @classmethod
     def restore(cls, data: bytes) -> MetricsProjection:
-        return cls(msgspec.json.decode(data, type=MetricsState))
+        state = msgspec.json.decode(data, type=MetricsState)
+        for t in state.tasks.values():
+            share_names(t)
+        return cls(state)
 
     def _agent(self, name: str) -> AgentTally:
         tally = self.state.agents.get(name)

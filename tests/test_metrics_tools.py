@@ -28,7 +28,7 @@ from events.model import (
 )
 from kernelflow.cli import main as kernelflow_main
 from projections import logfile
-from projections.metrics import MetricsProjection, projection_metrics
+from projections.metrics import MetricsProjection, TaskMetrics, projection_metrics
 from projections.report import report_text
 from tests.test_projections_props import FAST, interleave, make_task, task_specs
 
@@ -148,14 +148,24 @@ def test_the_names_every_task_repeats_are_kept_once() -> None:
     """A long log's per-task rows hold the same few names (workflow, agents, verdicts,
     status, reason, reward): decoded anew from each event, they are still kept once, not
     once per task (the read model and the offline tools keep a row per task)."""
-    events = [decode_event(encode(e)) for tid in ("a", "b") for e in tool_task(tid)]
-    rewards = [
-        RewardAssigned(task_id=tid, reward_fn="binary", version=1, value=0.0, seq=99)
-        for tid in ("a", "b")
-    ]
-    events += [decode_event(encode(e)) for e in rewards]
-    p = MetricsProjection().apply_all(enumerate(events, 1))
-    a, b = p.tasks["a"], p.tasks["b"]
+    p = MetricsProjection().apply_all(enumerate(decoded_tasks("ab"), 1))
+    assert_names_kept_once(p.tasks["a"], p.tasks["b"])
+    # Rows restored from a snapshot are decoded from JSON, each with strings of its own.
+    restored = MetricsProjection.restore(p.snapshot())
+    assert_names_kept_once(restored.tasks["a"], restored.tasks["b"])
+
+
+def decoded_tasks(task_ids: str) -> list[Event]:
+    """A tool task each, rewarded, one after another, decoded from the wire: one string
+    object per name."""
+    events: list[Event] = []
+    for tid in task_ids:
+        events += tool_task(tid)
+        events.append(RewardAssigned(task_id=tid, reward_fn="binary", version=1, value=0.0, seq=99))
+    return [decode_event(encode(e)) for e in events]
+
+
+def assert_names_kept_once(a: TaskMetrics, b: TaskMetrics) -> None:
     assert a.workflow == "coder_only" and a.workflow is b.workflow
     assert a.task_name is b.task_name and a.backend is b.backend
     coder = {name: name for name in b.llm_calls_by_agent}["coder"]

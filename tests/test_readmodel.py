@@ -40,6 +40,7 @@ from projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.test_export_log import append
+from tests.test_metrics_tools import assert_names_kept_once, decoded_tasks
 from tests.test_projections_props import FAST, TaskSpec, logs, make_task
 
 # --------------------------------------------------------------------------- pure
@@ -128,7 +129,7 @@ def test_a_head_carries_the_rows_not_sealed_and_the_sealed_rows_that_changed() -
     paged = PagedMetrics("s", page_rows=2)
     for position, event in log:
         paged.apply(position, event)
-    # Pages seal rows 0-1 when row 4 appears and rows 2-3 when row 6 does.
+    # Rows 0-1 are sealed when the 4th row appears, rows 2-3 when the 6th does.
     assert [index for index, _ in paged.unstored] == [0, 1]
     assert list(paged.head(0.0).state.tasks) == ["seq-4", "seq-5", "seq-6"]
     late = RewardAssigned(
@@ -136,6 +137,17 @@ def test_a_head_carries_the_rows_not_sealed_and_the_sealed_rows_that_changed() -
     )
     paged.apply(len(log) + 1, late)
     assert list(paged.head(0.0).state.tasks) == ["seq-0", "seq-4", "seq-5", "seq-6"]
+
+
+def test_rows_restored_from_pages_and_head_keep_their_names_once() -> None:
+    paged = PagedMetrics("s", page_rows=1)  # "a" is sealed when "b" appears, "b" with "c"
+    for position, event in enumerate(decoded_tasks("abc"), 1):
+        paged.apply(position, event)
+    head = msgspec.json.decode(msgspec.json.encode(paged.head(0.0)), type=Snapshot)
+    pages = [msgspec.json.decode(data, type=Page) for _, data in paged.unstored]
+    restored = PagedMetrics.restore(head, pages).projection.tasks
+    assert [t.task_id for t in pages[0].tasks] == ["a"] and list(head.state.tasks) == ["c"]
+    assert_names_kept_once(restored["a"], restored["c"])
 
 
 # --------------------------------------------------------------------------- NATS
