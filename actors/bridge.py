@@ -29,6 +29,7 @@ from nats.aio.client import Client as NATS
 
 from events.log import EventLog, StreamSettings
 from events.model import Event
+from events.pull import cancel_and_wait
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
@@ -208,9 +209,7 @@ class Bridge:
         is reported as destroyed, on the user's terminal."""
         this = asyncio.current_task()
         left = [task for task in asyncio.all_tasks() if task is not this]
-        for task in left:
-            task.cancel()
-        await asyncio.gather(*left, return_exceptions=True)
+        await cancel_and_wait(left)
         await self.loop.shutdown_asyncgens()
 
     # ------------------------------------------------------------------ access

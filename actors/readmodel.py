@@ -59,7 +59,7 @@ from actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, p
 from events import subjects
 from events.codec import MalformedMessage, decode_event
 from events.log import delivery_of
-from events.pull import CreditPuller
+from events.pull import CreditPuller, cancel_and_wait
 from projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")
@@ -210,9 +210,7 @@ class ReadModel:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
         self._stopping = "waiting for its reader and queries to stop"
-        for task in [*self._tasks, *self._queries]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._queries, return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._queries])
         if not self.bridge.nc.is_connected:
             # Each request would wait out its timeout. The next start catches up from the
             # last snapshot saved; the server drops the idle cursor by itself.
@@ -394,9 +392,7 @@ class ReadModel:
             for task in done:
                 task.result()  # raises why it stopped
         finally:
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            await cancel_and_wait(running)
 
     async def caught_up(self, position: int, wait_s: float) -> bool:
         """Wait until the fold applied ``position`` (at most ``wait_s``)."""

@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -97,3 +98,20 @@ async def wait_until_set(event: asyncio.Event, timeout: float) -> None:
         await event.wait()
     finally:
         timer.cancel()
+
+
+async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], every_s: float = 0.1) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, cancelling again, every
+    ``every_s``, those still running. On Python 3.11, ``asyncio.wait_for`` (which every
+    nats-py request awaits) swallows a cancellation that arrives together with its answer,
+    and the task goes on to wait for something else; cancelled once, a read model stopped
+    just after it started waited out its whole stop timeout. A task that ignores every
+    cancellation still holds this up: callers bound it."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every_s)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: nothing to report about a task stopped on purpose
