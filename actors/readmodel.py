@@ -25,6 +25,8 @@ is gone) is just the cursor of one process: recreated at ``position + 1`` on eve
 and whenever a gap in its delivery sequence shows a message was lost in transit. The fold
 also skips positions it already applied, so nothing is ever counted twice. The object
 store chunks each object, so neither head nor page is limited by the NATS message size.
+What older versions saved there (unpaged snapshots, older folds' heads and pages) is
+removed when a read model starts, once untouched for an hour (``stale_objects``).
 
 Queries may name a stream sequence (``after``): the answer waits (up to ``wait_s``) until
 the fold has applied it, so ``kernelflow status`` sees everything recorded before it
@@ -42,7 +44,9 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -70,6 +74,7 @@ BUCKET = "KF_READMODEL"
 # The head's name (not the unpaged ``status-vN`` of earlier versions, which would read a
 # head as a whole state and miss the paged rows).
 SNAPSHOT = f"status-v{FOLD_VERSION}.head"
+STALE_AFTER_S = 3600.0  # see ``stale_objects``
 PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
 MAX_REASON = 300
 _BATCH = 256
@@ -97,6 +102,31 @@ def status_rows(projection: MetricsProjection) -> list[dict[str, Any]]:
     return [status_row(t) for t in projection.tasks.values()]
 
 
+_OUR_OBJECT = re.compile(r"status-v(\d+)(\.head(\..+)?)?")
+
+
+def stale_objects(objects: Iterable[tuple[str, str]], now: float, older_than_s: float) -> list[str]:
+    """Which of the store's objects (name, mtime) earlier kernelflows left: unpaged
+    snapshots (``status-vN``, before heads and pages) and the heads and pages of older
+    fold versions, untouched for ``older_than_s``: a daemon of that version may still be
+    running, and rewrites its snapshot at every save. A newer version's are not ours."""
+    stale = []
+    for name, mtime in objects:
+        match = _OUR_OBJECT.fullmatch(name)
+        if match is None:
+            continue
+        unpaged, version = match.group(2) is None, int(match.group(1))
+        if not (unpaged or version < FOLD_VERSION):
+            continue
+        try:
+            age = now - datetime.fromisoformat(mtime).timestamp()
+        except ValueError:
+            continue
+        if age > older_than_s:
+            stale.append(name)
+    return stale
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:64]
 
@@ -113,6 +143,7 @@ class ReadModel:
         persist: bool = True,
         consumer_check_s: float = 10.0,
         page_rows: int = PAGE_ROWS,
+        stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self.bridge = bridge
         self.instance = instance
@@ -120,6 +151,7 @@ class ReadModel:
         self.page_rows = page_rows  # for a fold from the start; a restored one keeps its own
         self.paged = PagedMetrics(seal=False)  # replaced once the store is open
         self.snapshot_every_s = snapshot_every_s
+        self.stale_after_s = stale_after_s
         self.consumer_check_s = consumer_check_s
         self.persist = persist
         self.restored_from = 0  # the position of the snapshot it started from
@@ -316,7 +348,29 @@ class ReadModel:
                 await self._store.put(name, data, meta=api.ObjectMeta(name=name))
             unstored.pop(0)
 
+    async def _remove_stale_objects(self) -> None:
+        assert self._store is not None
+        try:
+            objects = await self._store.list(ignore_deletes=True)
+        except nats.js.errors.NotFoundError:  # nothing stored yet
+            return
+        now = time.time()
+        stale = stale_objects(((o.name, o.mtime or "") for o in objects), now, self.stale_after_s)
+        for name in stale:
+            await self._store.delete(name)
+        if stale:
+            log.info(
+                "read model: removed %d snapshot object(s) older versions left in %s: %s",
+                len(stale),
+                BUCKET,
+                ", ".join(stale),
+            )
+
     async def _snapshots(self) -> None:
+        try:
+            await self._remove_stale_objects()
+        except Exception as exc:  # only space is lost; the next start tries again
+            log.warning("read model: removing older versions' snapshots failed: %r", exc)
         while True:
             await asyncio.sleep(self.snapshot_every_s)
             try:

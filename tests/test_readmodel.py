@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -275,6 +276,48 @@ def test_saves_write_each_page_once_and_a_restart_resumes_from_the_pages(
     assert again.keys() == {SNAPSHOT, *page}  # stored again by the refold, the same bytes:
     assert again[page[0]] == first[page[0]] and again[page[1]] != second[page[1]]
     bridge.stop()
+
+
+def test_a_start_removes_the_snapshots_older_versions_left(
+    private_nats: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = Bridge(private_nats).start()
+
+    async def put(*names: str) -> None:
+        js = bridge.log.jetstream
+        try:
+            store = await js.object_store(BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            store = await js.create_object_store(BUCKET)
+        for name in names:
+            await store.put(name, b"{}")
+
+    async def names() -> set[str]:
+        store = await bridge.log.jetstream.object_store(BUCKET)
+        return {info.name for info in await store.list(ignore_deletes=True)}
+
+    left = [
+        f"status-v{FOLD_VERSION}",  # a whole state, from before heads and pages
+        f"status-v{FOLD_VERSION - 1}.head",
+        f"status-v{FOLD_VERSION - 1}.head.rows1000.page000000",
+    ]
+    kept = [f"status-v{FOLD_VERSION + 1}.head", "status-notes"]  # a newer version's; not ours
+    bridge.call(put(*left, *kept))
+    time.sleep(1.5)
+    # Written just now: a daemon of that version may be running and saving it.
+    recent = f"status-v{FOLD_VERSION - 2}"
+    bridge.call(put(recent))
+    try:
+        with caplog.at_level(logging.INFO, logger="kernelflow.readmodel"):
+            model = ReadModel(bridge, "sweeper", snapshot_every_s=3600, stale_after_s=1.0).start()
+            deadline = time.monotonic() + 10
+            while bridge.call(names()) != {*kept, recent} and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert bridge.call(names()) == {*kept, recent}
+            model.stop(save=False)
+        assert f"removed 3 snapshot object(s) older versions left in {BUCKET}" in caplog.text
+    finally:
+        bridge.stop()
 
 
 def folded_rows(bridge: Bridge) -> list[dict[str, Any]]:
