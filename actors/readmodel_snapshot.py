@@ -36,7 +36,7 @@ from projections.metrics import (
     share_names,
 )
 
-PAGE_ROWS = 1000  # a page's JSON is then ~1 MB; the head holds at most 2 pages' worth
+PAGE_ROWS = 1000  # a page of JSON is then ~1 MB; fewer than 2 pages of rows wait unsealed
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
