@@ -278,6 +278,57 @@ def test_saves_write_each_page_once_and_a_restart_resumes_from_the_pages(
     bridge.stop()
 
 
+def test_read_models_of_one_log_share_its_pages_and_resume_from_each_others_heads(
+    private_nats: str,
+) -> None:
+    """Two daemons' read models fold one log and save to one store: each seals the same
+    pages, byte for byte, so either may have stored a page another's head counts."""
+    url = private_nats
+    specs = [TaskSpec(f"two-{i}", "g", ("mismatch", "pass"), record_rewards=True) for i in range(7)]
+    append(url, [make_task(s) for s in specs[:4]])  # interleaved: sealed rows change later
+    bridge = Bridge(url).start()
+
+    def caught_up(*models: ReadModel) -> None:
+        async def last() -> int:
+            return int(
+                (await bridge.log.jetstream.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+            )
+
+        end = bridge.call(last())
+        for model in models:
+            assert bridge.call(model.caught_up(end, 30.0))
+
+    def pages() -> dict[str, str]:
+        async def go() -> dict[str, str]:
+            store = await bridge.log.jetstream.object_store(BUCKET)
+            infos = await store.list(ignore_deletes=True)
+            return {i.name: i.nuid for i in infos if i.name != SNAPSHOT}
+
+        return bridge.call(go())
+
+    a = ReadModel(bridge, "a", snapshot_every_s=3600, page_rows=1).start()
+    caught_up(a)
+    assert bridge.call(a.save()) and len(pages()) == a.paged.pages == 3
+    b = ReadModel(bridge, "b", snapshot_every_s=3600).start()  # resumes from a's head
+    assert b.restored_from == a.saved_position
+    append(url, [make_task(s) for s in specs[4:]])
+    caught_up(a, b)
+    assert bridge.call(b.save())  # stores pages 3-5 and its head
+    stored = pages()
+    assert len(stored) == b.paged.pages == a.paged.pages == 6
+    assert not bridge.call(a.save())  # b's head is as far; a's pages are b's, not rewritten
+    assert pages() == stored
+    a.stop(save=False)
+    b.stop(save=False)
+
+    c = ReadModel(bridge, "c", snapshot_every_s=3600).start()
+    assert c.restored_from == b.saved_position and c.rebuilt_because == ""
+    assert query(bridge) == folded_rows(bridge)
+    assert status_rows(c.projection) == status_rows(a.projection)
+    c.stop(save=False)
+    bridge.stop()
+
+
 def test_a_start_removes_the_snapshots_older_versions_left(
     private_nats: str, caplog: pytest.LogCaptureFixture
 ) -> None:
