@@ -44,7 +44,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -521,13 +521,22 @@ class NoAnswer(Exception):
     """No read model could answer (none running, or none caught up in time): why."""
 
 
-async def query_status(nc: NATS, js: JetStreamContext, wait_s: float = 5.0) -> StatusAnswer:
+async def query_status(
+    nc: NATS,
+    js: JetStreamContext,
+    wait_s: float = 5.0,
+    on_catching_up: Callable[[str, int, int], None] | None = None,
+) -> StatusAnswer:
     """Every task's status row from a daemon's read model, as of (at least) the end of the
-    log when asked. Raises NoAnswer."""
+    log when asked. A read model still catching up (a daemon just restarted after the log
+    grew) is waited for as long as it moves, ``wait_s`` at a time: reading the log here
+    instead would start from its first event. ``on_catching_up(instance, position,
+    end)`` hears of each wait. Raises NoAnswer."""
     stream = await js.stream_info(subjects.EVENTS_STREAM)
     after = int(stream.state.last_seq)
     rows: list[dict[str, Any]] = []
     instance, position = "", 0
+    behind_at: dict[str, int] = {}  # instance → where it was when last found behind
     while True:
         query = {"after": after, "wait_s": wait_s, "offset": len(rows), "limit": PAGE}
         try:
@@ -540,10 +549,16 @@ async def query_status(nc: NATS, js: JetStreamContext, wait_s: float = 5.0) -> S
         if not body.get("ok"):
             raise NoAnswer(f"the read model refused the query: {body.get('error')}")
         if body.get("behind"):
-            raise NoAnswer(
-                f"the read model of {body.get('instance')} is catching up "
-                f"(at {body.get('position')} of {after})"
-            )
+            who, at = str(body.get("instance")), int(body.get("position", 0))
+            if at <= behind_at.get(who, -1):
+                raise NoAnswer(
+                    f"the read model of {who} is catching up but did not move in "
+                    f"{wait_s:g}s (at {at} of {after})"
+                )
+            behind_at[who] = at
+            if on_catching_up is not None:
+                on_catching_up(who, at, after)
+            continue  # the same page again
         instance, position = body["instance"], max(position, int(body["position"]))
         page = body.get("rows") or []
         rows.extend(page)

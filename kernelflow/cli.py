@@ -640,6 +640,15 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     return max(codes)
 
 
+def say_waiting(instance: str, position: int, end: int) -> None:
+    print(
+        f"kernelflow: the read model of {instance} is catching up (at {position:,} of "
+        f"{end:,}); waiting while it moves",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with connected(settings) as bridge:
         if args.task_id:  # one task: its own events (exact, with its final code)
@@ -649,7 +658,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             rows = [summary(fold(args.task_id, history.events))]
         else:  # every task: a daemon's read model, or a fold of the log here
             try:
-                rows = bridge.call(query_status(bridge.nc, bridge.log.jetstream)).rows
+                asking = query_status(bridge.nc, bridge.log.jetstream, on_catching_up=say_waiting)
+                rows = bridge.call(asking).rows
             except NoAnswer as exc:
                 print(f"kernelflow: {exc}; folding the log here", file=sys.stderr)
                 log_source = offline_cmd.LiveSource(bridge, offline_cmd.EventFilter())

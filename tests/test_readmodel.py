@@ -24,6 +24,7 @@ from actors.bridge import Bridge
 from actors.readmodel import (
     BUCKET,
     SNAPSHOT,
+    NoAnswer,
     ReadModel,
     Snapshot,
     query_status,
@@ -34,6 +35,7 @@ from actors.readmodel_snapshot import Page, PagedMetrics
 from events import subjects
 from events.codec import encode
 from events.model import Event, RewardAssigned, SubmitTask
+from events.pull import cancel_and_wait
 from kernelflow.cli import summary
 from kernelflow.offline_cmd import EventFilter, LiveSource, metrics_of
 from projections.metrics import FOLD_VERSION, MetricsProjection
@@ -327,6 +329,43 @@ def test_read_models_of_one_log_share_its_pages_and_resume_from_each_others_head
     assert status_rows(c.projection) == status_rows(a.projection)
     c.stop(save=False)
     bridge.stop()
+
+
+def test_status_waits_for_a_read_model_catching_up_while_it_moves(
+    private_nats: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon restarted after the log grew answers ``status`` once its read model has
+    caught up: the query waits as long as it moves, and gives up when it does not."""
+    url = private_nats
+    append(url, [make_task(TaskSpec(f"cu-{i}", "g", ("pass",))) for i in range(150)])
+    fold = PagedMetrics.apply
+
+    def slow_fold(self: PagedMetrics, position: int, event: Event) -> bool:
+        time.sleep(0.0003)  # ~1 s for the whole log: several waits of 0.1 s
+        return fold(self, position, event)
+
+    monkeypatch.setattr(PagedMetrics, "apply", slow_fold)
+    bridge = Bridge(url).start()
+    try:
+        model = ReadModel(bridge, "catching-up", snapshot_every_s=3600).start()
+        seen: list[int] = []
+        asking = query_status(
+            bridge.nc, bridge.log.jetstream, 0.1, lambda _, at, end: seen.append(at)
+        )
+        answer = bridge.call(asking, timeout=60)
+        assert len(seen) >= 2 and seen == sorted(set(seen)), seen
+        assert answer.rows == folded_rows(bridge)
+        model.stop(save=False)
+
+        # One that stops moving (its reader gone): the query gives up, saying so.
+        model = ReadModel(bridge, "stuck", snapshot_every_s=3600).start()
+        time.sleep(0.3)
+        bridge.call(cancel_and_wait(model._tasks[:1]))  # its reader
+        with pytest.raises(NoAnswer, match=r"is catching up but did not move in 0\.1s"):
+            bridge.call(query_status(bridge.nc, bridge.log.jetstream, 0.1), timeout=60)
+        model.stop(save=False)
+    finally:
+        bridge.stop()
 
 
 def test_a_start_removes_the_snapshots_older_versions_left(
