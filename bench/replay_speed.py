@@ -16,7 +16,7 @@ Prints events/s, the ratio replay/raw (target >= 0.5) and peak RSS after each ph
 three phases, and the summary gives the median ratios: on a shared VM the speed of the
 same code drifts by a third over minutes, and each round compares phases run back to back.
 
-    .venv/bin/python bench/replay_speed.py --events 1000000 [--rounds 3]
+    .venv/bin/python bench/replay_speed.py --events 1000000 [--rounds 3] [--sources file]
 """
 
 from __future__ import annotations
@@ -225,16 +225,24 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=3, help="raw/replay/dataset rounds per source (median)"
     )
+    ap.add_argument(
+        "--sources",
+        default="jetstream,file",
+        help="which sources to time (the log is written to JetStream and exported either way)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.nats_url:
-            run(args.nats_url, args.events, args.rounds, Path(tmp))
+            run(args.nats_url, args.events, args.rounds, Path(tmp), args.sources)
         else:
             with EmbeddedNats(Path(tmp) / "nats") as server:
-                run(server.url, args.events, args.rounds, Path(tmp))
+                run(server.url, args.events, args.rounds, Path(tmp), args.sources)
 
 
-def run(url: str, n_target: int, rounds: int, tmp: Path) -> None:
+def run(url: str, n_target: int, rounds: int, tmp: Path, sources: str) -> None:
+    wanted = {name.strip().lower() for name in sources.split(",") if name.strip()}
+    if not wanted or not wanted <= {"jetstream", "file"}:
+        raise SystemExit(f"--sources {sources!r}: expected jetstream, file or both")
     loop = asyncio.new_event_loop()
     nc = loop.run_until_complete(nats.connect(url, pending_size=64 * 1024 * 1024))
     log = EventLog(nc)
@@ -307,7 +315,8 @@ def run(url: str, n_target: int, rounds: int, tmp: Path) -> None:
     )
 
     results = {}
-    for name, source in [("JetStream", live), ("file", FileSource(path, EventFilter()))]:
+    timed_sources = [("JetStream", live), ("file", FileSource(path, EventFilter()))]
+    for name, source in [(n, s) for n, s in timed_sources if n.lower() in wanted]:
         print(f"{name}:")
         ratios = []
         for r in range(rounds):
