@@ -341,7 +341,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
     fold = PagedMetrics.apply
 
     def slow_fold(self: PagedMetrics, position: int, event: Event) -> bool:
-        time.sleep(0.0003)  # ~1 s for the whole log: several waits of 0.1 s
+        time.sleep(0.001)  # ~2 s for the whole log: several waits of 0.4 s
         return fold(self, position, event)
 
     monkeypatch.setattr(PagedMetrics, "apply", slow_fold)
@@ -350,7 +350,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
         model = ReadModel(bridge, "catching-up", snapshot_every_s=3600).start()
         seen: list[int] = []
         asking = query_status(
-            bridge.nc, bridge.log.jetstream, 0.1, lambda _, at, end: seen.append(at)
+            bridge.nc, bridge.log.jetstream, 0.4, lambda _, at, end: seen.append(at)
         )
         answer = bridge.call(asking, timeout=60)
         assert len(seen) >= 2 and seen == sorted(set(seen)), seen
