@@ -148,8 +148,8 @@ class ReadModel:
         self.bridge = bridge
         self.instance = instance
         self.durable = f"kf-readmodel-{_safe_name(instance)}"
-        self.page_rows = page_rows  # for a fold from the start; a restored one keeps its own
-        self.paged = PagedMetrics(seal=False)  # replaced once the store is open
+        # Replaced once the store is open; a restored fold keeps its own page size.
+        self.paged = PagedMetrics(page_rows=page_rows, seal=False)
         self.snapshot_every_s = snapshot_every_s
         self.stale_after_s = stale_after_s
         self.consumer_check_s = consumer_check_s
@@ -198,7 +198,7 @@ class ReadModel:
         if self.persist:
             try:
                 self._store = await self._open_store()
-                self.paged = PagedMetrics(self._stream_created, self.page_rows)
+                self.paged = PagedMetrics(self._stream_created, self.paged.page_rows)
                 await self._restore(int(info.state.last_seq))
             except Exception as exc:  # run without persistence rather than not at all
                 log.warning("read model: no snapshot store (%r); folding from the start", exc)

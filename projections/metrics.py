@@ -138,12 +138,11 @@ _shared = sys.intern
 def share_names(t: TaskMetrics) -> None:
     """Keep the recurring names of a row decoded from a snapshot once, as the fold keeps
     those of the rows it builds (a restored read model holds every task's row)."""
-    t.task_name, t.workflow, t.backend = (
-        _shared(t.task_name),
-        _shared(t.workflow),
-        _shared(t.backend),
-    )
-    t.status, t.reason = _shared(t.status), _shared(t.reason)
+    t.task_name = _shared(t.task_name)
+    t.workflow = _shared(t.workflow)
+    t.backend = _shared(t.backend)
+    t.status = _shared(t.status)
+    t.reason = _shared(t.reason)
     if t.final_verdict is not None:
         t.final_verdict = _shared(t.final_verdict)
     t.models = tuple(map(_shared, t.models))
