@@ -90,11 +90,11 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
         t = time.perf_counter()
         assert bridge.call(model.save(), timeout=600)
         paged_s.append(time.perf_counter() - t)
-        new_pages = model.paged.pages - pages_before
-        written = bridge.call(store_info(SNAPSHOT))
-        if new_pages:
-            written += new_pages * bridge.call(store_info(_last_page(model)))
-        paged_bytes.append(written)
+        written = [SNAPSHOT] + [
+            page_name(SNAPSHOT, model.paged.page_rows, index)
+            for index in range(pages_before, model.paged.pages)
+        ]
+        paged_bytes.append(sum(bridge.call(store_info(name)) for name in written))
         t = time.perf_counter()
         whole_bytes.append(bridge.call(save_whole(), timeout=600))
         whole_s.append(time.perf_counter() - t)
@@ -138,10 +138,6 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
 async def _on_loop(fn, *args):  # type: ignore[no-untyped-def]
     """Fold on the bridge loop, where the read model's consumer folds."""
     fn(*args)
-
-
-def _last_page(model: ReadModel) -> str:
-    return page_name(SNAPSHOT, model.paged.page_rows, model.paged.pages - 1)
 
 
 if __name__ == "__main__":
