@@ -1,6 +1,6 @@
 """LLM agents: any agent a workflow declares with an output_format (designer, coder...).
 
-An agent takes its dispatch from the log and lets its *kind* (``actors.kinds``: llm,
+An agent takes its dispatch from the log and lets its *kind* (``kernelflow.actors.kinds``: llm,
 react, tool, coding or a plugin's) say what to do next from the dispatch's recorded calls:
 call the LLM, run tools, or finish. The agent does that one piece of I/O, records it, and
 asks again, until the dispatch ends with its parsed output (or why there is none). A
@@ -17,17 +17,24 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from actors.bridge import Bridge
-from actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
-from actors.llm import budgets_of
-from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
-from actors.llm.budget import task_budget_error
-from actors.prompts import agent_messages
-from actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
-from actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of, workflow_of
-from events.codec import decode_event
-from events.log import AppendConflict, TaskHistory, numbered_after
-from events.model import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
+from kernelflow.actors.llm import budgets_of
+from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from kernelflow.actors.llm.budget import task_budget_error
+from kernelflow.actors.prompts import agent_messages
+from kernelflow.actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
+from kernelflow.actors.worker import (
+    DispatchWorker,
+    Job,
+    Settlement,
+    current_dispatch,
+    state_of,
+    workflow_of,
+)
+from kernelflow.events.codec import decode_event
+from kernelflow.events.log import AppendConflict, TaskHistory, numbered_after
+from kernelflow.events.model import (
     AgentDispatched,
     AgentFailed,
     Event,
@@ -37,9 +44,9 @@ from events.model import (
     ToolCalled,
     ToolUse,
 )
-from projections.task_state import Dispatch, TaskState, fold
-from workflows.model import AgentSpec
-from workflows.parsing import ParseError, parse_output
+from kernelflow.projections.task_state import Dispatch, TaskState, fold
+from kernelflow.workflows.model import AgentSpec
+from kernelflow.workflows.parsing import ParseError, parse_output
 
 
 @lru_cache(maxsize=256)

@@ -27,9 +27,9 @@ from urllib.parse import urlsplit, urlunsplit
 import nats
 from nats.aio.client import Client as NATS
 
-from events.log import EventLog, StreamSettings
-from events.model import Event
-from events.pull import cancel_and_wait
+from kernelflow.events.log import EventLog, StreamSettings
+from kernelflow.events.model import Event
+from kernelflow.events.pull import cancel_and_wait
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")

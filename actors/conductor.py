@@ -27,19 +27,27 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from actors.bridge import Bridge
-from actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
-from actors.kinds.check import check_agents
-from actors.llm import budgets_of, is_budget_error
-from actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
-from actors.llm.budget import task_budget_error
-from actors.prompts import conductor_messages, judge_messages
-from actors.verifier.taskfile import TaskFileError, check_task_source
-from actors.worker import Delivery, Job, Settlement, Worker, state_of, task_of, workflow_of
-from events import subjects
-from events.codec import MalformedMessage, decode_command, decode_event
-from events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
-from events.model import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
+from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.llm import budgets_of, is_budget_error
+from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from kernelflow.actors.llm.budget import task_budget_error
+from kernelflow.actors.prompts import conductor_messages, judge_messages
+from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
+from kernelflow.actors.worker import (
+    Delivery,
+    Job,
+    Settlement,
+    Worker,
+    state_of,
+    task_of,
+    workflow_of,
+)
+from kernelflow.events import subjects
+from kernelflow.events.codec import MalformedMessage, decode_command, decode_event
+from kernelflow.events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
+from kernelflow.events.model import (
     CancelTask,
     Event,
     SubmitTask,
@@ -48,7 +56,7 @@ from events.model import (
     TaskRejected,
     TaskSubmitted,
 )
-from projections.rewards import (
+from kernelflow.projections.rewards import (
     UnknownReward,
     check_reward_names,
     finish_reward_events,
@@ -56,9 +64,9 @@ from projections.rewards import (
     needs_judge,
     pending_reward_events,
 )
-from projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
-from workflows.loader import WorkflowError, load_workflow, parse_workflow
-from workflows.model import Workflow
+from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
+from kernelflow.workflows.loader import WorkflowError, load_workflow, parse_workflow
+from kernelflow.workflows.model import Workflow
 
 # Each round decides one event (or appends what was decided); a task never needs more
 # rounds than this between two agent runs, so hitting it means something is wrong (and

@@ -36,18 +36,18 @@ import pykka
 from nats.aio.msg import Msg
 from nats.js import api
 
-from actors.agents import LLMAgent
-from actors.bridge import Bridge
-from actors.conductor import Conductor, advance_on_loop, settled
-from actors.llm.base import LLMProvider
-from actors.verifier.actor import Verifier, WarmUps
-from actors.verifier.engine import VerifierConfig
-from actors.workdirs import remove_abandoned_workdirs
-from actors.worker import Delivery, Job, Settlement, Source, task_of
-from events import subjects
-from events.log import delivery_of
-from events.pull import CreditPuller
-from workflows.model import VERIFIER
+from kernelflow.actors.agents import LLMAgent
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.conductor import Conductor, advance_on_loop, settled
+from kernelflow.actors.llm.base import LLMProvider
+from kernelflow.actors.verifier.actor import Verifier, WarmUps
+from kernelflow.actors.verifier.engine import VerifierConfig
+from kernelflow.actors.workdirs import remove_abandoned_workdirs
+from kernelflow.actors.worker import Delivery, Job, Settlement, Source, task_of
+from kernelflow.events import subjects
+from kernelflow.events.log import delivery_of
+from kernelflow.events.pull import CreditPuller
+from kernelflow.workflows.model import VERIFIER
 
 log = logging.getLogger("kernelflow.daemon")
 ActorRef = pykka.ActorRef[Any]  # refs are invariant in the actor type; pools mix kinds

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.llm.base import is_budget_error
-from events.model import (
+from kernelflow.actors.llm.base import is_budget_error
+from kernelflow.events.model import (
     DISPATCH_RESULTS,
     AgentDispatched,
     AgentFailed,
@@ -25,10 +25,10 @@ from events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
-from projections.counters import repeat_counters
-from projections.task_state import CONDUCTOR, TaskState
-from workflows.model import FINISH, Workflow
-from workflows.rules import Outcome, Route, read_llm_decision, route
+from kernelflow.projections.counters import repeat_counters
+from kernelflow.projections.task_state import CONDUCTOR, TaskState
+from kernelflow.workflows.model import FINISH, Workflow
+from kernelflow.workflows.rules import Outcome, Route, read_llm_decision, route
 
 
 @dataclass(frozen=True)

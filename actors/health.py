@@ -25,7 +25,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from actors.bridge import Bridge, safe_url
+from kernelflow.actors.bridge import Bridge, safe_url
 
 log = logging.getLogger("kernelflow.health")
 
@@ -52,7 +52,7 @@ def safe_spec(spec: str | None) -> str | None:
 
 def llm_description(provider: object | None, agents: Iterable[str]) -> dict[str, Any]:
     """Which provider and model each agent would call, from a provider built by
-    ``actors.llm.make_provider`` (nothing is called). ``provider`` None: no LLM."""
+    ``kernelflow.actors.llm.make_provider`` (nothing is called). ``provider`` None: no LLM."""
     if provider is None:
         return {"provider": None, "spec": None, "agents": {}}
     config = getattr(provider, "config", None)
@@ -89,9 +89,9 @@ def daemon_describer(
     read_model: Any = None,
     warm_ups: Any = None,
 ) -> Callable[[], dict[str, Any]]:
-    """What a daemon says about itself; ``read_model`` (an ``actors.readmodel.ReadModel``
+    """What a daemon says about itself; ``read_model`` (an ``kernelflow.actors.readmodel.ReadModel``
     or None) is asked for its position on every ping, ``warm_ups`` (the daemon's
-    ``actors.verifier.actor.WarmUps``, or None) for how ready its verifiers are."""
+    ``kernelflow.actors.verifier.actor.WarmUps``, or None) for how ready its verifiers are."""
     roles = list(roles)
     static = {
         "daemon_id": daemon_id,

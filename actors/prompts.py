@@ -22,9 +22,9 @@ from importlib.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
-from projections.task_state import TaskState
-from workflows.model import AgentSpec, Workflow
+from kernelflow.events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
+from kernelflow.projections.task_state import TaskState
+from kernelflow.workflows.model import AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
 MAX_ERROR_CHARS = 2000
@@ -56,13 +56,13 @@ def prompts_dir() -> Path | None:
 @cache
 def _configured_prompts_dir(config_path: str | None) -> Path | None:
     """The LLM config file's ``prompts_dir``, read once per file (every prompt asks)."""
-    from actors.llm.config import load_config
+    from kernelflow.actors.llm.config import load_config
 
     return load_config({"KF_LLM_CONFIG": config_path} if config_path else {}).prompts_dir
 
 
 def _find(name: str, fallback: str | None, override: Path | None) -> Traversable | None:
-    builtin = resources.files("actors") / "prompt_templates"
+    builtin = resources.files("kernelflow.actors") / "prompt_templates"
     roots: list[Traversable] = [override, builtin] if override is not None else [builtin]
     for candidate in (name, fallback):
         if candidate is None:

@@ -1,7 +1,7 @@
 """The status read model: per-task summaries a daemon keeps current from the log, answering
 ``kernelflow status`` over NATS request/reply instead of every caller re-reading the log.
 
-What it is: ``projections.metrics.MetricsProjection`` (a pure fold that remembers the
+What it is: ``kernelflow.projections.metrics.MetricsProjection`` (a pure fold that remembers the
 stream sequence of the last event it applied and ignores anything at or before it), fed
 from ``KF_EVENTS`` in stream order on the bridge loop, and a responder on
 ``kf.query.status`` (queue group ``kf-readmodel``: one of the daemons that host a read
@@ -10,7 +10,7 @@ model answers each query).
 Position and persistence. The fold's state and its position are one document, saved
 together (every ``snapshot_every_s`` seconds when it moved, and on stop) in the JetStream
 object store ``KF_READMODEL``: a head object that names the sealed pages of rows it
-builds on (``actors.readmodel_snapshot``: a save writes the head and any newly sealed
+builds on (``kernelflow.actors.readmodel_snapshot``: a save writes the head and any newly sealed
 page, not the whole history). On start the read model loads that snapshot and reads the
 log from ``position + 1``; if it has none (or it is unusable: another fold version, a
 recreated stream, a damaged or missing object) it rebuilds from the start. Why this and
@@ -58,13 +58,13 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.object_store import ObjectStore
 
-from actors.bridge import Bridge
-from actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
-from events import subjects
-from events.codec import MalformedMessage, decode_event
-from events.log import delivery_of
-from events.pull import CreditPuller, cancel_and_wait
-from projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
+from kernelflow.events import subjects
+from kernelflow.events.codec import MalformedMessage, decode_event
+from kernelflow.events.log import delivery_of
+from kernelflow.events.pull import CreditPuller, cancel_and_wait
+from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")
 

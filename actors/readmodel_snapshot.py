@@ -18,7 +18,7 @@ any head; so any daemon may store a page, and a head's list of rows changed sinc
 page holds whichever daemon stored it. A head counts its pages, and a save stores them
 before it.
 
-Pure: ``actors.readmodel`` does the storing and the loading.
+Pure: ``kernelflow.actors.readmodel`` does the storing and the loading.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from events.model import Event
-from projections.metrics import (
+from kernelflow.events.model import Event
+from kernelflow.projections.metrics import (
     FOLD_VERSION,
     MetricsProjection,
     MetricsState,

@@ -10,14 +10,14 @@ from typing import Literal
 
 import pykka
 
-from actors.bridge import Bridge
-from events import subjects
-from events.codec import decode_event
-from events.log import AppendConflict, TaskHistory
-from events.model import AgentDispatched, AgentFailed, Event
-from projections.task_state import Dispatch, TaskState, fold
-from workflows.loader import parse_workflow
-from workflows.model import Workflow
+from kernelflow.actors.bridge import Bridge
+from kernelflow.events import subjects
+from kernelflow.events.codec import decode_event
+from kernelflow.events.log import AppendConflict, TaskHistory
+from kernelflow.events.model import AgentDispatched, AgentFailed, Event
+from kernelflow.projections.task_state import Dispatch, TaskState, fold
+from kernelflow.workflows.loader import parse_workflow
+from kernelflow.workflows.model import Workflow
 
 # How the pump settles a message once an actor is done with it: ack (done, whatever the
 # outcome), nak (could not finish: deliver again later), soon (not yet: it waits on work

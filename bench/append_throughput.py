@@ -21,9 +21,9 @@ from pathlib import Path
 
 import nats
 
-from events.codec import encode
-from events.log import EventLog, TaskHistory
-from events.model import ChatMessage, Event, LLMCalled, Usage
+from kernelflow.events.codec import encode
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import ChatMessage, Event, LLMCalled, Usage
 from kernelflow.nats_server import EmbeddedNats
 
 

@@ -33,7 +33,7 @@ rest. Everything that
 reaches the log queues on that one loop, and the GIL lets only one thread run at a time.
 
 Where the latency goes. A decision that needs no LLM (all of them here) is made on the
-bridge loop as its trigger arrives (``actors.conductor.advance_on_loop``): deciding takes
+bridge loop as its trigger arrives (``kernelflow.actors.conductor.advance_on_loop``): deciding takes
 ~0.1 ms, and what is left is the trigger's trip through JetStream and the wait behind the
 loop's other work (every append, acknowledgement and delivery of the daemon). The tail is
 the triggers that arrive together (a few agents' outputs recorded in the same
@@ -61,15 +61,15 @@ from pathlib import Path
 
 import yaml
 
-import actors.daemon
-from actors.bridge import Bridge
-from actors.daemon import Daemon, DaemonConfig
-from actors.llm.scripted import ScriptedProvider
-from actors.verifier.actor import Verifier
-from events import subjects
-from events.model import ConductorDecided, SubmitTask, VerificationReport
+import kernelflow.actors.daemon
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.daemon import Daemon, DaemonConfig
+from kernelflow.actors.llm.scripted import ScriptedProvider
+from kernelflow.actors.verifier.actor import Verifier
+from kernelflow.events import subjects
+from kernelflow.events.model import ConductorDecided, SubmitTask, VerificationReport
 from kernelflow.nats_server import EmbeddedNats
-from projections.task_state import fold
+from kernelflow.projections.task_state import fold
 
 REPO = Path(__file__).resolve().parent.parent
 LLM_CALLS_PER_TASK = 2  # designer and coder; a passing verification needs no LLM decision
@@ -146,7 +146,7 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
     script_path.write_text(yaml.safe_dump(script))
     task_source = (REPO / "examples/tasks/relu.py").read_text()
 
-    actors.daemon.Verifier = NoopVerifier  # type: ignore[misc]
+    kernelflow.actors.daemon.Verifier = NoopVerifier  # type: ignore[misc]
     with EmbeddedNats(workdir / "nats") as server:
         bridge = Bridge(server.url).start()
         config = DaemonConfig(

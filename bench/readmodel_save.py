@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_speed import task_events
 
-from actors.bridge import Bridge
-from actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
-from actors.readmodel_snapshot import page_name
-from events import subjects
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
+from kernelflow.actors.readmodel_snapshot import page_name
+from kernelflow.events import subjects
 from kernelflow.nats_server import EmbeddedNats
-from projections.metrics import FOLD_VERSION
+from kernelflow.projections.metrics import FOLD_VERSION
 
 
 def main() -> None:

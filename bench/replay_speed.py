@@ -37,10 +37,10 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from events import subjects
-from events.codec import encode
-from events.log import EventLog
-from events.model import (
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import EventLog
+from kernelflow.events.model import (
     AgentDispatched,
     ChatMessage,
     ConductorDecided,
@@ -56,12 +56,12 @@ from events.model import (
 )
 from kernelflow.nats_server import EmbeddedNats
 from kernelflow.offline_cmd import EventFilter, FileSource, Source, export_grpo, live_events
-from projections import logfile
-from projections.counters import repeat_counters
-from projections.flow_grpo import GrpoOptions
-from projections.metrics import MetricsProjection, projection_metrics
-from projections.task_state import TaskState, apply
-from projections.trajectory import build_trajectory
+from kernelflow.projections import logfile
+from kernelflow.projections.counters import repeat_counters
+from kernelflow.projections.flow_grpo import GrpoOptions
+from kernelflow.projections.metrics import MetricsProjection, projection_metrics
+from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.projections.trajectory import build_trajectory
 
 SOURCE = "import torch\n" + "# reference model line\n" * 40
 CODE = "import triton\n" + "    x = tl.load(ptr + offs, mask=m)  # kernel line\n" * 30

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.verifier.engine import VerifierConfig, shutdown_workers, verify  # noqa: E402
+from kernelflow.actors.verifier.engine import VerifierConfig, shutdown_workers, verify  # noqa: E402
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from events.model import AnyCommand, AnyEvent, Command, Event
+from kernelflow.events.model import AnyCommand, AnyEvent, Command, Event
 
 
 class MalformedMessage(ValueError):

@@ -8,7 +8,8 @@ Invariants (what every caller may rely on):
 - each event has the deterministic ``Nats-Msg-Id`` ``<task_id>:<seq>``, so a re-sent
   publish is recognised by the server and never recorded twice;
 - nothing is appended after a task's terminal event but the rewards that score it
-  (callers check the fold; see ``projections.task_state`` and ``projections.rewards``);
+  (callers check the fold; see ``kernelflow.projections.task_state`` and
+  ``kernelflow.projections.rewards``);
 - the events of one append are recorded one after the other, each with the checks above
   (the next one's check needs the stream sequence of the one before), so a crash in the
   middle leaves a history that is merely shorter: its writer's trigger is redelivered and
@@ -43,10 +44,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 
-from events import subjects
-from events.codec import decode_event, encode
-from events.model import Command, Event, ends_task
-from events.pull import CreditPuller, wait_until_set
+from kernelflow.events import subjects
+from kernelflow.events.codec import decode_event, encode
+from kernelflow.events.model import Command, Event, ends_task
+from kernelflow.events.pull import CreditPuller, wait_until_set
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071

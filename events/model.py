@@ -319,7 +319,7 @@ class ConductorDecided(Event, tag="conductor_decided", frozen=True, kw_only=True
 
 class RewardAssigned(Event, tag="reward_assigned", frozen=True, kw_only=True):
     """The outcome reward of the task by one named, versioned reward function
-    (``projections.rewards``), recorded with its inputs so a re-export gives the same
+    (``kernelflow.projections.rewards``), recorded with its inputs so a re-export gives the same
     numbers even if the function later changes (it then gets a new version)."""
 
     reward_fn: str

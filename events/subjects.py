@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from events.model import DECISION_TRIGGERS, AgentDispatched, Event
+from kernelflow.events.model import DECISION_TRIGGERS, AgentDispatched, Event
 
 EVENTS_STREAM = "KF_EVENTS"
 COMMANDS_STREAM = "KF_CMD"

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from actors.kinds import agent_kind, agent_kinds, plugin_errors
-from actors.tools import make_tool, tool_names
+from kernelflow.actors.kinds import agent_kind, agent_kinds, plugin_errors
+from kernelflow.actors.tools import make_tool, tool_names
 from kernelflow.settings import Settings
 
 

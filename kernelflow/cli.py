@@ -29,29 +29,29 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from actors.bridge import Bridge, NatsUnreachable, safe_url
-from actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
-from actors.health import HealthResponder, daemon_describer, new_daemon_id, ping_daemons
-from actors.kinds.check import check_agents
-from actors.llm import ProviderSpecError, default_llm_spec, make_provider
-from actors.readmodel import NoAnswer, ReadModel, query_status, status_rows
-from actors.verifier.engine import VerifierConfig, detect_device
-from actors.verifier.taskfile import TaskFileError, check_task_source
-from actors.worker import Job, task_of
-from events import subjects
-from events.codec import MalformedMessage, checked_command, decode_command, json_schema
-from events.log import StreamSettings
-from events.model import CancelTask, Command, Event, SubmitTask, TaskFinished, ends_task
 from kernelflow import agents_cmd, health_cmd, offline_cmd, rollout_cmd, verify_cmd
+from kernelflow.actors.bridge import Bridge, NatsUnreachable, safe_url
+from kernelflow.actors.daemon import CONDUCTOR_ROLE, DEFAULT_ROLES, Daemon, DaemonConfig
+from kernelflow.actors.health import HealthResponder, daemon_describer, new_daemon_id, ping_daemons
+from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
+from kernelflow.actors.readmodel import NoAnswer, ReadModel, query_status, status_rows
+from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
+from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
+from kernelflow.actors.worker import Job, task_of
+from kernelflow.events import subjects
+from kernelflow.events.codec import MalformedMessage, checked_command, decode_command, json_schema
+from kernelflow.events.log import StreamSettings
+from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, TaskFinished, ends_task
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
 from kernelflow.nats_server import NatsServerError
 from kernelflow.progress import for_terminal
+from kernelflow.projections.task_state import TaskState, apply, fold
+from kernelflow.projections.trajectory import build_trajectory
 from kernelflow.render import describe, workflow_text
 from kernelflow.settings import Settings, SettingsError, parse_gpus
-from projections.task_state import TaskState, apply, fold
-from projections.trajectory import build_trajectory
-from workflows.loader import (
+from kernelflow.workflows.loader import (
     WorkflowError,
     is_agent_name,
     load_workflow,

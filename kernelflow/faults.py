@@ -11,7 +11,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from events.model import Event
+from kernelflow.events.model import Event
 from kernelflow.settings import SettingsError
 
 ENV = "KF_FAULT_CRASH_AFTER"

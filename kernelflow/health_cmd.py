@@ -26,11 +26,11 @@ import nats
 import nats.js.errors
 from nats.js import api
 
-from actors.bridge import safe_url
-from actors.health import llm_description, ping_daemons, safe_spec
-from events import subjects
+from kernelflow.actors.bridge import safe_url
+from kernelflow.actors.health import llm_description, ping_daemons, safe_spec
+from kernelflow.events import subjects
 from kernelflow.nats_server import NatsServerError
-from projections.report import table
+from kernelflow.projections.report import table
 
 if TYPE_CHECKING:
     from kernelflow.settings import Settings
@@ -309,7 +309,7 @@ async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
 
 
 def check_llm(report: Report, spec_arg: str | None) -> None:
-    from actors.llm import ProviderSpecError, default_llm_spec, make_provider
+    from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
 
     try:
         spec = spec_arg or default_llm_spec()
@@ -350,7 +350,7 @@ def check_llm(report: Report, spec_arg: str | None) -> None:
 
 def check_tools(report: Report) -> None:
     try:
-        from actors.tools import make_tool, tool_names
+        from kernelflow.actors.tools import make_tool, tool_names
     except Exception as exc:  # the registry is optional: say so
         report.add("tools", "registry", WARN, f"no tool registry ({exc.__class__.__name__}: {exc})")
         report.sections["tools"] = {"available": False, "error": str(exc)}

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
 
-from actors.workdirs import NATS_PREFIX, locked_workdir
+from kernelflow.actors.workdirs import NATS_PREFIX, locked_workdir
 
 
 class NatsServerError(RuntimeError):

@@ -42,13 +42,13 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from events import subjects
-from events.codec import encode
-from events.log import AppendConflict, EventLog
-from events.model import Event, TaskSubmitted
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import AppendConflict, EventLog
+from kernelflow.events.model import Event, TaskSubmitted
 from kernelflow.progress import Progress, for_terminal, phase_of
-from projections import flow_grpo, logfile
-from projections.flow_grpo import (
+from kernelflow.projections import flow_grpo, logfile
+from kernelflow.projections.flow_grpo import (
     GrpoOptions,
     GrpoSample,
     PromptCollector,
@@ -56,17 +56,17 @@ from projections.flow_grpo import (
     SampleBuilder,
     VerlPrompt,
 )
-from projections.metrics import (
+from kernelflow.projections.metrics import (
     DEFAULT_FAST_P,
     MetricsProjection,
     by_workflow,
     projection_metrics,
 )
-from projections.report import agent_rows, report_json, report_text, tool_rows
-from projections.rewards import REWARD_FUNCTIONS, UnknownReward, get_reward
+from kernelflow.projections.report import agent_rows, report_json, report_text, tool_rows
+from kernelflow.projections.rewards import REWARD_FUNCTIONS, UnknownReward, get_reward
 
 if TYPE_CHECKING:
-    from actors.bridge import Bridge
+    from kernelflow.actors.bridge import Bridge
     from kernelflow.settings import Settings
 
 Apply = Callable[[int, Event], object]
@@ -619,11 +619,11 @@ def cmd_log_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_log_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from actors.worker import workflow_of
+    from kernelflow.actors.worker import workflow_of
+    from kernelflow.projections.counters import repeat_counters
+    from kernelflow.projections.task_state import fold
+    from kernelflow.projections.trajectory import build_trajectory
     from kernelflow.render import counters_text, counters_view, trajectory_text
-    from projections.counters import repeat_counters
-    from projections.task_state import fold
-    from projections.trajectory import build_trajectory
 
     events: list[Event] = []
     with source_for(args, settings) as source:

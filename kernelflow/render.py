@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.model import (
+from kernelflow.events.model import (
     AgentDispatched,
     AgentFailed,
     ConductorDecided,
@@ -20,9 +20,9 @@ from events.model import (
     ToolCalled,
     VerificationCompleted,
 )
-from projections.counters import RepeatCounters
-from projections.trajectory import Trajectory
-from workflows.model import Workflow
+from kernelflow.projections.counters import RepeatCounters
+from kernelflow.projections.trajectory import Trajectory
+from kernelflow.workflows.model import Workflow
 
 
 def _first_line(text: str, limit: int = 100) -> str:

@@ -31,16 +31,16 @@ from typing import Any, Literal
 import nats.errors
 import yaml
 
-from actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from actors.llm import make_provider
-from actors.llm.config import AgentLLM, load_config
-from events import subjects
-from events.codec import checked_command
-from events.model import Event, SubmitTask
+from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
+from kernelflow.actors.llm import make_provider
+from kernelflow.actors.llm.config import AgentLLM, load_config
+from kernelflow.events import subjects
+from kernelflow.events.codec import checked_command
+from kernelflow.events.model import Event, SubmitTask
+from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
+from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.projections.trajectory import Trajectory, build_trajectory
 from kernelflow.settings import Settings
-from projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
-from projections.task_state import TaskState, apply
-from projections.trajectory import Trajectory, build_trajectory
 
 SOLVER = "solver"
 

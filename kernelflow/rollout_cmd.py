@@ -9,10 +9,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
-from actors.kinds.check import check_agents
-from actors.llm import ProviderSpecError
-from events.codec import MalformedMessage
+from kernelflow.actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
+from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.llm import ProviderSpecError
+from kernelflow.events.codec import MalformedMessage
+from kernelflow.projections.rewards import (
+    PROMPT_REWARDS,
+    REWARD_FUNCTIONS,
+    UnknownReward,
+    check_reward_names,
+)
 from kernelflow.rollout import (
     DatasetError,
     Rollout,
@@ -22,8 +28,7 @@ from kernelflow.rollout import (
     rollout_summary,
 )
 from kernelflow.settings import Settings
-from projections.rewards import PROMPT_REWARDS, REWARD_FUNCTIONS, UnknownReward, check_reward_names
-from workflows.loader import WorkflowError, parse_workflow
+from kernelflow.workflows.loader import WorkflowError, parse_workflow
 
 
 def _names(raw: str | None) -> tuple[str, ...]:

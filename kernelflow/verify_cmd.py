@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from actors.verifier.engine import VerifierConfig, verify
-from actors.verifier.taskfile import (
+from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,

@@ -7,7 +7,7 @@ is normalised within the rollout's group (the tasks submitted together with one
 
 Two streaming passes keep memory bounded by the number of tasks, not the size of the log:
 
-1. ``MetricsProjection`` (``projections.metrics``) gives every task's status, group,
+1. ``MetricsProjection`` (``kernelflow.projections.metrics``) gives every task's status, group,
    verdicts and recorded rewards, and how many trainable turns it has. ``RewardTable``
    turns that into a reward per task (the recorded ``RewardAssigned`` value of the chosen
    function when there is one, else the same function computed from the task's outcome)
@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from events.model import (
+from kernelflow.events.model import (
     ChatMessage,
     Event,
     LLMCalled,
@@ -41,8 +41,8 @@ from events.model import (
     TaskSubmitted,
     ends_task,
 )
-from projections.metrics import TaskMetrics
-from projections.rewards import DEFAULT_REWARD, RewardFn, get_reward
+from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.rewards import DEFAULT_REWARD, RewardFn, get_reward
 
 DATA_SOURCE = "kernelflow"
 ABILITY = "kernel_generation"

@@ -5,7 +5,7 @@ Format (JSON lines, UTF-8; optionally gzip-compressed by the tools when the name
 
     line 1      header   {"format": "kernelflow-log", "version": 1, "schema": 1,
                           "filter": {...}}
-    lines 2..n  records  one event each, exactly as on the wire (``events.codec.encode``)
+    lines 2..n  records  one event each, exactly as on the wire (``kernelflow.events.codec.encode``)
     last line   trailer  {"end": "kernelflow-log", "records": N, "sha256": "<hex>"}
 
 ``sha256`` is taken over the bytes of the header and record lines, newlines included. A
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from events.codec import MalformedMessage, decode_event, encode
-from events.model import SCHEMA_VERSION, Event
+from kernelflow.events.codec import MalformedMessage, decode_event, encode
+from kernelflow.events.model import SCHEMA_VERSION, Event
 
 FORMAT = "kernelflow-log"
 VERSION = 1

@@ -26,7 +26,7 @@ finished, cancelled or rejected; running tasks are only counted):
 
 ``FOLD_VERSION`` names what ``apply`` counts: bump it whenever the fold counts something new
 or differently, so that persisted snapshots of an older fold (the daemon's read model,
-``actors.readmodel``) are rebuilt from the start instead of resumed.
+``kernelflow.actors.readmodel``) are rebuilt from the start instead of resumed.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from events.model import (
+from kernelflow.events.model import (
     AgentDispatched,
     AgentFailed,
     ConductorDecided,
@@ -54,7 +54,7 @@ from events.model import (
     ToolCalled,
     VerificationCompleted,
 )
-from projections.rewards import RewardInput
+from kernelflow.projections.rewards import RewardInput
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 RUNNING = "running"

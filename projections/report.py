@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from projections.metrics import RunMetrics, TaskMetrics
+from kernelflow.projections.metrics import RunMetrics, TaskMetrics
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -43,8 +43,8 @@ from typing import Any
 
 import msgspec
 
-from events.model import RewardAssigned, TaskFinished, TaskSubmitted
-from projections.task_state import TaskState
+from kernelflow.events.model import RewardAssigned, TaskFinished, TaskSubmitted
+from kernelflow.projections.task_state import TaskState
 
 CHEAT_VERDICTS = frozenset({"rejected_static", "rejected_runtime"})
 

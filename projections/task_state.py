@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from events.model import (
+from kernelflow.events.model import (
     DISPATCH_RESULTS,
     TERMINAL_EVENTS,
     AgentDispatched,

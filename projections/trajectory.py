@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from events.model import (
+from kernelflow.events.model import (
     AgentFailed,
     ConductorDecided,
     Event,
@@ -34,8 +34,8 @@ from events.model import (
     ToolCalled,
     VerificationCompleted,
 )
-from projections.rewards import rewards_for
-from projections.task_state import CONDUCTOR, JUDGE
+from kernelflow.projections.rewards import rewards_for
+from kernelflow.projections.task_state import CONDUCTOR, JUDGE
 
 
 class StepType(StrEnum):

@@ -13,7 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from events.log import EventLog
+from kernelflow.events.log import EventLog
 from kernelflow.nats_server import EmbeddedNats
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,11 +13,11 @@ import nats
 import nats.js.errors
 import yaml
 
-from actors.worker import Job
-from events import subjects
-from events.codec import encode
-from events.log import EventLog, TaskHistory
-from events.model import (
+from kernelflow.actors.worker import Job
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import (
     DISPATCH_RESULTS,
     AgentDispatched,
     ConductorDecided,
@@ -27,10 +27,10 @@ from events.model import (
     TaskSubmitted,
     ToolCalled,
 )
-from projections.rewards import pending_reward_events
-from projections.task_state import fold
+from kernelflow.projections.rewards import pending_reward_events
+from kernelflow.projections.task_state import fold
+from kernelflow.workflows.loader import load_workflow
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
-from workflows.loader import load_workflow
 
 RELU_SCRIPT = "examples/scripted/relu.yaml"
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.kinds import (
+from kernelflow.actors.kinds import (
     AgentConfigError,
     CallLLM,
     Finish,
@@ -22,10 +22,10 @@ from actors.kinds import (
     agent_kind,
     agent_kinds,
 )
-from actors.kinds.coding import codebase_state, phase_of
-from actors.kinds.formats import FormatError, format_call, parse_call, parse_react
-from events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
-from workflows.model import AgentSpec, OutputField
+from kernelflow.actors.kinds.coding import codebase_state, phase_of
+from kernelflow.actors.kinds.formats import FormatError, format_call, parse_call, parse_react
+from kernelflow.events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
+from kernelflow.workflows.model import AgentSpec, OutputField
 
 CALC = {
     "name": "calculator",
@@ -264,7 +264,7 @@ def test_parse_react_never_raises(text: str) -> None:
 
 
 def test_workflow_tool_limits_apply_and_instances_are_shared_per_process() -> None:
-    from actors.agents import tools_of
+    from kernelflow.actors.agents import tools_of
 
     limited = AgentSpec(
         name="solver",
@@ -293,8 +293,8 @@ def test_submitted_workflows_are_checked_against_the_registries(
     change: dict[str, Any], message: str
 ) -> None:
     """What the conductor (and the CLI before publishing) refuses, with the key path."""
-    from actors.kinds.check import check_agents
-    from workflows.loader import WorkflowError, parse_workflow
+    from kernelflow.actors.kinds.check import check_agents
+    from kernelflow.workflows.loader import WorkflowError, parse_workflow
 
     solver: dict[str, Any] = {
         "agent_kind": "react",

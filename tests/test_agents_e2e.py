@@ -13,18 +13,18 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from actors.tools import workspace_files
-from events.model import (
+from kernelflow.actors.tools import workspace_files
+from kernelflow.events.model import (
     LLMCalled,
     OutputParsed,
     RewardAssigned,
     TaskFinished,
     ToolCalled,
 )
+from kernelflow.projections.task_state import fold
+from kernelflow.projections.trajectory import StepType, build_trajectory
 from kernelflow.rollout import PromptItem, Rollout, RolloutConfig, load_dataset
 from kernelflow.settings import Settings
-from projections.task_state import fold
-from projections.trajectory import StepType, build_trajectory
 from tests.conftest import EXAMPLES, REPO, cli_env, run_cli
 from tests.daemons import assert_each_step_once, task_events
 
@@ -255,7 +255,7 @@ def test_agent_kind_plugins_register_through_an_entry_point(tmp_path: Path) -> N
         tmp_path,
         "echo",
         """
-        from actors.kinds import AgentKind, CallLLM, Finish
+        from kernelflow.actors.kinds import AgentKind, CallLLM, Finish
 
         class Kind(AgentKind):
             def next_step(self, turn):
@@ -265,7 +265,7 @@ def test_agent_kind_plugins_register_through_an_entry_point(tmp_path: Path) -> N
         """,
     )
     probe = (
-        "from actors.kinds import agent_kind, agent_kinds; "
+        "from kernelflow.actors.kinds import agent_kind, agent_kinds; "
         "print(agent_kinds()); print(agent_kind('echo').__module__)"
     )
     out = subprocess.run(
@@ -286,7 +286,7 @@ def test_a_failing_agent_kind_fails_its_dispatch_at_once(tmp_path: Path) -> None
         tmp_path,
         "buggy",
         """
-        from actors.kinds import AgentKind
+        from kernelflow.actors.kinds import AgentKind
 
         class Kind(AgentKind):
             def next_step(self, turn):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.verifier.engine import VerifierConfig, verify
-from actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.actors.verifier.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "examples" / "tasks"

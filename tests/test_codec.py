@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.codec import (
+from kernelflow.events.codec import (
     MalformedMessage,
     checked_command,
     decode_command,
@@ -17,7 +17,7 @@ from events.codec import (
     encode,
     json_schema,
 )
-from events.model import (
+from kernelflow.events.model import (
     COMMAND_TYPES,
     EVENT_TYPES,
     TERMINAL_EVENTS,

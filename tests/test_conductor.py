@@ -14,15 +14,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors.bridge import Bridge
-from actors.conductor import Conductor, advance_on_loop
-from actors.daemon import Daemon, DaemonConfig
-from actors.llm.scripted import ScriptedProvider
-from actors.worker import Delivery, Job
-from events import subjects
-from events.codec import encode
-from events.log import TaskHistory
-from events.model import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.conductor import Conductor, advance_on_loop
+from kernelflow.actors.daemon import Daemon, DaemonConfig
+from kernelflow.actors.llm.scripted import ScriptedProvider
+from kernelflow.actors.worker import Delivery, Job
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import TaskHistory
+from kernelflow.events.model import (
     AgentDispatched,
     CancelTask,
     ConductorDecided,
@@ -33,7 +33,8 @@ from events.model import (
     TaskCancelled,
     TaskSubmitted,
 )
-from projections.task_state import fold
+from kernelflow.projections.task_state import fold
+from kernelflow.workflows.loader import load_workflow
 from tests.conftest import REPO
 from tests.daemons import (
     RELU_SCRIPT,
@@ -47,7 +48,6 @@ from tests.daemons import (
     wait_for,
     wait_until_over,
 )
-from workflows.loader import load_workflow
 
 
 @pytest.fixture

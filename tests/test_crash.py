@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.workdirs import remove_abandoned_workdirs
-from events.model import AgentDispatched, Event
+from kernelflow.actors.workdirs import remove_abandoned_workdirs
+from kernelflow.events.model import AgentDispatched, Event
 from kernelflow.nats_server import EmbeddedNats
-from projections.task_state import fold
+from kernelflow.projections.task_state import fold
 from tests.conftest import KERNELFLOW, REPO, alive, cli_env, run_cli
 from tests.daemons import (
     RELU_SCRIPT,

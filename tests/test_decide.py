@@ -7,8 +7,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.decide import Append, AskLLM, Idle, plan_next
-from events.model import (
+from kernelflow.actors.decide import Append, AskLLM, Idle, plan_next
+from kernelflow.events.model import (
     AgentDispatched,
     ChatMessage,
     Event,
@@ -19,9 +19,9 @@ from events.model import (
     VerificationCompleted,
     VerificationReport,
 )
-from projections.task_state import CONDUCTOR, fold
-from projections.trajectory import StepType, Trajectory, build_trajectory
-from workflows.loader import load_workflow
+from kernelflow.projections.task_state import CONDUCTOR, fold
+from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
+from kernelflow.workflows.loader import load_workflow
 
 T = "t-sim"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import nats
 import yaml
 
-from events.log import EventLog, TaskHistory
-from events.model import AgentDispatched, Event, LLMCalled, TaskSubmitted
-from projections.task_state import fold
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import AgentDispatched, Event, LLMCalled, TaskSubmitted
+from kernelflow.projections.task_state import fold
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 from tests.daemons import (
     assert_each_step_once,

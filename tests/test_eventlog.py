@@ -10,10 +10,10 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from events import subjects
-from events.codec import encode
-from events.log import AppendConflict, EventLog, StreamSettings, TaskHistory, delivery_of
-from events.model import AgentDispatched, TaskCancelled, TaskRejected
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import AppendConflict, EventLog, StreamSettings, TaskHistory, delivery_of
+from kernelflow.events.model import AgentDispatched, TaskCancelled, TaskRejected
 
 
 def new_task() -> str:

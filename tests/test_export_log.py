@@ -19,14 +19,14 @@ import nats
 import pyarrow.parquet as pq
 import pytest
 
-from events import subjects
-from events.log import EventLog, TaskHistory
-from events.model import Event
 from kernelflow import offline_cmd
 from kernelflow.cli import UsageError
 from kernelflow.cli import main as kernelflow_main
+from kernelflow.events import subjects
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import Event
 from kernelflow.nats_server import EmbeddedNats
-from projections import logfile
+from kernelflow.projections import logfile
 from tests.conftest import KERNELFLOW, REPO, cli_env
 from tests.daemons import stream_messages
 from tests.test_projections_props import TaskSpec, make_task

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from events.model import LLMCalled
+from kernelflow.events.model import LLMCalled
 from kernelflow.nats_server import EmbeddedNats
-from projections.rewards import KERNEL_REWARDS
-from projections.task_state import fold
+from kernelflow.projections.rewards import KERNEL_REWARDS
+from kernelflow.projections.task_state import fold
 from tests.conftest import REPO
 from tests.daemons import (
     RELU_SCRIPT,

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from actors.bridge import Bridge
-from actors.daemon import Daemon, DaemonConfig
-from actors.llm.base import LLMRequest, LLMResponse
-from actors.llm.scripted import ScriptedProvider
-from events import subjects
-from events.model import AgentFailed, LLMCalled, SubmitTask, TaskFinished
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.daemon import Daemon, DaemonConfig
+from kernelflow.actors.llm.base import LLMRequest, LLMResponse
+from kernelflow.actors.llm.scripted import ScriptedProvider
+from kernelflow.events import subjects
+from kernelflow.events.model import AgentFailed, LLMCalled, SubmitTask, TaskFinished
 from tests.conftest import EXAMPLES
 from tests.daemons import task_events, wait_until_settled
 

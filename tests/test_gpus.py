@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.daemon import DaemonConfig
-from actors.verifier.engine import VerifierConfig, detect_device
-from events.model import VerificationCompleted
+from kernelflow.actors.daemon import DaemonConfig
+from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
+from kernelflow.events.model import VerificationCompleted
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from tests.conftest import cli_env, run_cli
 from tests.daemons import start_daemon, submit, wait_for

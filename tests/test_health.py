@@ -10,11 +10,11 @@ from typing import Any
 
 import nats
 
-from actors.bridge import Bridge
-from actors.daemon import Daemon, DaemonConfig
-from actors.health import HealthResponder, daemon_describer
-from actors.verifier.engine import VerifierConfig
-from events.log import EventLog
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.daemon import Daemon, DaemonConfig
+from kernelflow.actors.health import HealthResponder, daemon_describer
+from kernelflow.actors.verifier.engine import VerifierConfig
+from kernelflow.events.log import EventLog
 from tests.conftest import run_cli
 from tests.daemons import start_daemon
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import msgspec
 import nats
 
-from events import subjects
-from events.model import AgentDispatched
+from kernelflow.events import subjects
+from kernelflow.events.model import AgentDispatched
 from kernelflow.nats_server import EmbeddedNats
-from projections import logfile
-from projections.task_state import fold
+from kernelflow.projections import logfile
+from kernelflow.projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import (
     assert_each_step_once,

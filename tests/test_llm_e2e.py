@@ -10,10 +10,10 @@ from pathlib import Path
 import nats
 import pytest
 
-from events import subjects
-from events.codec import encode
-from events.log import EventLog
-from events.model import AgentFailed, Event, LLMCalled, TaskFinished
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import EventLog
+from kernelflow.events.model import AgentFailed, Event, LLMCalled, TaskFinished
 from tests.conftest import EXAMPLES, cli_env, run_cli
 from tests.fake_llm_servers import Failure, FakeAnthropic, FakeOpenAI, ScriptedAnswers
 

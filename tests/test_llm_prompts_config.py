@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.decide import finish_event
-from actors.llm.budget import task_budget_error
-from actors.llm.config import Budgets, ProviderSpecError, load_config
-from actors.prompts import agent_messages, conductor_messages
-from events.model import (
+from kernelflow.actors.decide import finish_event
+from kernelflow.actors.llm.budget import task_budget_error
+from kernelflow.actors.llm.config import Budgets, ProviderSpecError, load_config
+from kernelflow.actors.prompts import agent_messages, conductor_messages
+from kernelflow.events.model import (
     AgentDispatched,
     AgentFailed,
     ConductorDecided,
@@ -21,9 +21,9 @@ from events.model import (
     TaskSubmitted,
     Usage,
 )
-from projections.task_state import fold
+from kernelflow.projections.task_state import fold
+from kernelflow.workflows.loader import load_workflow
 from tests.conftest import EXAMPLES
-from workflows.loader import load_workflow
 
 WORKFLOW, WORKFLOW_YAML = load_workflow("default")
 

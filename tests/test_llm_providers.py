@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from actors.llm import BUDGET_EXHAUSTED, LLMError, make_provider
-from actors.llm.base import LLMRequest, LLMResponse, llm_called
-from actors.llm.config import AgentLLM, Budgets, Limits, LLMConfig, Price, ProviderSpecError
-from actors.llm.router import ProviderRouter
-from events.codec import encode
-from events.model import ChatMessage
+from kernelflow.actors.llm import BUDGET_EXHAUSTED, LLMError, make_provider
+from kernelflow.actors.llm.base import LLMRequest, LLMResponse, llm_called
+from kernelflow.actors.llm.config import (
+    AgentLLM,
+    Budgets,
+    Limits,
+    LLMConfig,
+    Price,
+    ProviderSpecError,
+)
+from kernelflow.actors.llm.router import ProviderRouter
+from kernelflow.events.codec import encode
+from kernelflow.events.model import ChatMessage
 from tests.fake_llm_servers import Failure, FakeAnthropic, FakeOpenAI
 
 KEY = "sk-ant-api03-TESTSECRET-0123456789abcdef"
@@ -296,7 +303,7 @@ def test_record_then_replay_round_trip(anthropic_server: FakeAnthropic, tmp_path
 
 
 def test_bad_specs_are_refused_up_front(tmp_path: Path) -> None:
-    from actors.llm import ProviderSpecError
+    from kernelflow.actors.llm import ProviderSpecError
 
     for spec, problem in [
         ("claude:x", "unknown LLM provider 'claude'"),

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.codec import decode_event, encode
-from events.model import (
+from kernelflow.cli import main as kernelflow_main
+from kernelflow.events.codec import decode_event, encode
+from kernelflow.events.model import (
     AgentDispatched,
     AgentFailed,
     Event,
@@ -26,10 +27,9 @@ from events.model import (
     VerificationCompleted,
     VerificationReport,
 )
-from kernelflow.cli import main as kernelflow_main
-from projections import logfile
-from projections.metrics import MetricsProjection, TaskMetrics, projection_metrics
-from projections.report import report_text
+from kernelflow.projections import logfile
+from kernelflow.projections.metrics import MetricsProjection, TaskMetrics, projection_metrics
+from kernelflow.projections.report import report_text
 from tests.test_projections_props import FAST, interleave, make_task, task_specs
 
 

@@ -9,9 +9,9 @@ import pty
 import subprocess
 from pathlib import Path
 
-from events.model import Event
+from kernelflow.events.model import Event
 from kernelflow.progress import Progress, for_terminal
-from projections import logfile
+from kernelflow.projections import logfile
 from tests.conftest import KERNELFLOW, REPO, cli_env
 from tests.test_export_log import append
 from tests.test_projections_props import TaskSpec, interleave, make_task

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events.model import (
+from kernelflow.events.model import (
     AgentDispatched,
     ChatMessage,
     ConductorDecided,
@@ -31,16 +31,16 @@ from events.model import (
     VerificationCompleted,
     VerificationReport,
 )
-from projections import logfile
-from projections.flow_grpo import (
+from kernelflow.projections import logfile
+from kernelflow.projections.flow_grpo import (
     GrpoOptions,
     GrpoSample,
     RewardTable,
     SampleBuilder,
     group_stats,
 )
-from projections.metrics import MetricsProjection, fast_p, geomean, projection_metrics
-from projections.rewards import (
+from kernelflow.projections.metrics import MetricsProjection, fast_p, geomean, projection_metrics
+from kernelflow.projections.rewards import (
     KERNEL_REWARDS,
     REWARD_FUNCTIONS,
     RewardInput,
@@ -48,8 +48,8 @@ from projections.rewards import (
     pending_reward_events,
     reward_events,
 )
-from projections.task_state import fold
-from projections.trajectory import StepType, Trajectory, TrajectoryStep, build_trajectory
+from kernelflow.projections.task_state import fold
+from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep, build_trajectory
 
 # --------------------------------------------------------------------------- synthetic logs
 

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.bridge import Bridge
-from actors.readmodel import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.readmodel import (
     BUCKET,
     SNAPSHOT,
     NoAnswer,
@@ -31,15 +31,15 @@ from actors.readmodel import (
     status_row,
     status_rows,
 )
-from actors.readmodel_snapshot import Page, PagedMetrics
-from events import subjects
-from events.codec import encode
-from events.model import Event, RewardAssigned, SubmitTask
-from events.pull import cancel_and_wait
+from kernelflow.actors.readmodel_snapshot import Page, PagedMetrics
 from kernelflow.cli import summary
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.model import Event, RewardAssigned, SubmitTask
+from kernelflow.events.pull import cancel_and_wait
 from kernelflow.offline_cmd import EventFilter, LiveSource, metrics_of
-from projections.metrics import FOLD_VERSION, MetricsProjection
-from projections.task_state import fold
+from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
+from kernelflow.projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.test_export_log import append
@@ -174,7 +174,7 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     private_nats: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = private_nats
-    monkeypatch.setattr("actors.readmodel.PAGE", 2)  # answers come in pages of two rows
+    monkeypatch.setattr("kernelflow.actors.readmodel.PAGE", 2)  # answers come in pages of two rows
     append(url, [make_task(s) for s in FIRST])
     bridge = Bridge(url).start()
     model = ReadModel(bridge, "first", snapshot_every_s=3600).start()

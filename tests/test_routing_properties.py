@@ -5,9 +5,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.counters import repeat_counters
-from workflows.model import FINISH, VERIFIER, AgentSpec, OutputField, SequenceLimit, Workflow
-from workflows.rules import Outcome, route
+from kernelflow.projections.counters import repeat_counters
+from kernelflow.workflows.model import (
+    FINISH,
+    VERIFIER,
+    AgentSpec,
+    OutputField,
+    SequenceLimit,
+    Workflow,
+)
+from kernelflow.workflows.rules import Outcome, route
 
 NAMES = ["designer", "coder", "tuner", VERIFIER]
 CODE = (OutputField("code", "str", True),)

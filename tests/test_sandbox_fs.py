@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.verifier import engine
-from actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
-from actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier import engine
+from kernelflow.actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
+from kernelflow.actors.verifier.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = ROOT / "examples" / "candidates"

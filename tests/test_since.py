@@ -13,9 +13,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from events.log import EventLog, TaskHistory
-from events.model import Event
 from kernelflow.cli import main as kernelflow_main
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import Event
 from kernelflow.offline_cmd import BadTime, parse_since
 from tests.test_projections_props import TaskSpec, make_task
 

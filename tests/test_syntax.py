@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from actors.syntax import parse_expression, parse_module
+from kernelflow.actors.syntax import parse_expression, parse_module
 
 
 def test_parses_from_many_threads_never_overlap(monkeypatch: pytest.MonkeyPatch) -> None:

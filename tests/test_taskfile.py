@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.verifier.taskfile import (
+from kernelflow.actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,

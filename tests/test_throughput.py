@@ -12,13 +12,13 @@ from collections.abc import Iterator
 import nats
 import pytest
 
-from actors.bridge import Bridge
-from actors.conductor import _CLAIMS, Conductor
-from actors.worker import Delivery, Job, Settlement
-from events import subjects
-from events.codec import encode
-from events.log import EventLog, TaskHistory
-from events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.conductor import _CLAIMS, Conductor
+from kernelflow.actors.worker import Delivery, Job, Settlement
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
 from tests.daemons import submitted_on_default, trigger_job
 
 

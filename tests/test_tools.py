@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.tools import (
+from kernelflow.actors.tools import (
     Tool,
     ToolContext,
     ToolLimits,
@@ -28,8 +28,8 @@ from actors.tools import (
     run_tool,
     tool_names,
 )
-from actors.tools.sandboxed import _isolation
-from actors.verifier.engine import network_prefixes
+from kernelflow.actors.tools.sandboxed import _isolation
+from kernelflow.actors.verifier.engine import network_prefixes
 from tests.conftest import alive
 
 REPO = Path(__file__).resolve().parent.parent
@@ -274,7 +274,7 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
 
 KILLED_DAEMON = """
 import asyncio, sys
-from actors.tools import ToolContext, make_tool, run_tool
+from kernelflow.actors.tools import ToolContext, make_tool, run_tool
 
 code = "import os\\nopen(sys.argv[1], 'w').write(os.readlink('/proc/self'))\\nwhile True: pass"
 code = code.replace("sys.argv[1]", repr(sys.argv[1]))
@@ -386,7 +386,7 @@ def test_register_tool_refuses_bad_and_duplicate_names() -> None:
 
 
 PLUGIN = """
-from actors.tools import Tool
+from kernelflow.actors.tools import Tool
 
 
 class Echo(Tool):
@@ -400,7 +400,7 @@ class Echo(Tool):
 
 CHECK_PLUGIN = """
 import asyncio
-from actors.tools import ToolContext, UnknownTool, make_tool, run_tool, tool_names
+from kernelflow.actors.tools import ToolContext, UnknownTool, make_tool, run_tool, tool_names
 
 names = tool_names()
 assert "echo" in names and "calculator" in names and "broken" not in names, names

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.bridge import Bridge
-from actors.verifier import engine
-from actors.verifier.actor import Verifier
-from actors.verifier.engine import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.verifier import engine
+from kernelflow.actors.verifier.actor import Verifier
+from kernelflow.actors.verifier.engine import (
     VerifierConfig,
     _probed_once,
     _sandbox_plan,
@@ -25,8 +25,8 @@ from actors.verifier.engine import (
     shutdown_workers,
     verify,
 )
-from actors.workdirs import remove_abandoned_workdirs
-from events.model import VerificationReport
+from kernelflow.actors.workdirs import remove_abandoned_workdirs
+from kernelflow.events.model import VerificationReport
 from tests.conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     )
     script = (
         "import sys\n"
-        "from actors.verifier.engine import VerifierConfig, verify\n"
+        "from kernelflow.actors.verifier.engine import VerifierConfig, verify\n"
         f"config = VerifierConfig(trials=1, timeout_s=300, static_gate=False)\n"
         f"verify(sys.stdin.read(), {candidate(body)!r}, config=config)\n"
     )
@@ -542,7 +542,7 @@ def test_report_roundtrips_msgspec() -> None:
 
 
 def test_a_verifier_pinned_to_a_gpu_shows_its_sandboxes_that_device_only() -> None:
-    from actors.verifier.engine import sandbox_env
+    from kernelflow.actors.verifier.engine import sandbox_env
 
     assert sandbox_env("/tmp/w", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     assert "ANTHROPIC_API_KEY" not in sandbox_env("/tmp/w", "3")

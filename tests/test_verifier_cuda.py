@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.verifier.engine import detect_device, verify
-from actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.engine import detect_device, verify
+from kernelflow.actors.verifier.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = ROOT / "examples" / "candidates" / "cuda"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from events import subjects
-from events.model import TaskCancelled
+from kernelflow.events import subjects
+from kernelflow.events.model import TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
 from tests.daemons import slow_script, start_daemon, stream_messages, submit, wait_until_over
 

@@ -6,11 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections.counters import repeat_counters
-from workflows.loader import WorkflowError, available_workflows, load_workflow, parse_workflow
-from workflows.model import FINISH, AgentSpec, OutputField, Workflow
-from workflows.parsing import ParseError, parse_output
-from workflows.rules import Outcome, illegal_agents, read_llm_decision, route
+from kernelflow.projections.counters import repeat_counters
+from kernelflow.workflows.loader import (
+    WorkflowError,
+    available_workflows,
+    load_workflow,
+    parse_workflow,
+)
+from kernelflow.workflows.model import FINISH, AgentSpec, OutputField, Workflow
+from kernelflow.workflows.parsing import ParseError, parse_output
+from kernelflow.workflows.rules import Outcome, illegal_agents, read_llm_decision, route
 
 
 def counted(wf: Workflow, history: list[str]):  # type: ignore[no-untyped-def]

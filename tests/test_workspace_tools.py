@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.tools import (
+from kernelflow.actors.tools import (
     ToolContext,
     ToolError,
     ToolLimits,
@@ -21,14 +21,14 @@ from actors.tools import (
     run_tool,
     workspace_files,
 )
-from events.model import (
+from kernelflow.events.model import (
     AgentDispatched,
     Event,
     OutputParsed,
     TaskSubmitted,
     ToolCalled,
 )
-from projections.task_state import fold
+from kernelflow.projections.task_state import fold
 
 ROOT = Path(__file__).resolve().parent.parent
 RELU_TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from workflows.model import (
+from kernelflow.workflows.model import (
     DEFAULT_AGENT_KIND,
     FINISH,
     VERIFIER,
@@ -54,7 +54,7 @@ def available_workflows() -> list[str]:
 def _predefined() -> dict[str, str]:
     """The predefined workflows' texts by name: package data, read once (every submitted
     task names one)."""
-    root = resources.files("workflows")
+    root = resources.files("kernelflow.workflows")
     return {
         p.name[: -len(".yaml")]: p.read_text("utf-8")
         for p in root.iterdir()

@@ -1,4 +1,4 @@
-"""A workflow as the conductor sees it, after validation (see ``workflows.loader``)."""
+"""A workflow as the conductor sees it, after validation (see ``kernelflow.workflows.loader``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from workflows.model import AgentSpec
+from kernelflow.workflows.model import AgentSpec
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _TYPES: dict[str, type | tuple[type, ...]] = {

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from workflows.model import FINISH, VERIFIER, Workflow
+from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Route:
 
 
 class Counters(Protocol):
-    """The repeat-limit counters of a task (``projections.counters.RepeatCounters``)."""
+    """The repeat-limit counters of a task (``kernelflow.projections.counters.RepeatCounters``)."""
 
     @property
     def step(self) -> int: ...

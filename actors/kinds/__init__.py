@@ -2,8 +2,8 @@
 ``coding`` and any registered through ``register_agent`` or the ``kernelflow.agents``
 entry-point group."""
 
-from actors.kinds import coding, llm, react, tool  # noqa: F401  (register the built-ins)
-from actors.kinds.base import (
+from kernelflow.actors.kinds import coding, llm, react, tool  # noqa: F401  (register the built-ins)
+from kernelflow.actors.kinds.base import (
     AgentConfigError,
     AgentKind,
     CallLLM,
@@ -14,7 +14,7 @@ from actors.kinds.base import (
     Step,
     Turn,
 )
-from actors.kinds.registry import (
+from kernelflow.actors.kinds.registry import (
     ENTRY_POINT_GROUP,
     UnknownAgentKind,
     agent_kind,

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
-from workflows.model import AgentSpec
+from kernelflow.events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
+from kernelflow.workflows.model import AgentSpec
 
 
 @dataclass(frozen=True)

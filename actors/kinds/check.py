@@ -3,11 +3,11 @@ loader checks structure only: it cannot know which kinds and tools a daemon has)
 
 from __future__ import annotations
 
-from actors.kinds.base import AgentConfigError
-from actors.kinds.registry import UnknownAgentKind, agent_kind
-from actors.tools import UnknownTool, make_tool
-from workflows.loader import WorkflowError
-from workflows.model import VERIFIER, Workflow
+from kernelflow.actors.kinds.base import AgentConfigError
+from kernelflow.actors.kinds.registry import UnknownAgentKind, agent_kind
+from kernelflow.actors.tools import UnknownTool, make_tool
+from kernelflow.workflows.loader import WorkflowError
+from kernelflow.workflows.model import VERIFIER, Workflow
 
 
 def check_agents(workflow: Workflow) -> None:

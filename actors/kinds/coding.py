@@ -4,7 +4,7 @@ It works through the phases understanding → exploration → planning → imple
 testing → refinement, which are read off what it has done (``CodebaseState``: files
 viewed and modified, test runs and errors), and after every observation it is shown that
 state and its phase, so a long session stays oriented. Its workspace is the projection of
-its file tools (``actors.tools.workspace``).
+its file tools (``kernelflow.actors.tools.workspace``).
 
 Extra setting: ``answer_file`` — when set (e.g. ``candidate.py`` for a kernel coder) the
 agent's answer is that file's content in the workspace when it gives its Final Answer, so
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from actors.kinds.base import Finish, KindConfig, Step, Turn
-from actors.kinds.react import ReactConfig, ReactKind
-from actors.kinds.registry import register_agent
-from events.model import LLMCalled, ToolCalled
+from kernelflow.actors.kinds.base import Finish, KindConfig, Step, Turn
+from kernelflow.actors.kinds.react import ReactConfig, ReactKind
+from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.events.model import LLMCalled, ToolCalled
 
 Phase = Literal[
     "understanding", "exploration", "planning", "implementation", "testing", "refinement"

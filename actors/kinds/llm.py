@@ -3,9 +3,9 @@ what the designer and coder of the predefined workflows are."""
 
 from __future__ import annotations
 
-from actors.kinds.base import AgentKind, CallLLM, Finish, Step, Turn
-from actors.kinds.formats import final_answer
-from actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.base import AgentKind, CallLLM, Finish, Step, Turn
+from kernelflow.actors.kinds.formats import final_answer
+from kernelflow.actors.kinds.registry import register_agent
 
 
 @register_agent("llm")

@@ -17,7 +17,7 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from actors.kinds.base import (
+from kernelflow.actors.kinds.base import (
     AgentKind,
     CallLLM,
     Finish,
@@ -27,8 +27,8 @@ from actors.kinds.base import (
     Step,
     Turn,
 )
-from actors.kinds.formats import tool_catalogue
-from events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
+from kernelflow.actors.kinds.formats import tool_catalogue
+from kernelflow.events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
 
 
 class LoopConfig(KindConfig, frozen=True, forbid_unknown_fields=True):
@@ -82,7 +82,7 @@ class ToolLoopKind(AgentKind):
     # ------------------------------------------------------------------ conversation
 
     def conversation(self, turn: Turn) -> list[ChatMessage]:
-        from actors.prompts import kind_instructions
+        from kernelflow.actors.prompts import kind_instructions
 
         guide = kind_instructions(
             self.instructions,

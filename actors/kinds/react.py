@@ -4,17 +4,17 @@ Settings (``agent_config``): ``require_thought_before_action`` (an Action withou
 Thought is not run; the model is asked to think first), ``max_consecutive_thoughts`` (after
 that many replies with only a Thought the model is told to act), ``enable_self_reflection``
 (after a failed action the model is asked to reflect on why), ``max_steps`` and
-``tool_format`` (see ``actors.kinds.loop``). In ``native`` format the tool calls come from
-the provider's tool-use API and the reply's text is the thought.
+``tool_format`` (see ``kernelflow.actors.kinds.loop``). In ``native`` format the tool calls
+come from the provider's tool-use API and the reply's text is the thought.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from actors.kinds.base import KindConfig, Turn
-from actors.kinds.formats import final_answer, parse_react
-from actors.kinds.loop import (
+from kernelflow.actors.kinds.base import KindConfig, Turn
+from kernelflow.actors.kinds.formats import final_answer, parse_react
+from kernelflow.actors.kinds.loop import (
     LoopConfig,
     Reading,
     ToolLoopKind,
@@ -22,8 +22,8 @@ from actors.kinds.loop import (
     text_call_id,
     tool_parameters,
 )
-from actors.kinds.registry import register_agent
-from events.model import ToolCalled, ToolUse
+from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.events.model import ToolCalled, ToolUse
 
 
 class ReactConfig(LoopConfig, frozen=True, forbid_unknown_fields=True):

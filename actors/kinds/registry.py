@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
 
-from actors.kinds.base import AgentKind
+from kernelflow.actors.kinds.base import AgentKind
 
 ENTRY_POINT_GROUP = "kernelflow.agents"
 

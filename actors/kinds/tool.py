@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from actors.kinds.base import KindConfig, Turn
-from actors.kinds.formats import final_answer, parse_tool_calls
-from actors.kinds.loop import (
+from kernelflow.actors.kinds.base import KindConfig, Turn
+from kernelflow.actors.kinds.formats import final_answer, parse_tool_calls
+from kernelflow.actors.kinds.loop import (
     LoopConfig,
     Reading,
     ToolLoopKind,
@@ -22,8 +22,8 @@ from actors.kinds.loop import (
     text_call_id,
     tool_parameters,
 )
-from actors.kinds.registry import register_agent
-from events.model import ToolUse
+from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.events.model import ToolUse
 
 
 class ToolAgentConfig(LoopConfig, frozen=True, forbid_unknown_fields=True):

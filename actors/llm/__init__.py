@@ -10,7 +10,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from actors.llm.base import (
+from kernelflow.actors.llm.base import (
     BUDGET_EXHAUSTED,
     BudgetExceeded,
     LLMError,
@@ -19,14 +19,14 @@ from actors.llm.base import (
     LLMResponse,
     is_budget_error,
 )
-from actors.llm.config import (
+from kernelflow.actors.llm.config import (
     DEFAULT_ANTHROPIC_MODEL,
     Budgets,
     LLMConfig,
     ProviderSpecError,
     load_config,
 )
-from actors.llm.router import ProviderRouter
+from kernelflow.actors.llm.router import ProviderRouter
 
 __all__ = [
     "BUDGET_EXHAUSTED",

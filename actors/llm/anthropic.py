@@ -21,9 +21,9 @@ import re
 import time
 from typing import Any
 
-from actors.llm.base import LLMError, LLMRequest, LLMResponse
-from actors.llm.config import DEFAULT_ANTHROPIC_MODEL, ProviderSpecError
-from actors.llm.gateway import (
+from kernelflow.actors.llm.base import LLMError, LLMRequest, LLMResponse
+from kernelflow.actors.llm.config import DEFAULT_ANTHROPIC_MODEL, ProviderSpecError
+from kernelflow.actors.llm.gateway import (
     Gateway,
     Transient,
     estimate_tokens,
@@ -31,7 +31,7 @@ from actors.llm.gateway import (
     redact,
     shown_texts,
 )
-from events.model import ChatMessage, ToolUse, Usage
+from kernelflow.events.model import ChatMessage, ToolUse, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}  # and every 5xx, 529 "overloaded" included
 # The API refuses tool ids with other characters; calls parsed from text have ids like

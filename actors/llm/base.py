@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from events.model import ChatMessage, LLMCalled, ToolUse, Usage
+from kernelflow.events.model import ChatMessage, LLMCalled, ToolUse, Usage
 
 # An AgentFailed whose error starts with this ended because a token or cost budget is
 # spent; the conductor then finishes the task with status "budget_exceeded".

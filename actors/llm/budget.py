@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from actors.llm.base import BUDGET_EXHAUSTED, BudgetExceeded
-from actors.llm.config import Budgets
-from events.model import LLMCalled
-from projections.task_state import TaskState
+from kernelflow.actors.llm.base import BUDGET_EXHAUSTED, BudgetExceeded
+from kernelflow.actors.llm.config import Budgets
+from kernelflow.events.model import LLMCalled
+from kernelflow.projections.task_state import TaskState
 
 
 def task_calls(state: TaskState) -> Iterator[LLMCalled]:

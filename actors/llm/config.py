@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from events.model import Usage
+from kernelflow.events.model import Usage
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from actors.llm.base import LLMError, LLMRequest
-from actors.llm.config import Limits
+from kernelflow.actors.llm.base import LLMError, LLMRequest
+from kernelflow.actors.llm.config import Limits
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.llm")

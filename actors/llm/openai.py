@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx2
 
-from actors.llm.base import LLMError, LLMRequest, LLMResponse
-from actors.llm.config import OpenAIOptions
-from actors.llm.gateway import (
+from kernelflow.actors.llm.base import LLMError, LLMRequest, LLMResponse
+from kernelflow.actors.llm.config import OpenAIOptions
+from kernelflow.actors.llm.gateway import (
     Gateway,
     Transient,
     estimate_tokens,
@@ -35,7 +35,7 @@ from actors.llm.gateway import (
     redact,
     shown_texts,
 )
-from events.model import ChatMessage, ToolUse, Usage
+from kernelflow.events.model import ChatMessage, ToolUse, Usage
 
 log = logging.getLogger("kernelflow.llm")
 RETRYABLE_STATUS = {408, 409, 429}

@@ -25,8 +25,8 @@ from typing import Any
 
 import msgspec
 
-from actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
-from events.model import ToolUse, Usage
+from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
+from kernelflow.events.model import ToolUse, Usage
 
 RECORD_VERSION = 1
 

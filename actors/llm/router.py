@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
-from actors.llm.budget import RunMeter
-from actors.llm.config import LLMConfig, ProviderSpecError, price_of
-from actors.llm.gateway import Gateway
-from actors.llm.recording import RecordingProvider, ReplayProvider
-from actors.llm.scripted import ScriptedProvider, ScriptError
+from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
+from kernelflow.actors.llm.budget import RunMeter
+from kernelflow.actors.llm.config import LLMConfig, ProviderSpecError, price_of
+from kernelflow.actors.llm.gateway import Gateway
+from kernelflow.actors.llm.recording import RecordingProvider, ReplayProvider
+from kernelflow.actors.llm.scripted import ScriptedProvider, ScriptError
 
 SPEC_HELP = (
     "available: anthropic[:MODEL], openai:URL[#MODEL], scripted:FILE, record:DIR:SPEC, replay:DIR"
@@ -60,11 +60,11 @@ class ProviderRouter:
             except ScriptError as exc:
                 raise ProviderSpecError(str(exc)) from exc
         if kind == "anthropic":
-            from actors.llm.anthropic import AnthropicProvider
+            from kernelflow.actors.llm.anthropic import AnthropicProvider
 
             return AnthropicProvider(arg or None, self.gateway("anthropic"))
         if kind == "openai":
-            from actors.llm.openai import OpenAIProvider
+            from kernelflow.actors.llm.openai import OpenAIProvider
 
             url, _, model = arg.partition("#")
             parts = urlsplit(url)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from actors.llm.base import LLMError, LLMRequest, LLMResponse
-from events.model import ToolUse, Usage
+from kernelflow.actors.llm.base import LLMError, LLMRequest, LLMResponse
+from kernelflow.events.model import ToolUse, Usage
 
 TOOL_CALL_KEYS = ("name", "args", "id")
 

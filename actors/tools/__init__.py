@@ -5,8 +5,8 @@ points (:mod:`.registry`), the workspace projection the file tools act on
 ``execute_bash``, ``run_tests``) and the kernel tools (``compile_kernel``,
 ``check_kernel``). Importing the package registers the built-in tools."""
 
-from actors.tools import calculator, coding, kernel, sandboxed
-from actors.tools.base import (
+from kernelflow.actors.tools import calculator, coding, kernel, sandboxed
+from kernelflow.actors.tools.base import (
     TEXT,
     Tool,
     ToolContext,
@@ -18,15 +18,15 @@ from actors.tools.base import (
     run_tool,
     truncate,
 )
-from actors.tools.registry import (
+from kernelflow.actors.tools.registry import (
     ENTRY_POINT_GROUP,
     UnknownTool,
     make_tool,
     register_tool,
     tool_names,
 )
-from actors.tools.sandboxed import CommandResult, run_sandboxed
-from actors.tools.workspace import check_path, materialise, workspace_files
+from kernelflow.actors.tools.sandboxed import CommandResult, run_sandboxed
+from kernelflow.actors.tools.workspace import check_path, materialise, workspace_files
 
 __all__ = [
     "ENTRY_POINT_GROUP",

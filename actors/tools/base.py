@@ -43,7 +43,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class ToolContext:
     """What a tool may know about the call it serves. ``files`` is the agent's workspace
-    as the log records it (``actors.tools.workspace``): file tools read it and declare
+    as the log records it (``kernelflow.actors.tools.workspace``): file tools read it and declare
     their changes as pure effects, so the workspace is itself a projection of the log."""
 
     task_id: str

@@ -15,9 +15,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from actors.syntax import parse_expression
-from actors.tools.base import Tool, ToolContext, ToolError, arguments
-from actors.tools.registry import register_tool
+from kernelflow.actors.syntax import parse_expression
+from kernelflow.actors.tools.base import Tool, ToolContext, ToolError, arguments
+from kernelflow.actors.tools.registry import register_tool
 
 __all__ = ["MAX_EXPRESSION_CHARS", "MAX_INT_DIGITS", "Calculator", "evaluate", "format_number"]
 

@@ -2,11 +2,11 @@
 shell command or the tests.
 
 The file tools read ``ctx.files``, the workspace snapshot the log records
-(:mod:`actors.tools.workspace`), never the real disk, so no path reaches outside the
+(:mod:`kernelflow.actors.tools.workspace`), never the real disk, so no path reaches outside the
 workspace; ``create_file`` and ``edit_file`` declare their change as a pure ``effect``
 that the workspace projection replays. ``execute_bash`` and ``run_tests`` materialise the
 snapshot into a fresh directory and run the command there in the sandbox
-(:mod:`actors.tools.sandboxed`): the files a command creates or changes are NOT kept. The
+(:mod:`kernelflow.actors.tools.sandboxed`): the files a command creates or changes are NOT kept. The
 workspace changes only through the file tools, so it stays a projection of the log; a
 command is for looking (running the tests, a script, ``ls``), not for editing.
 """
@@ -18,10 +18,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
-from actors.tools.registry import register_tool
-from actors.tools.sandboxed import run_sandboxed
-from actors.tools.workspace import check_content, check_path
+from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
+from kernelflow.actors.tools.registry import register_tool
+from kernelflow.actors.tools.sandboxed import run_sandboxed
+from kernelflow.actors.tools.workspace import check_content, check_path
 
 __all__ = [
     "DEFAULT_TEST_COMMAND",

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
-from actors.tools.registry import register_tool
-from actors.verifier.engine import VerifierConfig, verify
-from actors.verifier.gate import check_candidate
-from actors.verifier.taskfile import CandidateError, check_candidate_source
+from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
+from kernelflow.actors.tools.registry import register_tool
+from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.taskfile import CandidateError, check_candidate_source
 
 __all__ = ["CHECK_MAX_SIZE", "CheckKernel", "CompileKernel", "static_problems"]
 

@@ -19,7 +19,7 @@ import logging
 import re
 from typing import TypeVar
 
-from actors.tools.base import Tool, ToolLimits
+from kernelflow.actors.tools.base import Tool, ToolLimits
 
 __all__ = ["ENTRY_POINT_GROUP", "UnknownTool", "make_tool", "register_tool", "tool_names"]
 
@@ -69,7 +69,7 @@ def _plugins() -> tuple[dict[str, type[Tool]], dict[str, str]]:
         try:
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, Tool)):
-                raise TypeError(f"{cls!r} is not a subclass of actors.tools.Tool")
+                raise TypeError(f"{cls!r} is not a subclass of kernelflow.actors.tools.Tool")
             name = _checked_name(cls)
         except Exception as exc:  # any error of a third-party import is the plugin's
             broken[ep.name] = f"{where} failed to load: {type(exc).__name__}: {exc}"

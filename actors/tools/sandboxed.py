@@ -2,7 +2,7 @@
 
 The command runs in a fresh private directory holding only the files it is given, with
 a minimal environment, cut off the network by the verifier's probed isolation
-(:func:`actors.verifier.engine.network_prefixes`) plus a PID namespace of its own where
+(:func:`kernelflow.actors.verifier.engine.network_prefixes`) plus a PID namespace of its own where
 the machine allows one (so even a process that left the group dies with it), confined
 as a verifier sandbox is (``sandbox_child.confine``: unprivileged where possible, an
 address-space limit, no core dumps, bounded file size, death with its parent), under a
@@ -24,11 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
-from actors.tools.registry import register_tool
-from actors.tools.workspace import materialise
-from actors.verifier.engine import SANDBOX_CHILD, network_prefixes, run_process, sandbox_env
-from actors.workdirs import TOOL_PREFIX, locked_workdir
+from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
+from kernelflow.actors.tools.registry import register_tool
+from kernelflow.actors.tools.workspace import materialise
+from kernelflow.actors.verifier.engine import (
+    SANDBOX_CHILD,
+    network_prefixes,
+    run_process,
+    sandbox_env,
+)
+from kernelflow.actors.workdirs import TOOL_PREFIX, locked_workdir
 
 __all__ = ["CommandResult", "PythonTool", "run_sandboxed"]
 

@@ -20,10 +20,10 @@ import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 
-from actors.tools.base import Tool, ToolError
-from actors.tools.registry import UnknownTool, make_tool
-from events.model import OutputParsed
-from projections.task_state import TaskState
+from kernelflow.actors.tools.base import Tool, ToolError
+from kernelflow.actors.tools.registry import UnknownTool, make_tool
+from kernelflow.events.model import OutputParsed
+from kernelflow.projections.task_state import TaskState
 
 __all__ = [
     "CANDIDATE_FILE",

@@ -5,14 +5,19 @@ from __future__ import annotations
 import threading
 import time
 
-from actors.bridge import Bridge
-from actors.verifier.engine import VerifierConfig, verify, warm_up
-from actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
-from events.codec import decode_event
-from events.log import AppendConflict
-from events.model import AgentDispatched, OutputParsed, VerificationCompleted, VerificationReport
-from projections.task_state import Dispatch, TaskState
-from workflows.model import VERIFIER
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.verifier.engine import VerifierConfig, verify, warm_up
+from kernelflow.actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
+from kernelflow.events.codec import decode_event
+from kernelflow.events.log import AppendConflict
+from kernelflow.events.model import (
+    AgentDispatched,
+    OutputParsed,
+    VerificationCompleted,
+    VerificationReport,
+)
+from kernelflow.projections.task_state import Dispatch, TaskState
+from kernelflow.workflows.model import VERIFIER
 
 
 def candidate_code(state: TaskState, d: Dispatch) -> str | None:

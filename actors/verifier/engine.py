@@ -2,7 +2,7 @@
 
 This module runs inside the daemon and never imports or executes candidate code (nor torch:
 initialising CUDA here would break forking and tie the daemon to the GPU). Before anything
-runs, the candidate passes the static reward-hack gate (:mod:`actors.verifier.gate`).
+runs, the candidate passes the static reward-hack gate (:mod:`kernelflow.actors.verifier.gate`).
 Then each verification gets a private temp dir and a sandbox process: by default forked
 from a warm worker (``sandbox_child.py --serve``, torch and triton already imported, CUDA
 never initialised) that lives in its own network namespace when the machine allows it;
@@ -12,7 +12,7 @@ Where mount namespaces work (probed once, ``_SandboxPlan.fs_isolation``), everyt
 its temp dir is read-only to it, so writes elsewhere fail at runtime whatever the gate
 missed; elsewhere each report notes that the file system is not isolated.
 ``VerifierConfig(warm=False)`` starts a fresh ``python -I sandbox_child.py`` instead.
-The agents' command tools run in the same sandbox (``actors.tools.sandboxed``) through
+The agents' command tools run in the same sandbox (``kernelflow.actors.tools.sandboxed``) through
 the public pieces here: :func:`network_prefixes`, :func:`sandbox_env`, :func:`run_process`.
 """
 
@@ -40,16 +40,16 @@ from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 
-from actors.verifier.gate import check_candidate
-from actors.verifier.taskfile import (
+from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,
     check_task_source,
     size_constants,
 )
-from actors.workdirs import VERIFY_PREFIX, locked_workdir
-from events.model import VerificationReport
+from kernelflow.actors.workdirs import VERIFY_PREFIX, locked_workdir
+from kernelflow.events.model import VerificationReport
 
 __all__ = [
     "SANDBOX_CHILD",

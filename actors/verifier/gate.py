@@ -36,7 +36,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from actors.syntax import parse_module
+from kernelflow.actors.syntax import parse_module
 
 __all__ = ["Violation", "check_candidate"]
 

@@ -431,7 +431,7 @@ def probe(device: str, memory_kind: str, memory_mb: int, fs: bool = False) -> in
     import tempfile
 
     workdir = Path(tempfile.mkdtemp(prefix="kf-probe-")).resolve()
-    # Locked while in use, as ``actors.workdirs`` locks the verifications' work dirs: a
+    # Locked while in use, as ``kernelflow.actors.workdirs`` locks the verifications' work dirs: a
     # daemon killed during its warm-up leaves this one behind; the next daemon removes it.
     lock = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(lock, fcntl.LOCK_EX)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from actors.syntax import parse_module
+from kernelflow.actors.syntax import parse_module
 
 __all__ = [
     "CandidateError",
