@@ -26,7 +26,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/kernelflow
-	ln -s $(CURDIR)/kernelflow/*.py $(CURDIR)/kernelflow/py.typed $(TYPECHECK)/kernelflow/
+	ln -s $(filter-out %/__pycache__,$(wildcard $(CURDIR)/kernelflow/*)) $(TYPECHECK)/kernelflow/
 	for layer in events actors projections workflows; do ln -s $(CURDIR)/$$layer $(TYPECHECK)/kernelflow/$$layer; done
 	MYPYPATH=$(TYPECHECK) $(BIN)/mypy -p kernelflow
 	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p kernelflow.events -p kernelflow.projections -p kernelflow.workflows

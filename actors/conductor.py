@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from kernelflow.actors.backends import UnknownBackend, backend
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
 from kernelflow.actors.kinds.check import check_agents
@@ -206,7 +207,7 @@ class Conductor(Worker):
         try:
             first = self.accepted(task_id, command, job)
             reply: dict[str, object] = {"ok": True, "task_id": task_id}
-        except (TaskFileError, WorkflowError, UnknownReward) as exc:
+        except (TaskFileError, WorkflowError, UnknownReward, UnknownBackend) as exc:
             first = TaskRejected(
                 task_id=task_id, cause=_cause(job), reason=str(exc), task_name=command.task_name
             )
@@ -233,6 +234,7 @@ class Conductor(Worker):
             workflow_name = workflow.name
         check_agents(workflow)
         check_reward_names(command.rewards)
+        backend(command.backend)  # raises UnknownBackend: no kernel DSL of that name here
         return TaskSubmitted(
             task_id=task_id,
             cause=_cause(job),

@@ -5,8 +5,9 @@ guidance; the same for every task of a backend, so providers cache it — and a 
 message with the task, previous attempts, feedback and the answer format.
 
 Templates live in ``actors/prompt_templates``: ``<agent>.system.txt`` and ``<agent>.txt``
-(``string.Template`` syntax, so code braces need no escaping), and ``dsl_<backend>.txt``
-for the DSL guidance. An agent without its own templates uses the coder's. A file of the
+(``string.Template`` syntax, so code braces need no escaping). The DSL guidance is the
+backend's own (``kernelflow.actors.backends``), or ``dsl_<backend>.txt`` where one is
+given. An agent without its own templates uses the coder's. A file of the
 same name in ``KF_PROMPTS_DIR`` (or the LLM config's ``prompts_dir``) replaces the built-in,
 and a workflow may give an agent its own templates inline (``agent_info.<agent>.prompt:
 {system, user}``, recorded with the task so a replay uses them too), which win over both.
@@ -22,27 +23,13 @@ from importlib.abc import Traversable
 from pathlib import Path
 from string import Template
 
+from kernelflow.actors.backends import UnknownBackend, backend
 from kernelflow.events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
 from kernelflow.projections.task_state import TaskState
 from kernelflow.workflows.model import AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
 MAX_ERROR_CHARS = 2000
-
-_BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C (compiled with CuPy RawModule)"}
-
-
-_DEVICE_NOTES = {
-    "triton": (
-        "Kernels are checked on the GPU when one is present, otherwise with "
-        "TRITON_INTERPRET=1 on the CPU: use only features the interpreter supports "
-        "(no bf16) and launch on the inputs' device."
-    ),
-    "cuda": (
-        "Kernels are compiled and checked on the GPU; without one the verifier answers "
-        "'unsupported', so write code that runs unchanged on a CUDA device."
-    ),
-}
 
 
 def prompts_dir() -> Path | None:
@@ -96,13 +83,7 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
             output_format=_format_section(spec),
         )
         return _messages(system, user)
-    backend = _BACKEND_NAMES.get(submitted.backend, submitted.backend)
-    static = {
-        "backend_name": backend,
-        "device_note": _DEVICE_NOTES.get(submitted.backend, _DEVICE_NOTES["triton"]),
-        "extra_imports": ", cupy" if submitted.backend == "cuda" else "",
-        "dsl_guidance": _template(f"dsl_{submitted.backend}.txt").safe_substitute().strip(),
-    }
+    static = _backend_notes(submitted.backend)
     system = _agent_template(spec, "system", "coder.system.txt").safe_substitute(static)
     user = _agent_template(spec, "user", "coder.txt").safe_substitute(
         static,
@@ -112,6 +93,29 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         output_format=_format_section(spec),
     )
     return _messages(system, user)
+
+
+def _backend_notes(name: str) -> dict[str, str]:
+    """What the prompt says of the task's backend: its name, where kernels are checked,
+    the imports it adds, its DSL guidance (``dsl_<name>.txt`` in the override directory
+    replaces the backend's own)."""
+    title, device_note, imports, notes = name, "", "", ""
+    try:
+        dsl = backend(name)
+    except UnknownBackend:  # recorded by a daemon that had a plugin this one lacks
+        pass
+    else:
+        title, device_note, notes = dsl.title, dsl.device_note, dsl.dsl_notes
+        imports = "".join(f", {module}" for module in dsl.extra_imports)
+    custom = _find(f"dsl_{name}.txt", None, prompts_dir())
+    if custom is not None:
+        notes = Template(custom.read_text(encoding="utf-8")).safe_substitute()
+    return {
+        "backend_name": title,
+        "device_note": device_note,
+        "extra_imports": imports,
+        "dsl_guidance": notes.strip(),
+    }
 
 
 def _agent_template(spec: AgentSpec, part: str, fallback: str) -> Template:

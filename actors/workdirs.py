@@ -17,11 +17,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kernelflow.actors.sandbox import PROBE_PREFIX
+
 VERIFY_PREFIX = "kf-verify-"
 TOOL_PREFIX = "kf-tool-"
 NATS_PREFIX = "kf-nats-"
-# ``sandbox_child.probe`` (which cannot import this module) locks its "kf-probe-" dirs too.
-LOCKED_PREFIXES = (VERIFY_PREFIX, TOOL_PREFIX, NATS_PREFIX, "kf-probe-")
+# The sandbox's file-system probe (which runs in a sandbox process) locks its dirs too.
+LOCKED_PREFIXES = (VERIFY_PREFIX, TOOL_PREFIX, NATS_PREFIX, PROBE_PREFIX)
 # A work dir is locked microseconds after it is made; one unlocked and older than this was
 # left by a process that died (or by a version that did not lock).
 ABANDONED_AFTER_S = 60.0

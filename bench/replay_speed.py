@@ -55,7 +55,8 @@ from kernelflow.events.model import (
     ends_task,
 )
 from kernelflow.nats_server import EmbeddedNats
-from kernelflow.offline_cmd import EventFilter, FileSource, Source, export_grpo, live_events
+from kernelflow.offline.grpo import export_grpo
+from kernelflow.offline.sources import EventFilter, FileSource, Source, live_events
 from kernelflow.projections import logfile
 from kernelflow.projections.counters import repeat_counters
 from kernelflow.projections.flow_grpo import GrpoOptions

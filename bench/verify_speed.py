@@ -2,9 +2,10 @@
 
 Warm path: ``verify()`` with the default warm worker (torch and triton imported once; a
 fresh sandbox forked per candidate). Baseline, measured in the same run: the same check in
-a naive fresh ``python -I sandbox_child.py`` subprocess per candidate, which imports torch
-and triton every time (``VerifierConfig(warm=False)``). Same task, candidate, trials and
-shape sets for both. Prints both, their ratio (target <= 0.3) and candidates per minute.
+a naive fresh ``python -I -m kernelflow.actors.verifier.child`` subprocess per candidate,
+which imports torch and triton every time (``VerifierConfig(warm=False)``). Same task,
+candidate, trials and shape sets for both. Prints both, their ratio (target <= 0.3) and
+candidates per minute.
 
     .venv/bin/python bench/verify_speed.py [--rounds N]
 """

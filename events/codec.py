@@ -1,12 +1,28 @@
-"""JSON on the wire, so that any NATS client can publish commands and read events."""
+"""JSON on the wire, so that any NATS client can publish commands and read events.
+
+Decoding follows the schema's evolution (see ``kernelflow.events.model``): an event of an
+older ``v`` for which an upcaster is registered is upgraded to today's shape first, and an
+event of a kind this version does not know becomes an ``UnknownEvent`` instead of an
+error, so a daemon of an older version never wedges on a task a newer one wrote to.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, cast
 
 import msgspec
 
-from kernelflow.events.model import AnyCommand, AnyEvent, Command, Event
+from kernelflow.events.model import (
+    EVENT_TYPES,
+    AnyCommand,
+    AnyEvent,
+    Command,
+    Event,
+    TaskId,
+    UnknownEvent,
+)
 
 
 class MalformedMessage(ValueError):
@@ -16,24 +32,107 @@ class MalformedMessage(ValueError):
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _command_decoder = msgspec.json.Decoder(AnyCommand)
+_object_decoder = msgspec.json.Decoder(dict[str, Any])
+
+KNOWN_KINDS = frozenset(cast(str, t.__struct_config__.tag) for t in EVENT_TYPES)
+# A kind becomes a subject token (kf.ev.<task>.<kind>): an unknown one must be a safe name.
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+_UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+class _Envelope(msgspec.Struct, kw_only=True):
+    """What every event has, whatever its kind: enough to place an unknown one."""
+
+    v: int = 1
+    task_id: TaskId
+    seq: int = 0
+    at: float = 0.0
+    cause: str = ""
+
+
+def upcaster(kind: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register a function that turns the JSON object of a ``kind`` event recorded at
+    schema version ``from_version`` into the object of the next version (setting ``v``).
+    Decoding chains them, so an event of any old version reads as today's."""
+    if kind not in KNOWN_KINDS:
+        raise ValueError(f"upcaster for unknown event kind {kind!r}")
+
+    def register(fn: Upcaster) -> Upcaster:
+        key = (kind, from_version)
+        if key in _UPCASTERS:
+            raise ValueError(f"an upcaster for {kind} v{from_version} is already registered")
+        _UPCASTERS[key] = fn
+        return fn
+
+    return register
 
 
 def encode(message: Event | Command | msgspec.Struct) -> bytes:
+    if type(message) is UnknownEvent:
+        return message.raw  # as it was recorded: this version cannot re-encode it
     return _encoder.encode(message)
 
 
 def decode_event(data: bytes) -> Event:
     try:
-        return _event_decoder.decode(data)
+        event: Event = _event_decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise MalformedMessage(f"not a kernelflow event: {exc}") from exc
+        return _decode_unusual(data, exc)
+    if _UPCASTERS and (event.kind, event.v) in _UPCASTERS:
+        return _upcast(_object_decoder.decode(data))
+    return event
+
+
+def _decode_unusual(data: bytes, error: msgspec.DecodeError) -> Event:
+    """An event the fast path refused: an old version to upcast, a kind from a newer
+    version, or not an event at all."""
+    try:
+        obj = _object_decoder.decode(data)
+    except msgspec.DecodeError:
+        raise MalformedMessage(f"not a kernelflow event: {error}") from None
+    kind, version = obj.get("kind"), obj.get("v")
+    if isinstance(kind, str) and isinstance(version, int) and (kind, version) in _UPCASTERS:
+        return _upcast(obj)
+    if not isinstance(kind, str) or kind in KNOWN_KINDS:
+        raise MalformedMessage(f"not a kernelflow event: {error}")
+    try:
+        envelope = msgspec.convert(obj, _Envelope)
+    except msgspec.ValidationError as exc:
+        raise MalformedMessage(f"not a kernelflow event: {exc}") from None
+    if not _KIND.fullmatch(kind):
+        raise MalformedMessage(f"not a kernelflow event: kind {kind[:80]!r} is not a name")
+    return UnknownEvent(
+        v=envelope.v,
+        task_id=envelope.task_id,
+        seq=envelope.seq,
+        at=envelope.at,
+        cause=envelope.cause,
+        original_kind=kind,
+        raw=bytes(data).strip(),
+    )
+
+
+def _upcast(obj: dict[str, Any]) -> Event:
+    key = (obj["kind"], obj["v"])
+    while key in _UPCASTERS:
+        obj = _UPCASTERS[key](dict(obj))
+        if not isinstance(obj.get("v"), int) or obj["v"] <= key[1]:
+            raise MalformedMessage(f"the upcaster of {key[0]} v{key[1]} did not raise v")
+        key = (obj["kind"], obj["v"])
+    try:
+        return cast(Event, msgspec.convert(obj, AnyEvent))
+    except msgspec.ValidationError as exc:
+        raise MalformedMessage(f"not a kernelflow event after upcasting: {exc}") from None
 
 
 def decode_command(data: bytes) -> Command:
     try:
-        return _command_decoder.decode(data)
+        command: Command = _command_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not a kernelflow command: {exc}") from exc
+    return command
 
 
 def checked_command(command: Command) -> Command:
@@ -44,7 +143,7 @@ def checked_command(command: Command) -> Command:
 
 
 def to_builtins(message: msgspec.Struct) -> dict[str, Any]:
-    return msgspec.to_builtins(message)
+    return cast(dict[str, Any], msgspec.to_builtins(message))
 
 
 def json_schema(*, events: bool = False) -> dict[str, Any]:

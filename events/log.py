@@ -112,7 +112,7 @@ class RecentIds(Generic[K]):
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """What the streams promise. See deploy/README.md for what each setting buys.
+    """What the streams promise (the README's Configuration section says what each buys).
 
     replicas: copies of each message in a JetStream cluster (1 on a single server, 3 to
       survive the loss of one node). max_age_s: 0 keeps events forever.

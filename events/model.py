@@ -2,7 +2,10 @@
 
 Every type is a frozen msgspec Struct in a tagged union. The tag (``kind``) is an explicit,
 stable wire string, never a class name, and every message carries a schema version ``v``.
-Evolution rule: only ever add optional fields; never rename or retype one.
+Evolution rule: only ever add optional fields; never rename or retype one. A change that
+cannot follow it raises that kind's ``v`` and registers an upcaster from the old version
+(``kernelflow.events.codec.upcaster``). An event of a kind this version does not know (a
+newer kernelflow wrote it) decodes as an ``UnknownEvent`` that every projection skips.
 
 Events share an envelope: the task they belong to, their position in that task's history
 (``seq``, 1-based, gap-free), the wall time they were recorded and the id of what caused
@@ -21,6 +24,9 @@ SCHEMA_VERSION = 1
 # Task ids become a NATS subject token, so they are restricted to a safe alphabet.
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 TaskId = Annotated[str, msgspec.Meta(pattern=TASK_ID_PATTERN)]
+# What a backend name may be on the wire; which names exist is the backend registry's
+# (kernelflow.actors.backends, whose NAME_PATTERN must equal this one: tested).
+BACKEND_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
 # The verifier's verdicts. "fail" and "error" are legacy values: events recorded before the
 # finer vocabulary still decode, but the verifier no longer produces them.
@@ -63,7 +69,9 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # A predefined workflow's name; or, with ``workflow_yaml``, the name of that document.
     workflow: str = "default"
     workflow_yaml: str | None = None
-    backend: Literal["triton", "cuda"] = "triton"
+    # A registered kernel backend's name (kernelflow.actors.backends), checked when the
+    # task is submitted.
+    backend: Annotated[str, msgspec.Meta(pattern=BACKEND_NAME_PATTERN)] = "triton"
     group_id: str | None = None
     # Existing code to start from (the verifier_only workflow verifies it as is).
     candidate_code: str | None = None
@@ -326,6 +334,21 @@ class RewardAssigned(Event, tag="reward_assigned", frozen=True, kw_only=True):
     version: int
     value: float
     inputs: dict[str, Any] = {}
+
+
+class UnknownEvent(Event, tag="__unknown__", frozen=True, kw_only=True):
+    """An event of a kind this version of kernelflow does not know, written by a newer one.
+
+    It keeps its place in the task's history (its ``seq`` counts, so appends stay in
+    order) and its bytes (``raw``: an export writes it back as it was recorded), but no
+    projection interprets it. Never part of ``AnyEvent``: nothing encodes one as such."""
+
+    original_kind: str
+    raw: bytes
+
+    @property
+    def kind(self) -> str:
+        return self.original_kind
 
 
 AnyEvent = (

@@ -1,7 +1,9 @@
-"""How events and trajectories look in a terminal."""
+"""How events, tasks and trajectories look in a terminal."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from kernelflow.events.model import (
@@ -18,9 +20,11 @@ from kernelflow.events.model import (
     TaskRejected,
     TaskSubmitted,
     ToolCalled,
+    UnknownEvent,
     VerificationCompleted,
 )
 from kernelflow.projections.counters import RepeatCounters
+from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.trajectory import Trajectory
 from kernelflow.workflows.model import Workflow
 
@@ -68,7 +72,44 @@ def describe(event: Event) -> str:
         return f"cancelled: {e.reason}"
     if isinstance(e, RewardAssigned):
         return f"reward {e.reward_fn}@{e.version}: {e.value:g}"
+    if isinstance(e, UnknownEvent):
+        return f"{e.kind} (a kind this kernelflow does not know)"
     return e.kind
+
+
+def unknown_kinds_note(events: Iterable[Event]) -> str | None:
+    """A line for stderr when some events are of kinds this version does not know (a newer
+    kernelflow wrote them): every view skips them, and says so."""
+    kinds = Counter(e.kind for e in events if isinstance(e, UnknownEvent))
+    if not kinds:
+        return None
+    listed = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
+    return (
+        f"note: skipped {kinds.total()} event(s) of kinds this kernelflow does not know "
+        f"({listed}): a newer kernelflow wrote them; upgrade to see them"
+    )
+
+
+def summary(state: TaskState) -> dict[str, Any]:
+    """A task's outcome so far, as ``kernelflow run --json`` and ``status`` show it."""
+    end = state.terminal
+    status = (
+        end.status
+        if isinstance(end, TaskFinished)
+        else (end.kind.removeprefix("task_") if end else "running")
+    )
+    finished = state.finished
+    return {
+        "task_id": state.task_id,
+        "status": status,
+        "steps": state.step,
+        "verdict": finished.verdict if finished else None,
+        "speedup": finished.speedup if finished else None,
+        "reason": getattr(end, "reason", None),
+        "verifications": [v.report.verdict for v in state.verifications],
+        "final_code": finished.final_code if finished else None,
+        "events": state.events_seen,
+    }
 
 
 def trajectory_text(t: Trajectory) -> str:

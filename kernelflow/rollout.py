@@ -40,6 +40,7 @@ from kernelflow.events.model import Event, SubmitTask
 from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.projections.trajectory import Trajectory, build_trajectory
+from kernelflow.runtime import cancel_abandoned, connected, noting_other_tasks, stopped_after
 from kernelflow.settings import Settings
 
 SOLVER = "solver"
@@ -256,9 +257,6 @@ class Rollout:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
-        # The CLI owns the wiring.
-        from kernelflow.cli import connected, noting_other_tasks, stopped_after
-
         commands = self.commands(prompts, n)
         provider = self._provider()
         pool = max(1, self.config.max_concurrency)
@@ -348,8 +346,6 @@ class Rollout:
                     if on_progress is not None:
                         on_progress(progress)
         except KeyboardInterrupt:
-            from kernelflow.cli import cancel_abandoned
-
             unsubmitted = {c.task_id for c in waiting}
             unfinished = [t for t in ours if t not in unsubmitted and t not in finished]
             cancel_abandoned(bridge, sorted(unfinished), "rollout interrupted")

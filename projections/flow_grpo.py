@@ -1,4 +1,4 @@
-"""Flow-GRPO training samples (seed 002, DESIGN §8), folded from the log in two passes.
+"""Flow-GRPO training samples (seed 002), folded from the log in two passes.
 
 One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent) of a task that
 ended. Every turn of a rollout (task) carries the rollout's outcome reward; its advantage
@@ -34,13 +34,22 @@ from typing import Any, Literal
 import msgspec
 
 from kernelflow.events.model import (
+    TERMINAL_EVENTS,
+    AgentDispatched,
+    AgentFailed,
     ChatMessage,
+    ConductorDecided,
     Event,
     LLMCalled,
+    OutputParsed,
+    ParseFailed,
+    RewardAssigned,
     TaskFinished,
     TaskSubmitted,
-    ends_task,
+    ToolCalled,
+    VerificationCompleted,
 )
+from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.rewards import DEFAULT_REWARD, RewardFn, get_reward
 
@@ -275,24 +284,29 @@ class SampleBuilder:
     def apply(self, position: int, event: Event) -> bool:
         if position > self.table.end_position:
             return False
-        tid = event.task_id
-        if tid in self._done:
-            return True
-        # Exact types, not isinstance: see ``ends_task`` (this runs for every event).
-        if type(event) is TaskSubmitted:
-            self._open.setdefault(tid, _OpenTask()).submitted = event
-        elif type(event) is LLMCalled and self.options.wants(event.agent):
-            reason = self._keep_task(tid)
-            if reason is None:
-                self._open.setdefault(tid, _OpenTask()).turns.append(event)
-            else:
-                setattr(self.drops, reason, getattr(self.drops, reason) + 1)
-        elif ends_task(event):
-            self._done.add(tid)
-            task = self._open.pop(tid, None)
-            if task is not None and task.turns:
-                self._emit_task(tid, task, event)
+        if event.task_id not in self._done:
+            handler = _SAMPLE_PASS.get(type(event))
+            if handler is not None:
+                handler(self, event)
         return True
+
+    def _submitted(self, event: TaskSubmitted) -> None:
+        self._open.setdefault(event.task_id, _OpenTask()).submitted = event
+
+    def _llm_called(self, event: LLMCalled) -> None:
+        if not self.options.wants(event.agent):
+            return
+        reason = self._keep_task(event.task_id)
+        if reason is None:
+            self._open.setdefault(event.task_id, _OpenTask()).turns.append(event)
+        else:
+            setattr(self.drops, reason, getattr(self.drops, reason) + 1)
+
+    def _ended(self, event: Event) -> None:
+        self._done.add(event.task_id)
+        task = self._open.pop(event.task_id, None)
+        if task is not None and task.turns:
+            self._emit_task(event.task_id, task, event)
 
     def _emit_task(self, task_id: str, task: _OpenTask, end: Event) -> None:
         o = self.options
@@ -402,19 +416,26 @@ class PromptCollector:
         return (s.task_source, s.backend, s.workflow_name)
 
     def apply(self, position: int, event: Event) -> bool:
-        if type(event) is TaskSubmitted:  # exact types: see ``ends_task``
-            if self._key(event) not in self._seen:
-                self._seen.add(self._key(event))
-                self._pending[event.task_id] = event
-        elif type(event) is LLMCalled and self.options.wants(event.agent):
+        handler = _PROMPT_PASS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        return True
+
+    def _submitted(self, event: TaskSubmitted) -> None:
+        if self._key(event) not in self._seen:
+            self._seen.add(self._key(event))
+            self._pending[event.task_id] = event
+
+    def _llm_called(self, event: LLMCalled) -> None:
+        if self.options.wants(event.agent):
             sub = self._pending.pop(event.task_id, None)
             if sub is not None:
                 self._row(sub, [Message(m.role, m.content) for m in event.messages])
-        elif ends_task(event):
-            sub = self._pending.pop(event.task_id, None)
-            if sub is not None:
-                self._row(sub, [Message("user", sub.task_source)])
-        return True
+
+    def _ended(self, event: Event) -> None:
+        sub = self._pending.pop(event.task_id, None)
+        if sub is not None:
+            self._row(sub, [Message("user", sub.task_source)])
 
     def finish(self) -> None:
         for sub in list(self._pending.values()):
@@ -440,3 +461,35 @@ class PromptCollector:
             )
         )
         self.rows += 1
+
+
+# Both passes read the trainable turns (LLM calls) of tasks, from their submission to their
+# end; what the agents made of a turn, and the rewards, come from pass 1's metrics.
+_NOT_TURNS = (
+    AgentDispatched,
+    ToolCalled,
+    OutputParsed,
+    ParseFailed,
+    AgentFailed,
+    VerificationCompleted,
+    ConductorDecided,
+    RewardAssigned,
+)
+_SAMPLE_PASS: dict[type[Event], Callable[[SampleBuilder, Any], None]] = handler_table(
+    "flow_grpo samples",
+    {
+        TaskSubmitted: SampleBuilder._submitted,
+        LLMCalled: SampleBuilder._llm_called,
+        **{t: SampleBuilder._ended for t in TERMINAL_EVENTS},
+    },
+    ignored=_NOT_TURNS,
+)
+_PROMPT_PASS: dict[type[Event], Callable[[PromptCollector, Any], None]] = handler_table(
+    "flow_grpo verl prompts",
+    {
+        TaskSubmitted: PromptCollector._submitted,
+        LLMCalled: PromptCollector._llm_called,
+        **{t: PromptCollector._ended for t in TERMINAL_EVENTS},
+    },
+    ignored=_NOT_TURNS,
+)

@@ -54,6 +54,7 @@ from kernelflow.events.model import (
     ToolCalled,
     VerificationCompleted,
 )
+from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.rewards import RewardInput
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -380,21 +381,26 @@ def _on_stopped(p: MetricsProjection, t: TaskMetrics, event: TaskCancelled | Tas
     p.state.open_dispatches.pop(event.task_id, None)
 
 
-_HANDLERS: dict[type[Event], Callable[[MetricsProjection, TaskMetrics, Any], None]] = {
-    TaskSubmitted: _on_submitted,
-    AgentDispatched: _on_dispatched,
-    LLMCalled: _on_llm_called,
-    ToolCalled: _on_tool_called,
-    OutputParsed: _on_parsed,
-    ParseFailed: _on_parse_failed,
-    AgentFailed: _on_agent_failed,
-    VerificationCompleted: _on_verified,
-    ConductorDecided: _on_decided,
-    RewardAssigned: _on_rewarded,
-    TaskFinished: _on_finished,
-    TaskCancelled: _on_stopped,
-    TaskRejected: _on_stopped,
-}
+_Handler = Callable[[MetricsProjection, TaskMetrics, Any], None]
+_HANDLERS: dict[type[Event], _Handler] = handler_table(
+    "metrics",
+    {
+        TaskSubmitted: _on_submitted,
+        AgentDispatched: _on_dispatched,
+        LLMCalled: _on_llm_called,
+        ToolCalled: _on_tool_called,
+        OutputParsed: _on_parsed,
+        ParseFailed: _on_parse_failed,
+        AgentFailed: _on_agent_failed,
+        VerificationCompleted: _on_verified,
+        ConductorDecided: _on_decided,
+        RewardAssigned: _on_rewarded,
+        TaskFinished: _on_finished,
+        TaskCancelled: _on_stopped,
+        TaskRejected: _on_stopped,
+    },
+    ignored=(),
+)
 
 
 # --------------------------------------------------------------------------- summaries

@@ -23,6 +23,7 @@ from kernelflow.events.model import (
     ToolCalled,
     VerificationCompleted,
 )
+from kernelflow.projections.handlers import handler_table
 
 CONDUCTOR = "conductor"
 # The LLM that judges a finished prompt task's answer (the ``judge`` reward); its call is
@@ -160,16 +161,20 @@ def _dispatch_result(state: TaskState, event: Event) -> None:
 
 # One handler per event type: a dict lookup instead of a chain of isinstance checks
 # (replays fold millions of events).
-_HANDLERS: dict[type[Event], Callable[[TaskState, Any], None]] = {
-    TaskSubmitted: _submitted,
-    AgentDispatched: _dispatched,
-    ConductorDecided: _decided,
-    LLMCalled: _llm_called,
-    ToolCalled: _tool_called,
-    RewardAssigned: _rewarded,
-    **{t: _terminal for t in TERMINAL_EVENTS},
-    **{t: _dispatch_result for t in DISPATCH_RESULTS},
-}
+_HANDLERS: dict[type[Event], Callable[[TaskState, Any], None]] = handler_table(
+    "task_state",
+    {
+        TaskSubmitted: _submitted,
+        AgentDispatched: _dispatched,
+        ConductorDecided: _decided,
+        LLMCalled: _llm_called,
+        ToolCalled: _tool_called,
+        RewardAssigned: _rewarded,
+        **{t: _terminal for t in TERMINAL_EVENTS},
+        **{t: _dispatch_result for t in DISPATCH_RESULTS},
+    },
+    ignored=(),
+)
 
 
 def apply(state: TaskState, event: Event) -> TaskState:

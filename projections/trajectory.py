@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from kernelflow.events.model import (
+    AgentDispatched,
     AgentFailed,
     ConductorDecided,
     Event,
@@ -34,6 +35,7 @@ from kernelflow.events.model import (
     ToolCalled,
     VerificationCompleted,
 )
+from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.rewards import rewards_for
 from kernelflow.projections.task_state import CONDUCTOR, JUDGE
 
@@ -290,17 +292,22 @@ class _Builder:
         )
 
 
-_Builder.HANDLERS = {
-    TaskSubmitted: _Builder.submitted,
-    LLMCalled: _Builder.llm_called,
-    OutputParsed: _Builder.parsed,
-    ParseFailed: _Builder.failed,
-    AgentFailed: _Builder.failed,
-    VerificationCompleted: _Builder.verified,
-    ToolCalled: _Builder.tool_called,
-    RewardAssigned: _Builder.rewarded,
-    ConductorDecided: _Builder.decided,
-    TaskFinished: _Builder.ended,
-    TaskRejected: _Builder.ended,
-    TaskCancelled: _Builder.ended,
-}
+_Builder.HANDLERS = handler_table(
+    "trajectory",
+    {
+        TaskSubmitted: _Builder.submitted,
+        LLMCalled: _Builder.llm_called,
+        OutputParsed: _Builder.parsed,
+        ParseFailed: _Builder.failed,
+        AgentFailed: _Builder.failed,
+        VerificationCompleted: _Builder.verified,
+        ToolCalled: _Builder.tool_called,
+        RewardAssigned: _Builder.rewarded,
+        ConductorDecided: _Builder.decided,
+        TaskFinished: _Builder.ended,
+        TaskRejected: _Builder.ended,
+        TaskCancelled: _Builder.ended,
+    },
+    # A dispatch is shown by what the agent did (its LLM calls, tools and result).
+    ignored=(AgentDispatched,),
+)

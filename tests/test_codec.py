@@ -183,7 +183,7 @@ def test_minimal_submit_from_any_client() -> None:
         (b'{"task_source": "x"}', "kind"),
         (b'{"kind": "submit_task"}', "task_source"),
         (b'{"kind": "submit_task", "task_source": "x", "task_id": "a.b"}', "task_id"),
-        (b'{"kind": "submit_task", "task_source": "x", "backend": "cobol"}', "backend"),
+        (b'{"kind": "submit_task", "task_source": "x", "backend": "COBOL 85!"}', "backend"),
         (b'{"kind": "submit_task", "task_source": "x", "deadline_s": 0}', "deadline_s"),
     ],
 )

@@ -19,14 +19,16 @@ import nats
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow import offline_cmd
-from kernelflow.cli import UsageError
 from kernelflow.cli import main as kernelflow_main
 from kernelflow.events import subjects
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.nats_server import EmbeddedNats
+from kernelflow.offline.files import verify_file
+from kernelflow.offline.log_import import ImportConflict, import_file
+from kernelflow.offline.sources import EventFilter, FileSource
 from kernelflow.projections import logfile
+from kernelflow.usage import UsageError
 from tests.conftest import KERNELFLOW, REPO, cli_env
 from tests.daemons import stream_messages
 from tests.test_projections_props import TaskSpec, make_task
@@ -181,8 +183,8 @@ def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer
 
             log.read_task = read_then_someone_writes  # type: ignore[method-assign]
             try:
-                with pytest.raises(offline_cmd.ImportConflict, match="written to by someone"):
-                    await offline_cmd.import_file(log, a, offline_cmd.verify_file(a))
+                with pytest.raises(ImportConflict, match="written to by someone"):
+                    await import_file(log, a, verify_file(a))
             finally:
                 await importer.close()
                 await writer.close()
@@ -361,10 +363,10 @@ def test_a_fold_collects_garbage_rarely_and_restores_the_collector(tmp_path: Pat
     )
     before = gc.get_threshold()
     seen: list[int] = []
-    source = offline_cmd.FileSource(good, offline_cmd.EventFilter())
+    source = FileSource(good, EventFilter())
     assert source.feed(lambda _pos, _event: seen.append(gc.get_threshold()[0])) == len(events)
     assert len(seen) == len(events) and min(seen) >= 50 * before[0]
     assert gc.get_threshold() == before
     with pytest.raises(UsageError, match="out of order"):
-        offline_cmd.FileSource(misordered, offline_cmd.EventFilter()).feed(lambda *_: None)
+        FileSource(misordered, EventFilter()).feed(lambda *_: None)
     assert gc.get_threshold() == before

@@ -24,6 +24,12 @@ SOURCES = (
     "workflows",
 )
 
+KERNELFLOW_VERIFY = (
+    sys.executable,
+    *("-m", "kernelflow", "verify"),
+    *("--task", str(EXAMPLES / "tasks" / "relu.py")),
+    *("--candidate", str(EXAMPLES / "candidates" / "solutions" / "relu.py")),
+)
 PIP_WHEEL = (sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q")
 
 
@@ -90,13 +96,32 @@ def test_the_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Pa
     shown = run("-m", "kernelflow", "workflow", "show", "default")
     assert shown.returncode == 0, shown.stderr
     assert "designer" in shown.stdout
-    checked = run(
-        "-m",
-        "kernelflow",
-        "verify",
-        "--task",
-        str(EXAMPLES / "tasks" / "relu.py"),
-        "--candidate",
-        str(EXAMPLES / "candidates" / "solutions" / "relu.py"),
-    )
+    checked = run(*KERNELFLOW_VERIFY[1:])
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_sandbox_runs_the_verifier_of_the_kernelflow_that_started_it(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """The sandbox is an isolated interpreter (``python -I``: no PYTHONPATH), yet it runs
+    the copy of kernelflow its daemon runs, not whichever one that interpreter's
+    site-packages hold: a wheel whose verifier child is broken fails to verify even though
+    the checkout's editable install would have passed."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    child = site / "kernelflow" / "actors" / "verifier" / "child" / "__main__.py"
+    future = "from __future__ import annotations\n"
+    broken = future + 'raise SystemExit("this wheel\'s verifier child ran")\n'
+    child.write_text(child.read_text().replace(future, broken))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KF_")}
+    env["PYTHONPATH"] = str(site)
+    checked = subprocess.run(
+        [*KERNELFLOW_VERIFY, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "this wheel's verifier child ran" in checked.stdout

@@ -32,14 +32,14 @@ from kernelflow.actors.readmodel import (
     status_rows,
 )
 from kernelflow.actors.readmodel_snapshot import Page, PagedMetrics
-from kernelflow.cli import summary
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import Event, RewardAssigned, SubmitTask
 from kernelflow.events.pull import cancel_and_wait
-from kernelflow.offline_cmd import EventFilter, LiveSource, metrics_of
+from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 from kernelflow.projections.task_state import fold
+from kernelflow.render import summary
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.test_export_log import append

@@ -19,8 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from kernelflow.actors.sandbox import filesystem
+from kernelflow.actors.sandbox import probe as sandbox_probe
 from kernelflow.actors.verifier import engine
-from kernelflow.actors.verifier.engine import VerifierConfig, _sandbox_plan, detect_device, verify
+from kernelflow.actors.verifier.engine import (
+    CHILD_MODULE,
+    VerifierConfig,
+    _sandbox_plan,
+    detect_device,
+    verify,
+)
 from kernelflow.actors.verifier.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +36,6 @@ CANDIDATES = ROOT / "examples" / "candidates"
 RELU_TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()
 SOLUTION = (CANDIDATES / "solutions" / "relu.py").read_text()
 GATE_OFF = VerifierConfig(trials=1, timeout_s=60.0, static_gate=False, shapes=({},))
-SANDBOX_CHILD = ROOT / "actors" / "verifier" / "sandbox_child.py"
 
 
 @pytest.fixture
@@ -158,15 +165,17 @@ assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
 def test_plan_falls_back_when_mount_namespaces_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine where the ``fs`` probe fails: the plan says so, verification still works,
     and each report notes that writes outside the work dir are not blocked."""
-    real = engine._run_quiet
+    real = sandbox_probe.run_quiet
 
     def no_mount_namespaces(
         cmd: list[str], timeout: float, env: dict[str, str] | None = None
     ) -> str | None:
         return None if cmd[-1] == "fs" else real(cmd, timeout, env)
 
-    monkeypatch.setattr(engine, "_run_quiet", no_mount_namespaces)
-    plan = engine._sandbox_plan.__wrapped__(sys.executable, detect_device(), 4096)
+    monkeypatch.setattr(sandbox_probe, "run_quiet", no_mount_namespaces)
+    plan = sandbox_probe.sandbox_plan.__wrapped__(
+        sys.executable, detect_device(), 4096, CHILD_MODULE
+    )
     assert not plan.fs_isolation
     assert plan.filesystem.startswith("not isolated")
     monkeypatch.setattr(engine, "_sandbox_plan", lambda *args: plan)
@@ -191,17 +200,30 @@ def _stdlib_python_for_nobody() -> str:
 
 
 ISOLATE = """
+import importlib.util
 import sys
-sys.path.insert(0, {where!r})
 from pathlib import Path
-import sandbox_child
+
+
+def load(name):
+    # From the sandbox package's files: this Python has no kernelflow installed.
+    path = Path({where!r}, name + ".py")
+    spec = importlib.util.spec_from_file_location("kernelflow.actors.sandbox." + name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+limits = load("limits")
+filesystem = load("filesystem")
 work = Path({work!r})
 try:
-    left = sandbox_child.isolate_filesystem(work)
+    left = filesystem.isolate_filesystem(work)
 except OSError as exc:
     print("unavailable:", exc)
     raise SystemExit(0)
-sandbox_child.drop_capabilities()
+limits.drop_capabilities()
 (work / "inside").write_text("x")
 try:
     (work.parent / "kf-userns-outside").write_text("x")
@@ -221,7 +243,7 @@ def nobody_dir() -> Iterator[Path]:
 
 
 def _isolate_as_nobody(python: str, work: Path, *prefix: str) -> str:
-    script = ISOLATE.format(where=str(SANDBOX_CHILD.parent), work=str(work))
+    script = ISOLATE.format(where=str(Path(filesystem.__file__).parent), work=str(work))
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     done = subprocess.run(
         [*as_nobody, *prefix, python, "-I", "-c", script],

@@ -16,7 +16,7 @@ import pytest
 from kernelflow.cli import main as kernelflow_main
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
-from kernelflow.offline_cmd import BadTime, parse_since
+from kernelflow.offline.since import BadTime, parse_since
 from tests.test_projections_props import TaskSpec, make_task
 
 NOW = 1_750_000_000.0

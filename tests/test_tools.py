@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernelflow.actors.sandbox import isolation_prefix, network_prefixes
 from kernelflow.actors.tools import (
     Tool,
     ToolContext,
@@ -28,8 +29,6 @@ from kernelflow.actors.tools import (
     run_tool,
     tool_names,
 )
-from kernelflow.actors.tools.sandboxed import _isolation
-from kernelflow.actors.verifier.engine import network_prefixes
 from tests.conftest import alive
 
 REPO = Path(__file__).resolve().parent.parent
@@ -265,7 +264,7 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     assert outcome.error.startswith("[timed out after 3 s: the command and all it started")
     line = next(ln for ln in outcome.error.splitlines() if ln.startswith("PIDS"))
     pids = [int(p) for p in line.split()[1:]]
-    must_die = pids if "--pid" in _isolation() else pids[:2]  # a new session needs a PID ns
+    must_die = pids if "--pid" in isolation_prefix() else pids[:2]  # a new session needs a PID ns
     deadline = time.monotonic() + 5
     while any(map(alive, must_die)) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -15,11 +15,14 @@ import pytest
 import yaml
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.sandbox import probe as sandbox_probe
+from kernelflow.actors.sandbox import worker as sandbox_worker
+from kernelflow.actors.sandbox.probe import probed_once
 from kernelflow.actors.verifier import engine
 from kernelflow.actors.verifier.actor import Verifier
 from kernelflow.actors.verifier.engine import (
+    CHILD_MODULE,
     VerifierConfig,
-    _probed_once,
     _sandbox_plan,
     detect_device,
     shutdown_workers,
@@ -440,7 +443,7 @@ def test_without_gpu_device_files_the_device_is_cpu_without_asking_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     python = stand_in_python(tmp_path, "echo cuda")  # what torch would say, if asked
-    monkeypatch.setattr(engine, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setattr(sandbox_probe, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
     assert detect_device(python, None) == "cpu"
     (tmp_path / "nvidiactl").touch()
     assert detect_device(python, "0") == "cuda"
@@ -455,22 +458,22 @@ def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_
     python = stand_in_python(tmp_path, """echo '{"ready": true}'; exec cat >/dev/null""")
     strongest: tuple[str, ...] = ("env",)  # a prefix that changes nothing but is one
     monkeypatch.setattr(engine, "network_prefixes", lambda: (strongest, ()))
-    monkeypatch.setattr(engine, "_sandbox_plan", lambda *_: engine._SandboxPlan((), "as"))
-    started: list[tuple[list[str], engine._WarmWorker]] = []
-    real_init = engine._WarmWorker.__init__
+    monkeypatch.setattr(engine, "_sandbox_plan", lambda *_: sandbox_probe.SandboxPlan((), "as"))
+    started: list[tuple[list[str], sandbox_worker.WarmWorker]] = []
+    real_init = sandbox_worker.WarmWorker.__init__
 
     def init(self, cmd, env, home):  # type: ignore[no-untyped-def]
         started.append((cmd[: cmd.index(python)], self))
         real_init(self, cmd, env, home)
 
-    monkeypatch.setattr(engine._WarmWorker, "__init__", init)
+    monkeypatch.setattr(sandbox_worker.WarmWorker, "__init__", init)
     try:
         engine.warm_up(VerifierConfig(python=python))
         [(first_prefix, first), (second_prefix, second)] = started
         assert (first_prefix, second_prefix) == (list(strongest), [])
         assert not first.alive() and second.alive()  # the early one is stopped, not leaked
-        ours = [key for key in engine._WORKERS if key[0] == python]
-        assert ours == [(python, "cpu", (), None)]
+        ours = [key for key in sandbox_worker.WORKERS if key[0] == python]
+        assert ours == [(python, "cpu", (), None, CHILD_MODULE)]
     finally:
         shutdown_workers()
 
@@ -478,7 +481,7 @@ def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_
 def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values() -> None:
     calls: list[tuple[str, int]] = []
 
-    @_probed_once
+    @probed_once
     def probe(name: str, size: int = 1) -> str:
         calls.append((name, size))
         time.sleep(0.2)  # long enough for every thread to ask while it runs
@@ -502,7 +505,8 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
     """The probes and the warm worker happen as the verifier actor starts; the first
     candidate then runs in that worker with nothing left to start."""
     cold_steps: list[str] = []
-    real_worker_init, real_run_quiet = engine._WarmWorker.__init__, engine._run_quiet
+    real_worker_init = sandbox_worker.WarmWorker.__init__
+    real_run_quiet = sandbox_probe.run_quiet
 
     def worker_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         cold_steps.append("worker")
@@ -512,8 +516,8 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
         cold_steps.append("probe")
         return real_run_quiet(*args, **kwargs)
 
-    monkeypatch.setattr(engine._WarmWorker, "__init__", worker_init)
-    monkeypatch.setattr(engine, "_run_quiet", run_quiet)
+    monkeypatch.setattr(sandbox_worker.WarmWorker, "__init__", worker_init)
+    monkeypatch.setattr(sandbox_probe, "run_quiet", run_quiet)
     shutdown_workers()  # whatever earlier tests started
     # A memory limit no other test uses: its sandbox plan is probed afresh.
     config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), memory_mb=12_345)
@@ -542,7 +546,7 @@ def test_report_roundtrips_msgspec() -> None:
 
 
 def test_a_verifier_pinned_to_a_gpu_shows_its_sandboxes_that_device_only() -> None:
-    from kernelflow.actors.verifier.engine import sandbox_env
+    from kernelflow.actors.sandbox import sandbox_env
 
     assert sandbox_env("/tmp/w", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     assert "ANTHROPIC_API_KEY" not in sandbox_env("/tmp/w", "3")

@@ -1,4 +1,4 @@
-"""``kernelflow verify`` through its own parser (kernelflow.verify_cmd.register)."""
+"""``kernelflow verify`` through its own parser (kernelflow.commands.verify.register)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow import verify_cmd
+from kernelflow.commands import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = str(ROOT / "examples" / "tasks" / "relu.py")
@@ -18,7 +18,7 @@ CHEAT = str(ROOT / "examples" / "candidates" / "cheats" / "torch_compute.py")
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kernelflow")
-    verify_cmd.register(parser.add_subparsers(dest="command", required=True))
+    verify.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["verify", *argv])
     return int(args.func(args, None))
 

@@ -10,22 +10,17 @@ counting through ``RawKernel``/``RawModule.get_function``, the PyTorch-op guard 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernelflow.actors.verifier.engine import detect_device, verify
 from kernelflow.actors.verifier.gate import check_candidate
+from tests.child_jobs import RELU_TASK, run_child_job
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = ROOT / "examples" / "candidates" / "cuda"
-RELU_TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()
 RELU_CUDA = (CUDA / "relu.py").read_text()
-SANDBOX_CHILD = ROOT / "actors" / "verifier" / "sandbox_child.py"
 
 
 def rules(source: str) -> set[str]:
@@ -143,42 +138,14 @@ class RawModule:
 
 
 def run_sandbox(tmp_path: Path, candidate: str, devices: int = 1) -> dict[str, object]:
-    """One job in a fresh ``sandbox_child.py`` process that imports the stand-in CuPy."""
+    """One job in a fresh sandbox process that imports the stand-in CuPy."""
     fake = tmp_path / "fake"
     (fake / "cupy").mkdir(parents=True)
     (fake / "cupy" / "__init__.py").write_text(FAKE_CUPY.format(devices=devices))
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "task.py").write_text(RELU_TASK)
-    (work / "candidate.py").write_text(candidate)
-    job = {
-        "task_file": "task.py",
-        "candidate_file": "candidate.py",
-        "trials": 2,
-        "device": "cpu",
-        "backend": "cuda",
-        "shapes": [{}, {"batch_size": 5, "dim": 77}],
-        "memory_kind": "none",
-        "fs_isolation": False,
-    }
-    (work / "job.json").write_text(json.dumps(job))
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(fake),  # hence no -I here
-        "TRITON_INTERPRET": "1",
-        "OMP_NUM_THREADS": "2",
-    }
-    done = subprocess.run(
-        [sys.executable, str(SANDBOX_CHILD), str(work)],
-        input=b"nonce\n",
-        env=env,
-        capture_output=True,
-        timeout=180,
-        check=False,
+    shapes = [{}, {"batch_size": 5, "dim": 77}]
+    return run_child_job(
+        tmp_path / "work", candidate, fake, backend="cuda", trials=2, shapes=shapes
     )
-    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    result: dict[str, object] = json.loads((work / "result.json").read_text())
-    return result
 
 
 def test_sandbox_counts_raw_kernel_launches(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The conductor's routing rules, as pure functions of the workflow and the task's history.
 
-After an agent finishes (DESIGN §6):
+After an agent finishes (seed 001; docs/architecture.md, "Routing"):
 1. its output failed to parse and it may follow itself (within limits) → run it again;
 2. options = ``possible_next_agent`` minus agents made illegal by limits;
 3. after the verifier, a pass goes to ``finish`` and a failure removes ``finish``;

@@ -1,63 +1,33 @@
 """Run a tool's command in the verifier's sandbox; the ``python`` tool.
 
 The command runs in a fresh private directory holding only the files it is given, with
-a minimal environment, cut off the network by the verifier's probed isolation
-(:func:`kernelflow.actors.verifier.engine.network_prefixes`) plus a PID namespace of its own where
-the machine allows one (so even a process that left the group dies with it), confined
-as a verifier sandbox is (``sandbox_child.confine``: unprivileged where possible, an
-address-space limit, no core dumps, bounded file size, death with its parent), under a
-wall-clock timeout that kills its whole process group, with a bounded output tail. The
-directory is deleted afterwards. Commands run on the CPU: the GPU belongs to the
-verifier, so it is hidden from them and Triton runs interpreted.
+a minimal environment, confined as a verifier sandbox is
+(:func:`kernelflow.actors.sandbox.run_confined`: no network, its own PID namespace where
+the machine allows one, unprivileged where possible, an address-space limit, no core
+dumps, bounded file size, death with its parent), under a wall-clock timeout that kills
+its whole process group, with a bounded output tail. The directory is deleted
+afterwards. Commands run on the CPU: the GPU belongs to the verifier, so it is hidden
+from them and Triton runs interpreted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelflow.actors.sandbox import device_env, run_confined
 from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from kernelflow.actors.tools.registry import register_tool
 from kernelflow.actors.tools.workspace import materialise
-from kernelflow.actors.verifier.engine import (
-    SANDBOX_CHILD,
-    network_prefixes,
-    run_process,
-    sandbox_env,
-)
 from kernelflow.actors.workdirs import TOOL_PREFIX, locked_workdir
 
 __all__ = ["CommandResult", "PythonTool", "run_sandboxed"]
-
-# Run by the sandbox's interpreter before the command: the confinement of a verifier
-# sandbox (``sandbox_child.confine``: privileges dropped, rlimits), then the command
-# replaces it.
-_CONFINE_AND_EXEC = (
-    "import os, sys\n"
-    "from pathlib import Path\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "from sandbox_child import confine\n"
-    "confine(Path.cwd(), {'memory_kind': sys.argv[2], 'memory_mb': int(sys.argv[3])})\n"
-    "os.execvp(sys.argv[4], sys.argv[4:])\n"
-)
-
-# Makes the process die with the daemon, then becomes the rest of its arguments. Put
-# before a forking `unshare`, whose child (`--kill-child`) then dies with it in turn.
-_DIE_WITH_PARENT_EXEC = (
-    "import os, sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "from sandbox_child import die_with_parent\n"
-    "die_with_parent()\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
 
 # Room in the output limit for the status line and the "bytes dropped" marker, so that
 # the end of the output (where errors are) is never what gets cut.
@@ -92,37 +62,10 @@ class CommandResult:
         return text
 
 
-@functools.cache
-def _isolation() -> tuple[str, ...]:
-    """The verifier's network prefix, with a PID namespace (``--kill-child``: everything
-    in it dies with the command) when unshare allows it here."""
-    net = network_prefixes()[0]
-    if not net:
-        return ()
-    with_pid = (
-        sys.executable,
-        "-I",
-        "-c",
-        _DIE_WITH_PARENT_EXEC,
-        str(SANDBOX_CHILD.parent),
-        *net,
-        "--pid",
-        "--fork",
-        "--kill-child",
-    )
-    try:
-        probe = subprocess.run([*with_pid, "true"], capture_output=True, timeout=10.0, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return net
-    return with_pid if probe.returncode == 0 else net
-
-
 def _environment(workdir: str) -> dict[str, str]:
-    env = sandbox_env(workdir)
+    env = device_env(workdir, "cpu", gpu="")  # no GPU visible: it is the verifier's
     # `python`, `pytest`... in a command are this interpreter's (a venv's bin dir first).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    env["TRITON_INTERPRET"] = "1"
     return env
 
 
@@ -131,21 +74,14 @@ def _run(
 ) -> CommandResult:
     with locked_workdir(TOOL_PREFIX, scratch_dir) as workdir:
         materialise(files, Path(workdir))
-        memory = limits.memory_mb or 0
-        cmd = [
-            *_isolation(),
-            sys.executable,
-            "-I",
-            "-c",
-            _CONFINE_AND_EXEC,
-            str(SANDBOX_CHILD.parent),
-            "as" if memory else "none",
-            str(memory),
-            *argv,
-        ]
         tail_bytes = max(0, limits.max_output_chars - _RESERVED_CHARS)
-        outcome = run_process(
-            cmd, workdir, _environment(workdir), limits.work_timeout_s, tail_bytes
+        outcome = run_confined(
+            argv,
+            workdir,
+            _environment(workdir),
+            limits.work_timeout_s,
+            tail_bytes,
+            memory_mb=limits.memory_mb or 0,
         )
     output = outcome.output.replace(workdir.rstrip("/") + "/", "")
     return CommandResult(outcome.returncode, output, limits.timeout_s)

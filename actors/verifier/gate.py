@@ -2,25 +2,29 @@
 
 Nothing here imports or executes the candidate. Each broken rule is a :class:`Violation`
 with a stable rule id (used in ``VerificationReport.reasons``), the line, and a message
-written for the coder. The runtime guards in ``sandbox_child`` back these rules up
-(dispatch-level check of PyTorch ops, launch counting, thread and process checks).
+written for the coder. The rule tables are in :mod:`kernelflow.actors.verifier.gate_rules`;
+what a backend adds (its imports, its library's glue, what counts as its kernel) comes from
+its :class:`~kernelflow.actors.backends.Backend`. The runtime guards in the sandbox
+(:mod:`kernelflow.actors.verifier.child.guards`) back these rules up (dispatch-level check
+of PyTorch ops, launch counting, thread and process checks).
 
 Rules (DESIGN §7):
 
-- ``no_kernel``: a ``@triton.jit`` kernel that stores (``tl.store``/``tl.atomic_*``) must be
-  defined and launched (``kernel[grid](...)``); for CUDA, a ``__global__`` kernel in source
-  compiled with CuPy ``RawModule``/``RawKernel`` and launched from a function
+- ``no_kernel``: the backend's kernel must be defined and launched: for Triton, a
+  ``@triton.jit`` kernel that stores (``tl.store``/``tl.atomic_*``), launched as
+  ``kernel[grid](...)``; for CUDA, a ``__global__`` kernel in source compiled with CuPy
+  ``RawModule``/``RawKernel`` and launched from a function
   (``kernel((grid,), (block,), (args...))``).
 - ``reference_use``: no inheriting from, naming or calling the reference ``Model``.
 - ``exception_fallback``: no ``try``/``except`` in functions (a fallback to PyTorch).
 - ``torch_compute``: no PyTorch compute ops outside ``__init__`` (allocation, views,
   reshapes and dtype/device moves are allowed glue); no ``@``; no calling torch submodules;
-  for CUDA, no CuPy library compute either (only ``from_dlpack``/``asarray`` views, dtypes
-  and the raw-kernel classes).
+  no library compute of the backend either (for CUDA, only ``from_dlpack``/``asarray``
+  views, dtypes and the raw-kernel classes of CuPy).
 - ``introspection``: no frame/``inspect``/``gc``/``sys`` access, ``eval``/``exec``, dunder
   reflection, ``getattr`` with computed names.
-- ``forbidden_import``: only torch, triton, math, typing (and cupy for CUDA) may be imported:
-  no threads, processes, sockets, files, timers, ctypes.
+- ``forbidden_import``: only torch, triton, math, typing (and the backend's extra imports,
+  cupy for CUDA) may be imported: no threads, processes, sockets, files, timers, ctypes.
 - ``stream_trick``: no CUDA streams, events, graphs (``torch.cuda`` or ``cupy.cuda``).
 - ``file_io``: no saving, loading or mapping files (``torch.save``/``load``/``from_file``,
   ``.tofile()``, ``torch.hub``/``onnx``/``jit``/``profiler`` ...), in ``__init__`` too; the
@@ -36,290 +40,28 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kernelflow.actors.backends import DEFAULT_BACKEND, Backend, dotted_name
+from kernelflow.actors.backends import backend as find_backend
 from kernelflow.actors.syntax import parse_module
+from kernelflow.actors.verifier.gate_rules import (
+    ALLOWED_IMPORTS,
+    BANNED_ATTRS,
+    BANNED_NAMES,
+    CACHE_DECORATORS,
+    FILE_ATTRS,
+    FILE_CALLS,
+    FORBIDDEN_IMPORT_PREFIXES,
+    HALF_NAMES,
+    NN_ANYWHERE,
+    NOT_TENSOR_CALLS,
+    STREAM_ATTRS,
+    STREAM_MODULES,
+    TENSOR_COMPUTE,
+    TORCH_CUDA_GLUE,
+    TORCH_GLUE,
+)
 
 __all__ = ["Violation", "check_candidate"]
-
-_ALLOWED_IMPORTS = {"torch", "triton", "math", "typing", "__future__", "collections.abc"}
-_CUDA_IMPORTS = {"cupy"}
-
-# torch.<name> that are glue: allocation, dtype/device objects, shape helpers, nn plumbing.
-_TORCH_GLUE = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "zeros",
-    "zeros_like",
-    "ones",
-    "ones_like",
-    "full",
-    "full_like",
-    "arange",
-    "tensor",
-    "as_tensor",
-    "Tensor",
-    "Size",
-    "device",
-    "dtype",
-    "no_grad",
-    "inference_mode",
-    "is_tensor",
-    "is_floating_point",
-    "finfo",
-    "iinfo",
-    "float32",
-    "float",
-    "float64",
-    "double",
-    "float16",
-    "half",
-    "bfloat16",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "long",
-    "int",
-    "uint8",
-    "bool",
-    "contiguous_format",
-    "nn",
-    "cuda",
-    "Generator",
-}
-# torch.cuda.<name> that are harmless.
-_CUDA_GLUE = {"is_available", "current_device", "device_count", "get_device_properties"}
-# torch.nn.<name> usable in __init__ only (parameter containers); nn.Module / nn.Parameter
-# are allowed anywhere.
-_NN_ANYWHERE = {"Module", "Parameter", "ParameterList", "ParameterDict", "ModuleList", "init"}
-_HALF_NAMES = {"float16", "half", "bfloat16"}
-
-# Tensor methods that compute (standing in for the kernel when called outside __init__).
-_TENSOR_COMPUTE = {
-    "abs",
-    "acos",
-    "add",
-    "add_",
-    "addcmul",
-    "addmm",
-    "all",
-    "amax",
-    "amin",
-    "any",
-    "argmax",
-    "argmin",
-    "argsort",
-    "asin",
-    "atan",
-    "baddbmm",
-    "bmm",
-    "ceil",
-    "clamp",
-    "clamp_",
-    "clip",
-    "cos",
-    "cosh",
-    "cross",
-    "cummax",
-    "cumprod",
-    "cumsum",
-    "div",
-    "div_",
-    "dot",
-    "einsum",
-    "eq",
-    "erf",
-    "exp",
-    "exp_",
-    "expm1",
-    "floor",
-    "fmod",
-    "gather",
-    "ge",
-    "gelu",
-    "gt",
-    "hardtanh",
-    "index_add",
-    "index_select",
-    "kthvalue",
-    "le",
-    "lerp",
-    "log",
-    "log10",
-    "log1p",
-    "log2",
-    "log_softmax",
-    "logsumexp",
-    "lt",
-    "masked_fill",
-    "masked_fill_",
-    "matmul",
-    "max",
-    "maximum",
-    "mean",
-    "median",
-    "min",
-    "minimum",
-    "mm",
-    "mul",
-    "mul_",
-    "mv",
-    "nan_to_num",
-    "ne",
-    "neg",
-    "norm",
-    "outer",
-    "pow",
-    "prod",
-    "reciprocal",
-    "relu",
-    "relu_",
-    "remainder",
-    "round",
-    "rsqrt",
-    "scatter",
-    "scatter_add",
-    "sigmoid",
-    "sign",
-    "silu",
-    "sin",
-    "sinh",
-    "softmax",
-    "sort",
-    "sqrt",
-    "square",
-    "std",
-    "sub",
-    "sub_",
-    "sum",
-    "tan",
-    "tanh",
-    "topk",
-    "tril",
-    "triu",
-    "var",
-    "where",
-    "__matmul__",
-    "__add__",
-    "__mul__",
-    "numpy",
-    "tolist",
-    "apply_",
-    "map_",
-}
-# Names whose mere use means introspection or dynamic code.
-_BANNED_NAMES = {
-    "eval",
-    "exec",
-    "compile",
-    "globals",
-    "locals",
-    "vars",
-    "__import__",
-    "__builtins__",
-    "setattr",
-    "delattr",
-    "open",
-    "breakpoint",
-    "input",
-    "memoryview",
-}
-_BANNED_ATTRS = {
-    "f_back",
-    "f_globals",
-    "f_locals",
-    "f_code",
-    "f_builtins",
-    "gi_frame",
-    "cr_frame",
-    "tb_frame",
-    "tb_next",
-    "__globals__",
-    "__code__",
-    "__closure__",
-    "__builtins__",
-    "__subclasses__",
-    "__mro__",
-    "__bases__",
-    "__base__",
-    "__class__",
-    "__dict__",
-    "__getattribute__",
-    "__setattr__",
-    "__import__",
-    "__reduce__",
-    "__reduce_ex__",
-    "__torch_function__",
-    "__torch_dispatch__",
-    "_getframe",
-    "modules",
-    "settrace",
-    "setprofile",
-    "data_ptr_hook",
-    "register_forward_hook",
-    "register_forward_pre_hook",
-    "_C",
-    "_dynamo",
-    "_inductor",
-    "ops",
-    "library",
-    "func",
-    "autograd",
-}
-# cupy.<name> a CUDA candidate may call outside __init__: zero-copy views of torch tensors,
-# scalar types for kernel arguments, the raw-kernel classes. Anything else is CuPy's own
-# compute (or memory tricks) standing in for the candidate's kernel.
-_CUPY_GLUE = {
-    "RawKernel",
-    "RawModule",
-    "from_dlpack",
-    "fromDlpack",
-    "asarray",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "intp",
-    "float16",
-    "float32",
-    "float64",
-    "bool_",
-    "dtype",
-}
-# Calls that read, write or map files, however the path is built.
-_FILE_CALLS = (
-    "torch.save",
-    "torch.load",
-    "torch.from_file",
-    "torch.serialization.",
-    "torch.hub.",
-    "torch.onnx.",
-    "torch.jit.",
-    "torch.export.",
-    "torch.profiler.",
-    "torch.distributed.",
-    "torch.utils.",
-    "torch.package.",
-)
-_FILE_ATTRS = {"tofile", "fromfile", "from_file", "save", "savez", "savetxt", "dump", "dumps"}
-_CACHE_DECORATORS = {"lru_cache", "cache", "cached_property", "memoize", "memoized"}
-_STREAM_ATTRS = {
-    "Stream",
-    "get_current_stream",
-    "stream",
-    "Event",
-    "set_stream",
-    "CUDAGraph",
-    "graph",
-    "graphs",
-    "ExternalStream",
-    "current_stream",
-    "default_stream",
-}
 
 
 @dataclass(frozen=True)
@@ -332,26 +74,16 @@ class Violation:
         return f"{self.rule}: line {self.line}: {self.message}"
 
 
-def _dotted(node: ast.AST) -> str | None:
-    """``torch.nn.functional.relu`` for an Attribute chain rooted at a Name, else None."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def _is_jit_decorator(dec: ast.expr) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
-    name = _dotted(target) or ""
+    name = dotted_name(target) or ""
     return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
 
 
 class _Gate:
-    def __init__(self, tree: ast.Module, backend: str, task_uses_half: bool) -> None:
+    """One candidate module under the gate's rules (a ``CandidateModule`` to its backend)."""
+
+    def __init__(self, tree: ast.Module, backend: Backend, task_uses_half: bool) -> None:
         self.tree = tree
         self.backend = backend
         self.task_uses_half = task_uses_half
@@ -365,7 +97,7 @@ class _Gate:
 
     def resolve(self, node: ast.AST) -> str | None:
         """Dotted name with the first part resolved through import aliases."""
-        name = _dotted(node)
+        name = dotted_name(node)
         if name is None:
             return None
         head, _, rest = name.partition(".")
@@ -382,7 +114,7 @@ class _Gate:
             self.check_everywhere(node)
         for func, in_init in self.functions():
             self.check_function(func, in_init)
-        self.check_kernels()
+        self.backend.check_kernels(self)
         self.check_module_level()
         seen: set[tuple[str, int, str]] = set()
         unique = []
@@ -394,7 +126,7 @@ class _Gate:
         return unique
 
     def collect_module(self) -> None:
-        allowed = _ALLOWED_IMPORTS | (_CUDA_IMPORTS if self.backend == "cuda" else set())
+        allowed = {*ALLOWED_IMPORTS, *self.backend.extra_imports}
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -418,7 +150,7 @@ class _Gate:
                 node.value, ast.Dict | ast.List | ast.Set | ast.Call | ast.DictComp | ast.ListComp
             ):
                 is_container = not isinstance(node.value, ast.Call) or (
-                    (_dotted(node.value.func) or "")
+                    (dotted_name(node.value.func) or "")
                     in {"dict", "list", "set", "collections.OrderedDict", "OrderedDict"}
                 )
                 if is_container:
@@ -432,25 +164,14 @@ class _Gate:
         ok = top in {a.split(".")[0] for a in allowed}
         if name.startswith("collections.") and not name.startswith("collections.abc"):
             ok = False
-        if name.startswith(
-            (
-                "torch.multiprocessing",
-                "torch.cuda.graph",
-                "torch._",
-                "torch.utils",
-                "torch.library",
-                "torch.compiler",
-                "torch.jit",
-                "torch.testing",
-            )
-        ):
+        if name.startswith(FORBIDDEN_IMPORT_PREFIXES):
             ok = False
         if not ok:
             self.add(
                 "forbidden_import",
                 node,
-                f"import of {name!r} is not allowed (allowed: torch, triton, math, typing"
-                + (", cupy" if self.backend == "cuda" else "")
+                f"import of {name!r} is not allowed (allowed: "
+                + ", ".join(["torch", "triton", "math", "typing", *self.backend.extra_imports])
                 + "): no threads, processes, files, sockets, timers or introspection",
             )
 
@@ -465,7 +186,7 @@ class _Gate:
         return found
 
     def check_everywhere(self, node: ast.AST) -> None:
-        if isinstance(node, ast.Name) and node.id in _BANNED_NAMES:
+        if isinstance(node, ast.Name) and node.id in BANNED_NAMES:
             self.add("introspection", node, f"`{node.id}` is not allowed in a candidate")
         if isinstance(node, ast.Name) and node.id == "Model":
             self.add(
@@ -475,10 +196,10 @@ class _Gate:
                 "must compute the result with its own kernel",
             )
         if isinstance(node, ast.Attribute):
-            if node.attr in _BANNED_ATTRS:
+            if node.attr in BANNED_ATTRS:
                 self.add("introspection", node, f"attribute `.{node.attr}` is not allowed")
             full = self.resolve(node) or ""
-            if full.startswith(("torch.cuda.", "cupy.cuda.")) and node.attr in _STREAM_ATTRS:
+            if full.startswith(STREAM_MODULES) and node.attr in STREAM_ATTRS:
                 self.add(
                     "stream_trick",
                     node,
@@ -487,30 +208,30 @@ class _Gate:
         if isinstance(node, ast.Call):
             called = self.resolve(node.func) or ""
             method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-            if called.startswith(_FILE_CALLS) or method in _FILE_ATTRS:
+            if called.startswith(FILE_CALLS) or method in FILE_ATTRS:
                 self.add(
                     "file_io",
                     node,
                     f"`{called or '.' + method}(...)` reads or writes files: candidates must not "
                     "touch the file system (no saved or precomputed results)",
                 )
-        if isinstance(node, ast.Call) and _dotted(node.func) == "getattr":
+        if isinstance(node, ast.Call) and dotted_name(node.func) == "getattr":
             attr = node.args[1] if len(node.args) > 1 else None
             if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
                 self.add("introspection", node, "getattr() with a computed name is not allowed")
-            elif attr.value in _BANNED_ATTRS or attr.value.startswith("__"):
+            elif attr.value in BANNED_ATTRS or attr.value.startswith("__"):
                 self.add("introspection", node, f"getattr(..., {attr.value!r}) is not allowed")
             elif node.args and self.resolve(node.args[0]) in set(self.aliases.values()):
                 self.add("introspection", node, "getattr() on a module is not allowed")
         if isinstance(node, ast.ClassDef):
             for base in node.bases:
-                if (_dotted(base) or "").split(".")[-1] == "Model":
+                if (dotted_name(base) or "").split(".")[-1] == "Model":
                     self.add("reference_use", base, "ModelNew must not inherit from Model")
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             for dec in node.decorator_list:
                 target = dec.func if isinstance(dec, ast.Call) else dec
-                name = (_dotted(target) or "").split(".")[-1]
-                if name in _CACHE_DECORATORS:
+                name = (dotted_name(target) or "").split(".")[-1]
+                if name in CACHE_DECORATORS:
                     self.add("caching", dec, f"@{name}: results must not be cached across calls")
         if isinstance(node, ast.Global | ast.Nonlocal):
             self.add("caching", node, "`global`/`nonlocal` state is not allowed (result caching)")
@@ -518,7 +239,7 @@ class _Gate:
             targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
             for t in targets:
                 self.check_patch_target(t)
-        if isinstance(node, ast.Attribute) and node.attr in _HALF_NAMES | {"half", "bfloat16"}:
+        if isinstance(node, ast.Attribute) and node.attr in HALF_NAMES | {"half", "bfloat16"}:
             self.check_half(node, node.attr)
         if (
             isinstance(node, ast.Constant)
@@ -550,7 +271,7 @@ class _Gate:
                 self.add(
                     "monkey_patch",
                     target,
-                    f"assigning `{_dotted(target)}` patches a module or class; not allowed",
+                    f"assigning `{dotted_name(target)}` patches a module or class; not allowed",
                 )
         if isinstance(target, ast.Subscript):
             base: ast.expr = target.value
@@ -623,18 +344,7 @@ class _Gate:
     def check_call(self, node: ast.Call) -> None:
         func = node.func
         full = self.resolve(func)
-        if full is not None and full.startswith("cupy.") and self.backend == "cuda":
-            parts = full.split(".")
-            if parts[1] == "cuda":
-                if parts[2:3] != ["Device"]:
-                    self.add("stream_trick", node, f"`{full}` is not allowed")
-            elif parts[1] not in _CUPY_GLUE or len(parts) > 2:
-                self.add(
-                    "torch_compute",
-                    node,
-                    f"`{full}` is CuPy library compute standing in for the kernel (allowed: "
-                    "cupy.from_dlpack / cupy.asarray views, dtypes, RawKernel/RawModule)",
-                )
+        if full is not None and self.backend.check_library_call(self, node, full):
             return
         if full is not None and full.startswith("torch."):
             parts = full.split(".")
@@ -645,16 +355,16 @@ class _Gate:
                         node,
                         f"`{full}` is PyTorch compute standing in for the kernel",
                     )
-                elif parts[2] not in _NN_ANYWHERE:
+                elif parts[2] not in NN_ANYWHERE:
                     self.add(
                         "torch_compute",
                         node,
                         f"`{full}(...)` outside __init__: PyTorch modules must not do the work",
                     )
             elif parts[1] == "cuda" and len(parts) > 2:
-                if parts[2] not in _CUDA_GLUE | {"synchronize"}:
+                if parts[2] not in TORCH_CUDA_GLUE | {"synchronize"}:
                     self.add("stream_trick", node, f"`{full}` is not allowed")
-            elif parts[1] not in _TORCH_GLUE:
+            elif parts[1] not in TORCH_GLUE:
                 self.add(
                     "torch_compute",
                     node,
@@ -663,9 +373,7 @@ class _Gate:
                 )
             return
         if isinstance(func, ast.Attribute):
-            if func.attr in _TENSOR_COMPUTE and not (full or "").startswith(
-                ("triton.", "tl.", "math.", "cupy.")
-            ):
+            if func.attr in TENSOR_COMPUTE and not (full or "").startswith(NOT_TENSOR_CALLS):
                 self.add(
                     "torch_compute",
                     node,
@@ -696,104 +404,10 @@ class _Gate:
                     and node.targets[0].value.id == "self"
                 ):
                     full = self.resolve(node.value.func) or ""
-                    if full.startswith("torch.nn.") and full.split(".")[2] not in _NN_ANYWHERE:
+                    if full.startswith("torch.nn.") and full.split(".")[2] not in NN_ANYWHERE:
                         subs.add(node.targets[0].attr)
             self._submodules = subs
         return self._submodules
-
-    def check_kernels(self) -> None:
-        if self.backend == "cuda":
-            self.check_cuda_kernel()
-            return
-        storing = {
-            name
-            for name, fn in self.jit_kernels.items()
-            if any(
-                isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and (n.func.attr == "store" or n.func.attr.startswith("atomic_"))
-                for n in ast.walk(fn)
-            )
-        }
-        launched: set[str] = set()
-        for node in ast.walk(self.tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Subscript)
-                and isinstance(node.func.value, ast.Name)
-            ):
-                launched.add(node.func.value.id)
-        if not self.jit_kernels:
-            self.add("no_kernel", self.tree, "no @triton.jit kernel is defined")
-        elif not storing:
-            self.add("no_kernel", self.tree, "no @triton.jit kernel writes its result (tl.store)")
-        elif not storing & launched:
-            self.add(
-                "no_kernel",
-                self.tree,
-                "no storing @triton.jit kernel is launched (kernel[grid](...)) by the module",
-            )
-
-    def check_cuda_kernel(self) -> None:
-        """A ``__global__`` kernel in a source string, compiled with ``cupy.RawKernel`` or
-        ``cupy.RawModule(...).get_function``, and launched (called) inside a function."""
-        has_global = any(
-            isinstance(n, ast.Constant) and isinstance(n.value, str) and "__global__" in n.value
-            for n in ast.walk(self.tree)
-        )
-
-        def makes_kernel(call: ast.AST) -> bool:
-            if not isinstance(call, ast.Call):
-                return False
-            full = self.resolve(call.func) or ""
-            return full == "cupy.RawKernel" or (
-                isinstance(call.func, ast.Attribute) and call.func.attr == "get_function"
-            )
-
-        def handle(target: ast.AST) -> str | None:
-            if isinstance(target, ast.Name):
-                return target.id
-            if (
-                isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-            ):
-                return "self." + target.attr
-            return None
-
-        compiled = any(
-            (self.resolve(n.func) or "") in {"cupy.RawKernel", "cupy.RawModule"}
-            for n in ast.walk(self.tree)
-            if isinstance(n, ast.Call)
-        )
-        kernels: set[str] = set()
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Assign) and makes_kernel(node.value):
-                kernels.update(h for t in node.targets if (h := handle(t)))
-        launched = False
-        for func, _ in self.functions():
-            for node in ast.walk(func):
-                if isinstance(node, ast.Call) and (
-                    makes_kernel(node.func) or handle(node.func) in kernels
-                ):
-                    launched = True
-        problem = (
-            "no `__global__` kernel in the CUDA source"
-            if not has_global
-            else "the kernel is not compiled with cupy.RawKernel or cupy.RawModule"
-            if not compiled
-            else "the compiled kernel is never launched by a function "
-            "(kernel((blocks,), (threads,), (args...)))"
-            if not launched
-            else ""
-        )
-        if problem:
-            self.add(
-                "no_kernel",
-                self.tree,
-                f"{problem}: a CUDA candidate must compile a `__global__` kernel with "
-                "cupy.RawModule or cupy.RawKernel and launch it in forward()",
-            )
 
     def check_module_level(self) -> None:
         """Code that runs at import or class creation: no compute, no bare calls."""
@@ -817,9 +431,10 @@ class _Gate:
 
 
 def check_candidate(
-    source: str, *, backend: str = "triton", task_source: str = ""
+    source: str, *, backend: str = DEFAULT_BACKEND, task_source: str = ""
 ) -> list[Violation]:
-    """The rules ``source`` breaks (empty: it may run). ``source`` must parse."""
+    """The rules ``source`` breaks (empty: it may run) as a candidate of ``backend`` (a
+    registered name: raises UnknownBackend otherwise). ``source`` must parse."""
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
-    return _Gate(tree, backend, task_uses_half).run()
+    return _Gate(tree, find_backend(backend), task_uses_half).run()

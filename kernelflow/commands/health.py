@@ -20,25 +20,31 @@ import asyncio
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 import nats.js.errors
 from nats.js import api
 
+from kernelflow.actors.backends import backend, backend_names
+from kernelflow.actors.backends import plugin_errors as backend_plugin_errors
 from kernelflow.actors.bridge import safe_url
+from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.health import llm_description, ping_daemons, safe_spec
+from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
+from kernelflow.actors.tools import make_tool, tool_names
+from kernelflow.commands.options import add_connection_options
 from kernelflow.events import subjects
 from kernelflow.nats_server import NatsServerError
 from kernelflow.projections.report import table
-
-if TYPE_CHECKING:
-    from kernelflow.settings import Settings
+from kernelflow.settings import Settings
+from kernelflow.usage import UsageError
+from kernelflow.workflows.model import VERIFIER
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-# The agents whose LLM settings are shown when no workflow narrows them down.
-LLM_AGENTS = ("conductor", "designer", "coder")
-DEFAULT_ROLES = ("conductor", "designer", "coder", "verifier")
+# The default roles that call an LLM: whose settings are shown when no workflow narrows
+# them down.
+LLM_AGENTS = tuple(role for role in DEFAULT_ROLES if role != VERIFIER)
 
 
 @dataclass
@@ -60,12 +66,6 @@ STREAMS = (
     StreamSpec(subjects.EVENTS_STREAM, [subjects.ALL_EVENTS], api.RetentionPolicy.LIMITS),
     StreamSpec(subjects.COMMANDS_STREAM, [subjects.ALL_COMMANDS], api.RetentionPolicy.WORK_QUEUE),
 )
-
-
-def _usage(message: str) -> Exception:
-    from kernelflow.cli import UsageError
-
-    return UsageError(message)
 
 
 class Report:
@@ -309,8 +309,6 @@ async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
 
 
 def check_llm(report: Report, spec_arg: str | None) -> None:
-    from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
-
     try:
         spec = spec_arg or default_llm_spec()
     except ProviderSpecError as exc:
@@ -349,12 +347,6 @@ def check_llm(report: Report, spec_arg: str | None) -> None:
 
 
 def check_tools(report: Report) -> None:
-    try:
-        from kernelflow.actors.tools import make_tool, tool_names
-    except Exception as exc:  # the registry is optional: say so
-        report.add("tools", "registry", WARN, f"no tool registry ({exc.__class__.__name__}: {exc})")
-        report.sections["tools"] = {"available": False, "error": str(exc)}
-        return
     tools = []
     try:
         names = list(tool_names())
@@ -387,6 +379,19 @@ def check_tools(report: Report) -> None:
     report.sections["tools"] = {"available": True, "tools": tools}
 
 
+def check_backends(report: Report) -> None:
+    """The kernel backends tasks may name, and the plugins that failed to load."""
+    names = backend_names()
+    for name in names:
+        found = backend(name)
+        where = "needs a GPU" if found.needs_gpu else "checked on the CPU too"
+        report.add("backend", name, OK, f"{found.title}; {where}")
+    problems = backend_plugin_errors()
+    for problem in problems:
+        report.add("backends", "plugin", WARN, problem)
+    report.sections["backends"] = {"names": names, "plugin_errors": problems}
+
+
 # --------------------------------------------------------------------------- command
 
 
@@ -399,14 +404,15 @@ def run_checks(args: argparse.Namespace, settings: Settings) -> Report:
         report.add("nats", "embedded", FAIL, str(exc))
     check_llm(report, getattr(args, "llm", None) or settings.llm)
     check_tools(report)
+    check_backends(report)
     return report
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait <= 0 or args.wait > 60:
-        raise _usage(f"--wait {args.wait:g}: expected seconds in (0, 60]")
+        raise UsageError(f"--wait {args.wait:g}: expected seconds in (0, 60]")
     if args.min_daemons < 0:
-        raise _usage(f"--min-daemons {args.min_daemons}: expected 0 or more")
+        raise UsageError(f"--min-daemons {args.min_daemons}: expected 0 or more")
     report = run_checks(args, settings)
     if args.json:
         print(json.dumps(report.as_json(), indent=2, default=str))
@@ -430,6 +436,5 @@ def register(subparsers: Any) -> None:
         "--no-daemons", action="store_true", help="no daemon needs to answer (NATS-only check)"
     )
     p.add_argument("--llm", help="check this provider spec instead of the configured one")
-    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
-    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    add_connection_options(p)
     p.set_defaults(func=cmd_health)

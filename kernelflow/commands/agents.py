@@ -1,5 +1,5 @@
-"""``kernelflow agents``: the agent kinds and tools this installation has (built-in and
-plugins), with each kind's settings and each tool's parameters and limits."""
+"""``kernelflow agents``: the agent kinds, tools and kernel backends this installation has
+(built-in and plugins), with each kind's settings and each tool's parameters and limits."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.actors.backends import backend, backend_names
+from kernelflow.actors.backends import plugin_errors as backend_plugin_errors
 from kernelflow.actors.kinds import agent_kind, agent_kinds, plugin_errors
 from kernelflow.actors.tools import make_tool, tool_names
 from kernelflow.settings import Settings
@@ -30,7 +32,20 @@ def catalogue() -> dict[str, Any]:
     for name in tool_names():
         tool = make_tool(name)
         tools[name] = {**tool.spec(), "limits": msgspec.to_builtins(tool.limits)}
-    return {"agent_kinds": kinds, "tools": tools, "plugin_errors": plugin_errors()}
+    backends = {
+        name: {
+            "title": backend(name).title,
+            "needs_gpu": backend(name).needs_gpu,
+            "extra_imports": list(backend(name).extra_imports),
+        }
+        for name in backend_names()
+    }
+    return {
+        "agent_kinds": kinds,
+        "tools": tools,
+        "backends": backends,
+        "plugin_errors": plugin_errors() + backend_plugin_errors(),
+    }
 
 
 def cmd_agents(args: argparse.Namespace, settings: Settings) -> int:
@@ -50,12 +65,18 @@ def cmd_agents(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  {name}({args_text}): {tool['description']}")
         limits = tool["limits"]
         print(f"      limits: {', '.join(f'{k}={v}' for k, v in limits.items() if v is not None)}")
+    print("\nkernel backends (task key backend; --backend):")
+    for name, found in info["backends"].items():
+        where = "GPU only" if found["needs_gpu"] else "CPU and GPU"
+        print(f"  {name:<8} {found['title']} ({where})")
     for problem in info["plugin_errors"]:
         print(f"warning: {problem}")
     return 0
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("agents", help="list agent kinds and tools (built-in and plugins)")
+    p = subparsers.add_parser(
+        "agents", help="list agent kinds, tools and kernel backends (built-in and plugins)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_agents)

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.actors.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.actors.verifier.engine import VerifierConfig, verify
 from kernelflow.actors.verifier.taskfile import (
     CandidateError,
@@ -21,10 +22,9 @@ from kernelflow.actors.verifier.taskfile import (
     check_candidate_source,
     check_task_source,
 )
+from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
-EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-
-__all__ = ["parse_shapes", "register", "run_verify"]
+__all__ = ["cmd_verify", "parse_shapes", "register"]
 
 
 class _BadInput(Exception):
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", required=True, help="task file (class Model, get_inputs, ...)")
     p.add_argument("--candidate", required=True, help="candidate file (class ModelNew)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--backend", choices=["triton", "cuda"], default="triton")
+    p.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND)
     p.add_argument(
         "--shapes",
         action="append",
@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per verification")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_verify)
+    p.set_defaults(func=cmd_verify)
 
 
 def parse_shapes(values: list[str] | None) -> tuple[dict[str, int], ...] | None:
@@ -90,7 +90,7 @@ def _read(path: str, what: str) -> str:
         raise _BadInput(f"{what} file {path}: cannot read it ({reason})") from None
 
 
-def run_verify(args: argparse.Namespace, settings: object = None) -> int:
+def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
     try:
         task = _read(args.task, "task")
         candidate = _read(args.candidate, "candidate")
@@ -148,4 +148,4 @@ def run_verify(args: argparse.Namespace, settings: object = None) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    return EXIT_PASS if report.passed else EXIT_FAIL
+    return EXIT_OK if report.passed else EXIT_FAILED

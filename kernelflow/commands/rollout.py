@@ -12,6 +12,7 @@ from typing import Any
 from kernelflow.actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
 from kernelflow.actors.kinds.check import check_agents
 from kernelflow.actors.llm import ProviderSpecError
+from kernelflow.commands.options import LLM_HELP, add_connection_options
 from kernelflow.events.codec import MalformedMessage
 from kernelflow.projections.rewards import (
     PROMPT_REWARDS,
@@ -27,7 +28,9 @@ from kernelflow.rollout import (
     print_progress,
     rollout_summary,
 )
+from kernelflow.runtime import terminated_as_interrupted
 from kernelflow.settings import Settings
+from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError
 from kernelflow.workflows.loader import WorkflowError, parse_workflow
 
 
@@ -36,8 +39,6 @@ def _names(raw: str | None) -> tuple[str, ...]:
 
 
 def config_from(args: argparse.Namespace) -> RolloutConfig:
-    from kernelflow.cli import UsageError
-
     try:
         agent_config = json.loads(args.agent_config) if args.agent_config else {}
     except json.JSONDecodeError as exc:
@@ -71,8 +72,6 @@ def config_from(args: argparse.Namespace) -> RolloutConfig:
 
 
 def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelflow.cli import EXIT_FAILED, EXIT_OK, UsageError, terminated_as_interrupted
-
     config = config_from(args)
     try:
         prompts = load_dataset(Path(args.dataset), args.prompt_key, args.answer_key)
@@ -114,8 +113,6 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``rollout`` to the ``kernelflow`` parser."""
-    from kernelflow.cli import LLM_HELP
-
     p = subparsers.add_parser(
         "rollout",
         help="run a prompt dataset N times through an agent and score it",
@@ -148,6 +145,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", help="write the trajectories to this JSONL file")
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON summary")
-    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
-    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    add_connection_options(p)
     p.set_defaults(func=cmd_rollout)

@@ -1,0 +1,96 @@
+"""The backend registry: the built-in backends, ``register_backend`` and entry-point
+plugins.
+
+A third-party package adds a backend by declaring an entry point in the group
+``kernelflow.backends`` whose object is a :class:`~kernelflow.actors.backends.base.Backend`
+instance named as the entry point. Plugins load the first time a name is asked for that
+is not registered already, or the whole list is: a sandbox resolving a built-in backend
+never scans the installed distributions.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from kernelflow.actors.backends.base import Backend
+from kernelflow.actors.backends.cuda import CUDA
+from kernelflow.actors.backends.triton import TRITON
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "ENTRY_POINT_GROUP",
+    "UnknownBackend",
+    "backend",
+    "backend_names",
+    "plugin_errors",
+    "register_backend",
+]
+
+ENTRY_POINT_GROUP = "kernelflow.backends"
+DEFAULT_BACKEND = TRITON.name
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+class UnknownBackend(ValueError):
+    pass
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Make ``backend`` available to tasks under its ``name``."""
+    known = _BACKENDS.get(backend.name)
+    if known is not None and known is not backend:
+        raise ValueError(f"backend {backend.name!r} is already registered by {known!r}")
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+@cache
+def _plugin_errors() -> tuple[str, ...]:
+    """Load the entry-point backends once; a broken plugin is reported, never fatal."""
+    # Imported here: a sandbox that resolves a built-in backend never pays for it.
+    from importlib.metadata import entry_points
+
+    errors = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            errors.append(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+            continue
+        if not isinstance(obj, Backend):
+            errors.append(f"plugin {ep.name!r} ({ep.value}) is not a Backend instance")
+        elif obj.name != ep.name:
+            errors.append(f"plugin {ep.name!r} ({ep.value}) is a backend named {obj.name!r}")
+        elif ep.name not in _BACKENDS:
+            register_backend(obj)
+    return tuple(errors)
+
+
+def backend_names() -> list[str]:
+    """Every backend a task may name (built-ins, registered, plugins), sorted."""
+    _plugin_errors()
+    return sorted(_BACKENDS)
+
+
+def plugin_errors() -> list[str]:
+    return list(_plugin_errors())
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; raises :class:`UnknownBackend` (a ValueError) with the
+    known names if there is none."""
+    found = _BACKENDS.get(name)
+    if found is not None:
+        return found
+    problems = "; ".join(_plugin_errors())
+    if name in _BACKENDS:
+        return _BACKENDS[name]
+    raise UnknownBackend(
+        f"unknown backend {name!r}; known: {', '.join(sorted(_BACKENDS))}"
+        + (f" (plugin problems: {problems})" if problems else "")
+    )
+
+
+register_backend(TRITON)
+register_backend(CUDA)

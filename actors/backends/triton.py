@@ -1,0 +1,103 @@
+"""The ``triton`` backend: ``@triton.jit`` kernels, checked on the GPU when there is one
+and in Triton's interpreter (``TRITON_INTERPRET=1``) on the CPU otherwise.
+
+Imported inside sandboxes: stdlib only at module level (triton inside the hooks).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from kernelflow.actors.backends.base import Backend, CandidateModule, LaunchCounter
+
+__all__ = ["TRITON", "TritonBackend", "count_triton_launches"]
+
+DSL_NOTES = """\
+## Triton in brief
+- A kernel is a function decorated with `@triton.jit`; block sizes are `tl.constexpr` parameters. Launch it as `kernel[grid](args..., BLOCK_SIZE=...)` with `grid = (triton.cdiv(n, BLOCK_SIZE),)` (or a 2-D/3-D tuple, or a lambda of `meta`).
+- Inside: `pid = tl.program_id(axis=0)`, `offs = pid * BLOCK + tl.arange(0, BLOCK)` (BLOCK a power of two), `mask = offs < n`, `tl.load(ptr + offs, mask=mask, other=0.0)`, `tl.store(ptr + offs, val, mask=mask)`. Pass tensors directly (they become pointers) and pass strides (`x.stride(0)`) for multi-dimensional indexing instead of assuming contiguity, or call `.contiguous()` first.
+- Reductions: `tl.sum`, `tl.max`, `tl.min` along an axis of a block; use `other=-float("inf")` for masked lanes of a max, and subtract the row max before `tl.exp` in softmax. Rows longer than one block need a loop over column blocks.
+- Math: `tl.exp`, `tl.log`, `tl.sqrt`, `tl.maximum`, `tl.where`, `tl.dot` (inputs of at least 16x16, accumulate in fp32); `x.to(tl.float32)` to convert. Accumulate in fp32 and cast back to the output dtype on store.
+- Allocate outputs in `forward` with `torch.empty(..., device=x.device, dtype=x.dtype)`.
+"""  # noqa: E501  (prompt text: one bullet a line)
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    title = "Triton"
+    device_note = (
+        "Kernels are checked on the GPU when one is present, otherwise with "
+        "TRITON_INTERPRET=1 on the CPU: use only features the interpreter supports "
+        "(no bf16) and launch on the inputs' device."
+    )
+    dsl_notes = DSL_NOTES
+    launch_label = "Triton kernel"
+
+    def check_kernels(self, module: CandidateModule) -> None:
+        """A ``@triton.jit`` kernel that stores (``tl.store``/``tl.atomic_*``), launched
+        by the module as ``kernel[grid](...)``."""
+        storing = {
+            name
+            for name, fn in module.jit_kernels.items()
+            if any(
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and (n.func.attr == "store" or n.func.attr.startswith("atomic_"))
+                for n in ast.walk(fn)
+            )
+        }
+        launched: set[str] = set()
+        for node in ast.walk(module.tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Subscript)
+                and isinstance(node.func.value, ast.Name)
+            ):
+                launched.add(node.func.value.id)
+        if not module.jit_kernels:
+            module.add("no_kernel", module.tree, "no @triton.jit kernel is defined")
+        elif not storing:
+            module.add(
+                "no_kernel", module.tree, "no @triton.jit kernel writes its result (tl.store)"
+            )
+        elif not storing & launched:
+            module.add(
+                "no_kernel",
+                module.tree,
+                "no storing @triton.jit kernel is launched (kernel[grid](...)) by the module",
+            )
+
+    def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+        count_triton_launches(launches)
+
+
+def count_triton_launches(launches: LaunchCounter) -> None:
+    """Make every Triton kernel launch, compiled or interpreted, go through ``launches``."""
+    classes: list[Any] = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    except ImportError:
+        return
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for klass in classes:
+        original = klass.run
+        if getattr(original, "_kf_counted", False):
+            continue
+
+        def run(self: Any, *args: Any, _orig: Any = original, **kwargs: Any) -> Any:
+            with launches.launching():
+                return _orig(self, *args, **kwargs)
+
+        run._kf_counted = True  # type: ignore[attr-defined]
+        klass.run = run
+
+
+TRITON = TritonBackend()

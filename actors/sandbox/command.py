@@ -1,0 +1,51 @@
+"""A command run confined, as the agents' tools run theirs: cut off the network, in a PID
+namespace of its own where the machine allows one (so even a process that left the group
+dies with it), confined as a verifier sandbox is (unprivileged where possible, a memory
+limit, no core dumps, bounded file size, death with its parent), under a wall-clock
+timeout that kills its whole process group, with a bounded output tail."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from kernelflow.actors.sandbox.probe import network_prefixes
+from kernelflow.actors.sandbox.process import ProcessOutcome, isolated_module, run_process
+
+__all__ = ["isolation_prefix", "run_confined"]
+
+_CONFINED_EXEC = tuple(isolated_module(sys.executable, "kernelflow.actors.sandbox.confined_exec"))
+
+
+@functools.cache
+def isolation_prefix() -> tuple[str, ...]:
+    """The strongest network prefix (:func:`network_prefixes`), with a PID namespace
+    (``--kill-child``: everything in it dies with the command) when unshare allows it
+    here; probed once."""
+    net = network_prefixes()[0]
+    if not net:
+        return ()
+    with_pid = (*_CONFINED_EXEC, "--die-with-parent", *net, "--pid", "--fork", "--kill-child")
+    try:
+        probe = subprocess.run([*with_pid, "true"], capture_output=True, timeout=10.0, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return net
+    return with_pid if probe.returncode == 0 else net
+
+
+def run_confined(
+    argv: Sequence[str],
+    workdir: str,
+    env: dict[str, str],
+    timeout_s: float,
+    max_bytes: int,
+    memory_mb: int = 0,
+) -> ProcessOutcome:
+    """Run ``argv`` in ``workdir`` isolated and confined (see the module docstring), with an
+    address-space limit of ``memory_mb`` (0: none), for at most ``timeout_s`` seconds,
+    keeping the last ``max_bytes`` of its output."""
+    limit = ("as", str(memory_mb)) if memory_mb else ("none", "0")
+    cmd = [*isolation_prefix(), *_CONFINED_EXEC, *limit, *argv]
+    return run_process(cmd, workdir, env, timeout_s, max_bytes)

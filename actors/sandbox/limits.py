@@ -1,0 +1,191 @@
+"""Limits a sandboxed process puts on itself before untrusted code runs: death with its
+parent, resource limits, the unprivileged ``nobody`` user or an empty capability set, and
+a pids cgroup against fork bombs.
+
+Child side: imported inside sandboxes, so stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FILE_SIZE_LIMIT",
+    "NPROC_LIMIT",
+    "apply_limits",
+    "die_with_parent",
+    "drop_capabilities",
+    "drop_privileges",
+    "enter_pids_cgroup",
+    "libc",
+    "remove_pids_cgroup",
+    "sweep_pids_cgroups",
+]
+
+FILE_SIZE_LIMIT = 64 * 1024 * 1024
+NOBODY = 65534
+NPROC_LIMIT = 256  # threads count too; generous for torch, fatal for a fork bomb
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+CAP_VERSION_3 = 0x20080522
+PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+def libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies: the parent's timeout is
+    what bounds a candidate, so an orphan must not outlive it."""
+    parent = os.getppid()
+    try:
+        libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the process-group kill is the only guard
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def apply_limits(memory_kind: str, memory_mb: int) -> None:
+    """Limit this process before any untrusted code runs.
+
+    Soft and hard limits are both lowered so the candidate cannot raise them again.
+    ``memory_kind`` is "as" (address space: exact, fine for CPU torch and the Triton
+    interpreter), "data" (RLIMIT_DATA: CUDA reserves terabytes of virtual address space,
+    which RLIMIT_AS would refuse) or "none".
+    """
+    die_with_parent()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    if memory_kind != "none" and memory_mb > 0:
+        which = resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA
+        limit = memory_mb * 1024 * 1024
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(which, (limit, limit))
+
+
+def drop_privileges(workdir: Path) -> bool:
+    """As real root (not in a user namespace that maps only root), become ``nobody``: the
+    candidate then cannot signal the daemon or the worker, cannot write anywhere but its
+    work dir (and world-writable dirs), and RLIMIT_NPROC stops fork bombs. Returns whether
+    the drop happened; elsewhere the PID namespace and the timeout contain a candidate."""
+    if os.geteuid() != 0 or not all(
+        _open_to_others(Path(p)) for p in {sys.base_prefix, sys.prefix, *sys.path} if p
+    ):
+        # As nobody the interpreter could not load its own (lazily imported) modules.
+        return False
+    try:
+        for root, dirs, files in os.walk(workdir):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(root, name), NOBODY, NOBODY)
+        os.chown(workdir, NOBODY, NOBODY)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    except OSError:
+        return False
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
+    return True
+
+
+def _open_to_others(path: Path) -> bool:
+    """Whether a user other than the owner can reach and read ``path``."""
+    try:
+        path = path.resolve()
+        if not path.exists():
+            return True
+        for part in [path, *path.parents]:
+            mode = part.stat().st_mode
+            if not mode & stat.S_IXOTH or (part == path and not mode & stat.S_IROTH):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def drop_capabilities() -> None:
+    """For a sandbox still running as uid 0 (real root that could not become ``nobody``,
+    or root of a user namespace): empty its capability sets and bounding set, so it can
+    neither undo the read-only mounts nor regain privileges through exec."""
+    import ctypes
+
+    c = libc()
+    last = _read(Path("/proc/sys/kernel/cap_last_cap")).strip()
+    for cap in range(int(last) + 1 if last.isdigit() else 64):
+        c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: harmless
+    c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    if c.capset(header, data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def enter_pids_cgroup(limit: int) -> Path | None:
+    """Move this process into a fresh pids cgroup capped at ``limit`` tasks (threads
+    included), so a fork bomb hits a wall even where RLIMIT_NPROC cannot apply (root).
+    Returns the cgroup dir (removed by the worker afterwards), or None if not allowed."""
+    for root in PIDS_CGROUPS:
+        if not (root / "cgroup.procs").exists():
+            continue
+        if root.name != "pids" and "pids" not in _read(root / "cgroup.subtree_control"):
+            continue
+        group = root / f"kf-sandbox-{os.getpid()}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(limit))
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+            return group
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    return None
+
+
+def remove_pids_cgroup(pid: int) -> None:
+    for root in PIDS_CGROUPS:
+        group = root / f"kf-sandbox-{pid}"
+        if group.exists():
+            for _ in range(50):  # the last tasks may take a moment to leave
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+def sweep_pids_cgroups() -> None:
+    """Remove leftover sandbox cgroups whose intermediate process is gone (a cgroup can
+    stay busy for a moment after its last task was reaped)."""
+    for root in PIDS_CGROUPS:
+        for group in root.glob("kf-sandbox-*"):
+            try:
+                os.kill(int(group.name.rsplit("-", 1)[1]), 0)
+                continue  # still running (ours or another worker's)
+            except (ValueError, ProcessLookupError):
+                pass
+            except PermissionError:
+                continue
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

@@ -1,0 +1,71 @@
+"""The candidate-running side of a check: the candidate's module loaded, its ``ModelNew``
+built and called under the runtime guards, and timed. It sees only what the judge hands
+it (constructor arguments, input tensors) and gives back only outputs; it knows nothing of
+the reference, the comparison or the verdict (:mod:`.judge`).
+
+Child side: stdlib at module level; torch is imported where it is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernelflow.actors.verifier.child.guards import (
+    check_output_storage,
+    guarded_forward,
+    os_threads,
+)
+from kernelflow.actors.verifier.child.loading import load_module
+from kernelflow.actors.verifier.child.timing import timing_report
+
+__all__ = ["Candidate"]
+
+
+class Candidate:
+    """One candidate module on ``device``, whose every forward() call must launch a
+    kernel of ``launch_label`` (see :func:`~.guards.guarded_forward`)."""
+
+    def __init__(self, module: Any, device: str, launch_label: str) -> None:
+        self.model_class: Any = getattr(module, "ModelNew", None)  # None: the job refuses it
+        self.device = device
+        self.launch_label = launch_label
+        self.model: Any = None
+        # Threads running before forward(): more after it means work escaping the check.
+        self.baseline_threads = 0
+
+    @classmethod
+    def load(cls, path: Path, name: str, device: str, launch_label: str) -> Candidate:
+        """Import the candidate's module from ``path`` (its module-level code runs)."""
+        return cls(load_module(path, name), device, launch_label)
+
+    def note_threads(self) -> None:
+        """Count the threads now running (the reference's, torch's own) as the baseline."""
+        self.baseline_threads = max(self.baseline_threads, os_threads())
+
+    def construct(self, init_inputs: Any) -> None:
+        """``ModelNew(*init_inputs)`` on the device, in eval mode (the caller seeded the
+        RNG exactly as for the reference's ``Model``, so parameters come out equal)."""
+        model = self.model_class(*init_inputs)
+        if hasattr(model, "to"):
+            model = model.to(self.device)
+        if hasattr(model, "eval"):
+            model = model.eval()
+        self.model = model
+        self.note_threads()
+
+    def forward(self, inputs: Any) -> Any:
+        """One guarded forward() call on ``inputs``; its outputs."""
+        return guarded_forward(
+            self.model, inputs, self.device, self.baseline_threads, self.launch_label
+        )
+
+    def check_own_memory(self, outputs: Any, inputs: Any) -> None:
+        """``outputs`` (of a call on ``inputs``) must own their memory."""
+        check_output_storage(outputs, inputs, self.model)
+
+    def timing(
+        self, baseline: Any, inputs: list[Any], expected: Any, job: dict[str, Any]
+    ) -> tuple[float | None, dict[str, Any]]:
+        """Speedup over ``baseline`` (the reference model) and the timing details."""
+        return timing_report(baseline, self.model, inputs, expected, job)

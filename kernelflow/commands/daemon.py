@@ -1,0 +1,128 @@
+"""``kernelflow daemon``: a long-running daemon hosting pools of actors for some roles,
+with the status read model and the health responder, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from kernelflow.actors.bridge import safe_url
+from kernelflow.actors.daemon import DEFAULT_ROLES
+from kernelflow.actors.health import HealthResponder, daemon_describer, new_daemon_id
+from kernelflow.actors.readmodel import ReadModel
+from kernelflow.commands.options import (
+    LLM_HELP,
+    add_agent_llm_options,
+    add_connection_options,
+    add_gpus_option,
+)
+from kernelflow.runtime import connected, start_daemon
+from kernelflow.settings import Settings
+from kernelflow.usage import EXIT_OK, UsageError
+from kernelflow.workflows.loader import is_agent_name
+
+# The name this warning has always carried on stderr, from when this was the CLI's.
+log = logging.getLogger("kernelflow.cli")
+
+
+def register(subparsers: Any) -> None:
+    daemon = subparsers.add_parser("daemon", help="long-running daemon hosting actor pools")
+    add_connection_options(daemon)
+    daemon.add_argument(
+        "--roles", default=",".join(DEFAULT_ROLES), help="comma-separated roles to host"
+    )
+    daemon.add_argument(
+        "--pool", action="append", default=[], metavar="ROLE=N", help="actors for a role"
+    )
+    daemon.add_argument("--llm", help=LLM_HELP)
+    add_agent_llm_options(daemon)
+    add_gpus_option(daemon)
+    daemon.add_argument(
+        "--no-read-model", action="store_true", help="do not keep the status read model here"
+    )
+    daemon.set_defaults(func=cmd_daemon)
+
+
+def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    if not roles:
+        raise UsageError("--roles: name at least one role")
+    for role in roles:
+        if not is_agent_name(role):
+            raise UsageError(
+                f"--roles: {role!r} cannot name a role (letters, digits, '_' and '-'; not 'finish')"
+            )
+    pools = {}
+    for item in args.pool:
+        role, _, n = item.partition("=")
+        if not n.isdigit() or int(n) < 1:
+            raise UsageError(f"--pool {item!r}: expected ROLE=N with N ≥ 1")
+        if role not in roles:  # a typo would leave the pool its default size, unnoticed
+            raise UsageError(
+                f"--pool {item!r}: this daemon does not host {role!r} (--roles {','.join(roles)})"
+            )
+        pools[role] = int(n)
+    if settings.gpus and "verifier" in pools:
+        raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
+    stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set():  # asked twice: stop now; what actors held is redone from the log
+            raise KeyboardInterrupt
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    # Started once asked to stop; covers everything up to the exit (NATS closing included).
+    deadline = threading.Timer(settings.stop_deadline_s, _stop_at_once, [settings.stop_deadline_s])
+    deadline.daemon = True
+    try:
+        with connected(settings) as bridge:
+            daemon = start_daemon(bridge, settings, roles, pools)
+            daemon_id = new_daemon_id()
+            # The status read model and the health responder (kernelflow status / health).
+            read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
+            sizes = {r: daemon.config.pool_size(r) for r in roles}
+            describe = daemon_describer(
+                daemon_id,
+                bridge.nats_url,
+                roles,
+                sizes,
+                daemon.config.llm,
+                read_model,
+                daemon.warm_ups,
+            )
+            health = HealthResponder(bridge, describe).start()
+            print(
+                f"kernelflow daemon on {safe_url(bridge.nats_url)}: roles {', '.join(roles)}",
+                flush=True,
+            )
+            stop.wait()
+            deadline.start()
+            grace = min(daemon.config.stop_timeout_s, settings.stop_deadline_s)
+            print(
+                f"shutting down: actors finish what they hold (up to {grace:g}s; the whole stop "
+                f"up to {settings.stop_deadline_s:g}s); a second Ctrl-C (or SIGTERM) stops at "
+                "once, and the next daemon redoes their work from the log…",
+                flush=True,
+            )
+            health.stop()
+            daemon.stop()
+            if read_model is not None:
+                read_model.stop()
+    finally:
+        deadline.cancel()
+    return EXIT_OK
+
+
+def _stop_at_once(deadline_s: float) -> None:
+    log.warning(
+        "the stop did not finish within %gs (KF_STOP_DEADLINE): stopping at once, as on a "
+        "second signal; the next daemon redoes whatever was unfinished",
+        deadline_s,
+    )
+    os.kill(os.getpid(), signal.SIGTERM)  # the main thread's handler: KeyboardInterrupt

@@ -1,0 +1,83 @@
+"""Options that several subcommands take, spelt and explained the same way in each."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import MutableMapping
+
+from kernelflow.offline.since import SINCE_HELP
+from kernelflow.usage import UsageError
+
+LLM_HELP = (
+    "LLM provider (env KF_LLM): anthropic[:MODEL] | openai:URL[#MODEL] | scripted:FILE | "
+    "record:DIR:SPEC | replay:DIR[#position]; default anthropic when ANTHROPIC_API_KEY is set"
+)
+
+# Per-agent LLM flags: each is the command-line spelling of a KF_AGENT_<AGENT>_* variable
+# (docs/llm.md), so one agent's provider or sampling can be changed for a single run.
+AGENT_FLAGS = {
+    "agent_llm": ("LLM", str),
+    "agent_temperature": ("TEMPERATURE", float),
+    "agent_max_tokens": ("MAX_TOKENS", int),
+}
+
+
+def apply_agent_flags(args: argparse.Namespace, env: MutableMapping[str, str]) -> None:
+    """Set ``KF_AGENT_<AGENT>_*`` in ``env`` from ``--agent-llm/--agent-temperature/
+    --agent-max-tokens AGENT=VALUE`` (flags beat the environment and the config file)."""
+    for attr, (suffix, kind) in AGENT_FLAGS.items():
+        flag = "--" + attr.replace("_", "-")
+        for item in getattr(args, attr, None) or []:
+            agent, sep, value = item.partition("=")
+            if not sep or not agent or not value:
+                raise UsageError(f"{flag} {item!r}: expected AGENT=VALUE")
+            try:
+                kind(value)
+            except ValueError:
+                raise UsageError(f"{flag} {item!r}: {value!r} is not {kind.__name__}") from None
+            env[f"KF_AGENT_{agent.upper().replace('-', '_')}_{suffix}"] = value
+
+
+def add_agent_llm_options(p: argparse.ArgumentParser) -> None:
+    metavars = {"agent_llm": "AGENT=SPEC", "agent_temperature": "AGENT=T"}
+    for attr, (suffix, _) in AGENT_FLAGS.items():
+        p.add_argument(
+            "--" + attr.replace("_", "-"),
+            action="append",
+            metavar=metavars.get(attr, "AGENT=N"),
+            help=f"one agent's {suffix.lower().replace('_', ' ')} "
+            f"(= KF_AGENT_<AGENT>_{suffix}; repeatable)",
+        )
+
+
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
+    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+
+
+def add_gpus_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="CUDA devices for the verifiers, one verifier each, e.g. 0,1 (env KF_GPUS)",
+    )
+
+
+def add_source_options(p: argparse.ArgumentParser, *, task_required: bool = False) -> None:
+    """Where an offline tool reads (the live log, or ``--from FILE``) and what of it
+    (kernelflow.offline.sources.filter_from reads these)."""
+    p.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="read an exported log file instead of the live log",
+    )
+    p.add_argument("--task", required=task_required, help="only this task")
+    if not task_required:
+        p.add_argument("--group", help="only the tasks of this group")
+        p.add_argument("--workflow", help="only tasks run with this workflow")
+        p.add_argument(
+            "--start-seq", type=int, help="start at this stream sequence (file: record number)"
+        )
+        p.add_argument("--since", metavar="TIME", help=SINCE_HELP)
+    add_connection_options(p)

@@ -1,0 +1,341 @@
+"""Running tasks from a process of one's own: connect to NATS, host a daemon in-process,
+follow a task's events until it is over, and cancel what the process leaves unfinished.
+
+Shared by the commands (kernelflow.commands) and the ``Rollout`` API (kernelflow.rollout);
+it knows nothing of either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import nats.errors
+
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
+from kernelflow.actors.health import ping_daemons
+from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
+from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
+from kernelflow.actors.worker import Job, task_of
+from kernelflow.events import subjects
+from kernelflow.events.codec import MalformedMessage, decode_command
+from kernelflow.events.log import StreamSettings
+from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
+from kernelflow.faults import ENV as FAULT_ENV
+from kernelflow.faults import crash_after
+from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.settings import Settings
+from kernelflow.usage import UsageError, WaitTimeout
+
+# The name these warnings have always carried on stderr, from when this was the CLI's.
+log = logging.getLogger("kernelflow.cli")
+
+# How long a followed task may wait on one step before the user is told why, if no daemon
+# hosts the role that step needs.
+UNTAKEN_HINT_AFTER_S = 5.0
+# How long a command that gives up on its tasks lets its actors finish what they hold.
+ABANDONED_STOP_WAIT_S = 2.0
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+@contextlib.contextmanager
+def connected(settings: Settings) -> Iterator[Bridge]:
+    with settings.nats() as url:
+        streams = StreamSettings(replicas=settings.replicas)
+        bridge = Bridge(url, streams, after_append=crash_after(os.environ.get(FAULT_ENV))).start()
+        try:
+            yield bridge
+        finally:
+            bridge.stop()
+
+
+def start_daemon(
+    bridge: Bridge,
+    settings: Settings,
+    roles: tuple[str, ...],
+    pools: dict[str, int],
+    on_job: Callable[[str, Job], None] | None = None,
+) -> Daemon:
+    llm = None
+    try:
+        spec = settings.llm or default_llm_spec()
+        if spec:
+            llm = make_provider(spec)
+    except ProviderSpecError as exc:
+        raise UsageError(str(exc)) from exc
+    if llm is None and any(r not in (CONDUCTOR_ROLE, "verifier") for r in roles):
+        raise UsageError(
+            "no LLM provider: pass --llm (e.g. scripted:examples/scripted/relu.yaml, "
+            "anthropic:MODEL, openai:URL), set KF_LLM, or set ANTHROPIC_API_KEY"
+        )
+    config = DaemonConfig(
+        roles=roles,
+        pool_sizes=pools,
+        ack_wait_s=settings.ack_wait_s,
+        llm=llm,
+        verifier=VerifierConfig(timeout_s=settings.verify_timeout_s),
+        gpus=settings.gpus,
+        on_job=on_job,
+    )
+    if "verifier" in roles:
+        warn_unseen_gpus(config)
+    return Daemon(bridge, config).start()
+
+
+def warn_unseen_gpus(config: DaemonConfig) -> None:
+    """Say at start-up, not at the first verdict, that a configured GPU is not there
+    (its verifier will answer every candidate with 'unsupported')."""
+    for gpu in config.gpus:
+        if detect_device(config.verifier.python, gpu) != "cuda":
+            log.warning(
+                "--gpus: CUDA device %s is not visible here; its verifier will report "
+                "every candidate as unsupported",
+                gpu,
+            )
+
+
+async def request_reply(
+    bridge: Bridge, command: Command, subject: str, timeout_s: float = 30.0
+) -> dict[str, Any] | None:
+    """Publish a command and wait for the daemon's answer on a private inbox."""
+    inbox = bridge.nc.new_inbox()
+    replies = await bridge.nc.subscribe(inbox, max_msgs=1)
+    try:
+        await bridge.log.publish_command(command, subject, {subjects.REPLY_HEADER: inbox})
+        try:
+            message = await replies.next_msg(timeout=timeout_s)
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError):
+            # Closed: the caller stopped waiting (nats-py turns the cancellation into this).
+            return None
+        answer: dict[str, Any] = json.loads(message.data)
+        return answer
+    finally:
+        with contextlib.suppress(Exception):
+            await replies.unsubscribe()
+
+
+# --------------------------------------------------------------------------- following
+
+
+def no_host(bridge: Bridge, role: str) -> str | None:
+    """Why no daemon takes work for ``role``, if the daemons' answers say so (None: a
+    daemon hosting it is up, just busy)."""
+    answers = bridge.call(ping_daemons(bridge.nc, 1.0))
+    if any(role in a.get("roles", ()) for a in answers):
+        return None
+    if not answers:
+        return "no daemon answered"
+    return f"{len(answers)} daemon(s) answered, none hosts the {role} role"
+
+
+def waiting_on(state: TaskState) -> tuple[str, str] | None:
+    """What the task waits for and the role that does it: its submit, for a conductor; a
+    dispatch no agent has recorded anything for yet, for that agent."""
+    if state.events_seen == 0:
+        return "submit", CONDUCTOR_ROLE
+    d = state.current
+    if d is not None and state.last is d.event:
+        return d.dispatch_id, d.agent
+    return None
+
+
+def unhosted_hint(bridge: Bridge, state: TaskState, role: str, waited_s: float) -> str | None:
+    """Why the task has not moved for ``waited_s``, if that is because no daemon hosts
+    ``role``, the one it waits for."""
+    why = no_host(bridge, role)
+    if why is None:
+        return None
+    if role == CONDUCTOR_ROLE:
+        what, start = f"task {state.task_id} not taken", "kernelflow daemon"
+    else:
+        what, start = (
+            f"step {state.step} ({role}) not started",
+            f"kernelflow daemon --roles …,{role}",
+        )
+    return (
+        f"{what} after {waited_s:.0f}s: {why}. It waits in the queue until one does "
+        f"(start one: {start}); still waiting…"
+    )
+
+
+def follow_task(
+    bridge: Bridge,
+    task_id: str,
+    on_event: Callable[[Event], None],
+    timeout_s: float | None,
+    *,
+    explain_waits: bool = True,
+) -> TaskState:
+    """Fold the task's events as they are recorded, until it is over. With
+    ``explain_waits`` (other processes' daemons do the work), a step that waits for a
+    role no daemon hosts (the submit, for a conductor; a dispatch, for its agent) is
+    explained once on stderr, while still waiting (a daemon may start later)."""
+    inbox: queue.Queue[Event] = queue.Queue()
+
+    async def tail() -> None:
+        position = 1
+        while True:
+            try:
+                reading = bridge.log.read(
+                    start_seq=position, subject=subjects.task_events(task_id), follow=True
+                )
+                async with contextlib.aclosing(reading):
+                    async for seq, event in reading:  # a following read ends only here
+                        position = seq + 1
+                        if ends_task(event):
+                            break
+                        inbox.put(event)
+                # The read is closed (its consumer deleted) before the last event is handed
+                # over: once the caller has it, nothing of this follow is left running.
+                inbox.put(event)
+                return
+            except TimeoutError:
+                continue  # a busy machine answered a request late: pick up where we were
+            except nats.errors.Error as exc:
+                # A restarting server: pick up again where we were.
+                log.warning("following %s: %r", task_id, exc)
+                await asyncio.sleep(0.5)
+
+    pump = bridge.spawn(tail())
+    state = TaskState(task_id)
+    started = moved = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    hinted: set[str] = set()  # what the task waited on when a hint was considered
+    try:
+        while state.terminal is None:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise WaitTimeout(f"task {task_id} did not finish within {timeout_s:g}s")
+            try:
+                event = inbox.get(timeout=min(wait, 0.5) if wait is not None else 0.5)
+            except queue.Empty:
+                if pump.done():
+                    pump.result()  # the log could not be read: raise why
+                waited = time.monotonic() - moved
+                waiting = waiting_on(state) if explain_waits else None
+                if waiting and waiting[0] not in hinted and waited >= UNTAKEN_HINT_AFTER_S:
+                    hinted.add(waiting[0])
+                    if hint := unhosted_hint(bridge, state, waiting[1], waited):
+                        print(f"kernelflow: {hint}", file=sys.stderr, flush=True)
+                continue
+            apply(state, event)
+            moved = time.monotonic()
+            on_event(event)
+    finally:
+        pump.cancel()
+    return state
+
+
+# --------------------------------------------------------------------------- giving up
+
+
+def noting_other_tasks(ours: set[str], runner: str) -> Callable[[str, Job], None]:
+    """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
+    when it takes work for a task that is not one of ``ours`` (``runner`` names the
+    command: "this run"). Such work was queued in the store before the command (a crashed
+    run's task, a submit no daemon took yet) or comes from another publisher on a shared
+    server; unsaid, it would run unseen, LLM calls and all."""
+    noted: set[str] = set()
+
+    def on_job(role: str, job: Job) -> None:
+        task = _task_worked_on(job)
+        if task is None or task in ours or task in noted:
+            return
+        noted.add(task)
+        print(
+            f"note: {runner}'s daemon also works on task {task} ({role}), queued before "
+            f"{runner} or by another publisher; `kernelflow cancel {task}` ends it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return on_job
+
+
+def _task_worked_on(job: Job) -> str | None:
+    """The task a job does work for: an event's, or a submitted one's (None for other
+    commands, a submit that leaves the id to the conductor, a malformed one)."""
+    if job.source == "event":
+        return task_of(job.subject)
+    with contextlib.suppress(MalformedMessage):
+        command = decode_command(job.data)
+        if isinstance(command, SubmitTask):
+            return command.task_id
+    return None
+
+
+@contextlib.contextmanager
+def terminated_as_interrupted() -> Iterator[None]:
+    """Within the block SIGTERM (a ``timeout`` wrapper, a cancelled CI job) ends the command
+    as Ctrl-C does, so that it cancels its own tasks instead of dying with them running."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def stopped_after(daemon: Daemon) -> Iterator[None]:
+    """Stop a command's own ``daemon`` after the block: at once (``ABANDONED_STOP_WAIT_S``)
+    if the block gave up on its tasks (interrupted, out of time), since what the actors
+    still do is no longer wanted."""
+    wait_s = None
+    try:
+        yield
+    except (KeyboardInterrupt, WaitTimeout):
+        wait_s = ABANDONED_STOP_WAIT_S
+        raise
+    finally:
+        daemon.stop(wait_s)
+
+
+def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
+    """Cancel the tasks a command started itself and leaves unfinished (interrupted, out
+    of time). Left running, they would be resumed in the background, LLM calls and all,
+    by the next daemon on the same store (the next ``kernelflow run``)."""
+
+    async def cancel_all() -> list[dict[str, Any] | None]:
+        return await asyncio.gather(
+            *(
+                request_reply(bridge, CancelTask(task_id=t, reason=reason), subjects.CANCEL, 5.0)
+                for t in task_ids
+            )
+        )
+
+    try:
+        answers = bridge.call(cancel_all(), timeout=10)
+    except Exception:  # NATS gone too: say what stays unfinished, then leave as asked
+        answers = [None] * len(task_ids)
+    cancelled = [t for t, a in zip(task_ids, answers, strict=True) if a and a.get("ok")]
+    unanswered = [t for t, a in zip(task_ids, answers, strict=True) if a is None]
+    if cancelled:
+        print(f"kernelflow: cancelled {_listed(cancelled)}: {reason}", file=sys.stderr)
+    if unanswered:
+        them = "it" if len(unanswered) == 1 else "them"
+        print(
+            f"kernelflow: could not cancel {_listed(unanswered)} (no answer): the next daemon "
+            f"resumes {them} (kernelflow cancel ID stops one)",
+            file=sys.stderr,
+        )
+
+
+def _listed(ids: list[str], shown: int = 5) -> str:
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more

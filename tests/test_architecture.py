@@ -1,0 +1,166 @@
+"""The shape of the code, checked on its source: one namespace, layers that depend one way,
+no import cycles (imports inside functions count), no module too long to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Each installed package and the repository folder it comes from (pyproject's package-dir).
+LAYERS = {
+    "kernelflow.events": "events",
+    "kernelflow.projections": "projections",
+    "kernelflow.workflows": "workflows",
+    "kernelflow.actors": "actors",
+    "kernelflow": "kernelflow",
+}
+# What each layer may import of kernelflow: `kernelflow -> actors -> (projections,
+# workflows) -> events`; projections may use the workflow model (counters follow it).
+MAY_IMPORT = {
+    "kernelflow.events": {"kernelflow.events"},
+    "kernelflow.workflows": {"kernelflow.workflows", "kernelflow.events"},
+    "kernelflow.projections": {
+        "kernelflow.projections",
+        "kernelflow.workflows",
+        "kernelflow.events",
+    },
+    "kernelflow.actors": {
+        "kernelflow.actors",
+        "kernelflow.projections",
+        "kernelflow.workflows",
+        "kernelflow.events",
+    },
+    "kernelflow": set(LAYERS),
+}
+MAX_LINES = 700
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the installed package, by its dotted name."""
+    found: dict[str, Path] = {}
+    for package, folder in LAYERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """What a module imports, anywhere in it (``from a import b`` names ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def layer_of(module: str) -> str:
+    return max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {
+        name: {n for n in imported_names(name, path) if n in found and n != name}
+        for name, path in found.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_modules_import_each_other_in_a_circle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer_of(target) not in MAY_IMPORT[layer_of(module)]
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("folder", ["events", "actors", "projections", "workflows", "kernelflow"])
+def test_nothing_imports_a_layer_by_its_folder_name(folder: str) -> None:
+    """The folders install as ``kernelflow.<folder>``; a bare ``import events`` only works
+    from a checkout's root and breaks in an installed wheel."""
+    bare = {"events", "actors", "projections", "workflows"}
+    sources = [p for d in (*LAYERS.values(), "tests", "bench") for p in (REPO / d).rglob("*.py")]
+    wrong = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sources
+        if path.parts[len(REPO.parts)] == folder
+        for name in imported_names("x.y", path)
+        if name.split(".")[0] in bare
+    ]
+    assert wrong == []
+
+
+def test_no_source_module_is_over_700_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
