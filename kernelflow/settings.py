@@ -43,6 +43,15 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def _env_bool(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name}={os.environ[name]!r}: expected 1 or 0")
+
+
 def parse_gpus(raw: str, source: str) -> tuple[str, ...]:
     """A list of CUDA devices, e.g. "0,1" or "GPU-8f3…,GPU-1a2…" (as CUDA_VISIBLE_DEVICES
     names them); ``source`` names where it came from, for the error."""
@@ -85,6 +94,12 @@ class Settings:
     )
     # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
     gpus: tuple[str, ...] = field(default_factory=_env_gpus)
+    # Run candidates (and the tools' commands) even where the sandbox cannot isolate them
+    # (no network namespace, or no namespaces at all): they can then reach the network.
+    # Off: refused, verdict unsupported. The sandbox reads it from the environment itself.
+    sandbox_allow_network: bool = field(
+        default_factory=lambda: _env_bool("KF_SANDBOX_ALLOW_NETWORK")
+    )
 
     @property
     def nats_store(self) -> Path:

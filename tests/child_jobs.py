@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelflow.actors.verifier.child.remote import CANDIDATE_DIR
 from kernelflow.actors.verifier.engine import CHILD_MODULE
 from tests.conftest import EXAMPLES
 
@@ -20,9 +21,9 @@ RELU_TASK = (EXAMPLES / "tasks" / "relu.py").read_text()
 def run_child_job(work: Path, candidate: str, import_path: Path, **job: Any) -> dict[str, object]:
     """Check ``candidate`` against the ReLU task in ``work`` (created), the job's fields
     defaulting to one CPU trial of the Triton backend, and return its result."""
-    work.mkdir(parents=True)
+    (work / CANDIDATE_DIR).mkdir(parents=True)
     (work / "task.py").write_text(RELU_TASK)
-    (work / "candidate.py").write_text(candidate)
+    (work / CANDIDATE_DIR / "candidate.py").write_text(candidate)
     fields = {
         "task_file": "task.py",
         "candidate_file": "candidate.py",
@@ -41,14 +42,20 @@ def run_child_job(work: Path, candidate: str, import_path: Path, **job: Any) -> 
         "TRITON_INTERPRET": "1",
         "OMP_NUM_THREADS": "2",
     }
-    done = subprocess.run(
-        [sys.executable, "-m", CHILD_MODULE, str(work)],
-        input=b"nonce\n",
-        env=env,
-        capture_output=True,
-        timeout=180,
-        check=False,
-    )
+    result_r, result_w = os.pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", CHILD_MODULE, str(work), "--result-fd", str(result_w)],
+            env=env,
+            capture_output=True,
+            timeout=180,
+            check=False,
+            pass_fds=(result_w,),
+        )
+    finally:
+        os.close(result_w)
+    with os.fdopen(result_r, "rb") as pipe:
+        said = pipe.read()
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    result: dict[str, object] = json.loads((work / "result.json").read_text())
+    result: dict[str, object] = json.loads(said)
     return result

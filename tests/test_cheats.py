@@ -101,9 +101,18 @@ def test_hostile_candidate_is_contained_at_runtime(name: str) -> None:
     assert os.getpid() > 0  # and we are alive to assert it
 
 
-def test_gate_off_lets_torch_compute_reach_the_runtime_guard() -> None:
-    path = CANDIDATES / "cheats" / "torch_compute.py"
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("torch_compute", "torch_compute: .*relu"),
+        ("reused_output", "second_run: "),
+        ("lazy_subclass", "output_type: "),
+    ],
+)
+def test_gate_off_the_runtime_guards_catch_what_the_gate_refuses(name: str, reason: str) -> None:
+    """The gate is one layer: with it off, the sandbox's own guards still refuse these."""
+    path = CANDIDATES / "cheats" / f"{name}.py"
     config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), static_gate=False)
     report = verify(task_of(path), path.read_text(), config=config)
-    assert report.verdict == "rejected_runtime"
-    assert report.reasons[0].startswith("torch_compute:") and "relu" in report.reasons[0]
+    assert report.verdict == "rejected_runtime", (report.summary, report.reasons)
+    assert re.match(reason, report.reasons[0]), report.reasons

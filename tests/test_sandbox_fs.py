@@ -99,8 +99,8 @@ def refused(path):
     try:
         with open(path, "w") as fh:
             fh.write("x")
-    except OSError as exc:
-        return exc.errno == errno.EROFS
+    except OSError as exc:  # read-only, or hidden altogether
+        return exc.errno in (errno.EROFS, errno.ENOENT)
     return False
 
 here = os.getcwd()
@@ -163,25 +163,38 @@ assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
 
 
 def test_plan_falls_back_when_mount_namespaces_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine where the ``fs`` probe fails: the plan says so, verification still works,
-    and each report notes that writes outside the work dir are not blocked."""
+    """A machine where the ``fs`` probe fails: the plan says so and refuses candidates
+    (``plan.refusal``) unless the operator opts in; opted in, verification still works,
+    and each report carries the plan's note that the candidate is not isolated."""
     real = sandbox_probe.run_quiet
 
     def no_mount_namespaces(
-        cmd: list[str], timeout: float, env: dict[str, str] | None = None
+        cmd: list[str],
+        timeout: float,
+        env: dict[str, str] | None = None,
+        failed: list[str] | None = None,
     ) -> str | None:
-        return None if cmd[-1] == "fs" else real(cmd, timeout, env)
+        if cmd[-1] != "fs":
+            return real(cmd, timeout, env, failed)
+        if failed is not None:
+            failed.append("isolation: unavailable: no namespaces (mount: EPERM)\n")
+        return None
 
     monkeypatch.setattr(sandbox_probe, "run_quiet", no_mount_namespaces)
+    monkeypatch.delenv("KF_SANDBOX_ALLOW_NETWORK", raising=False)
     plan = sandbox_probe.sandbox_plan.__wrapped__(
         sys.executable, detect_device(), 4096, CHILD_MODULE
     )
     assert not plan.fs_isolation
     assert plan.filesystem.startswith("not isolated")
+    assert plan.refusal is not None and "no namespaces (mount: EPERM)" in plan.refusal
+    monkeypatch.setenv("KF_SANDBOX_ALLOW_NETWORK", "1")
+    assert plan.refusal is None and plan.notes
     monkeypatch.setattr(engine, "_sandbox_plan", lambda *args: plan)
     report = verify(RELU_TASK, SOLUTION, config=VerifierConfig(trials=1, shapes=({},)))
     assert report.verdict == "pass", (report.summary, report.errors)
-    assert any("no file-system isolation" in e for e in report.errors), report.errors
+    assert any(e in report.errors for e in plan.notes), report.errors
+    assert any("NOT isolated" in e for e in report.errors), report.errors
 
 
 def _stdlib_python_for_nobody() -> str:
@@ -200,7 +213,9 @@ def _stdlib_python_for_nobody() -> str:
 
 
 ISOLATE = """
+import ctypes
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -218,11 +233,11 @@ def load(name):
 limits = load("limits")
 filesystem = load("filesystem")
 work = Path({work!r})
-try:
-    left = filesystem.isolate_filesystem(work)
-except OSError as exc:
-    print("unavailable:", exc)
+# What the sandbox's view starts with: a mount namespace, everything read-only but work.
+if limits.libc().unshare(0x00020000) != 0:  # CLONE_NEWNS
+    print("unavailable: unshare(CLONE_NEWNS):", os.strerror(ctypes.get_errno()))
     raise SystemExit(0)
+left = filesystem.make_read_only(work)
 limits.drop_capabilities()
 (work / "inside").write_text("x")
 try:
@@ -257,8 +272,8 @@ def _isolate_as_nobody(python: str, work: Path, *prefix: str) -> str:
 
 
 def test_isolation_fails_cleanly_without_privileges(nobody_dir: Path) -> None:
-    """An unprivileged process may not make a mount namespace: isolate_filesystem raises
-    OSError (the probe then falls back) instead of half-isolating."""
+    """An unprivileged process may not make a mount namespace: unshare refuses (the probe
+    then falls back) before anything is half-isolated."""
     python = _stdlib_python_for_nobody()
     said = _isolate_as_nobody(python, nobody_dir)
     assert said.startswith("unavailable: ") and "unshare" in said, said

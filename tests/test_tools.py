@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,7 +30,6 @@ from kernelflow.actors.tools import (
     run_tool,
     tool_names,
 )
-from tests.conftest import alive
 
 REPO = Path(__file__).resolve().parent.parent
 CTX = ToolContext(task_id="t1", agent="tester")
@@ -244,15 +244,28 @@ def test_python_tool_output_keeps_the_tail() -> None:
     assert len(outcome.output) <= 2000 + 100
 
 
+def _marked(marker: str) -> list[int]:
+    """Host pids of the processes whose command line holds ``marker`` (a tool's command
+    has a PID namespace and /proc of its own: it cannot tell its host pids)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
+    marker = f"kf-tool-test-{os.getpid()}-{time.monotonic_ns()}"
     code = textwrap.dedent(
-        """
-        import os, subprocess
-        group = subprocess.Popen(["sleep", "300"])
-        session = subprocess.Popen(["sleep", "300"], start_new_session=True)
-        me = int(os.readlink("/proc/self"))  # host pids: /proc is the host's
-        kids = open(f"/proc/{me}/task/{me}/children").read().split()
-        print("PIDS", me, *kids, flush=True)
+        f"""
+        import subprocess, sys
+        sleep = [sys.executable, "-c", "import time; time.sleep(300)", "{marker}"]
+        group = subprocess.Popen([*sleep, "group"])
+        session = subprocess.Popen([*sleep, "session"], start_new_session=True)
+        print("STARTED", flush=True)
         while True:
             pass
         """
@@ -262,40 +275,44 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     assert time.monotonic() - started < 6
     assert not outcome.ok
     assert outcome.error.startswith("[timed out after 3 s: the command and all it started")
-    line = next(ln for ln in outcome.error.splitlines() if ln.startswith("PIDS"))
-    pids = [int(p) for p in line.split()[1:]]
-    must_die = pids if "--pid" in isolation_prefix() else pids[:2]  # a new session needs a PID ns
+    assert "STARTED" in outcome.error
     deadline = time.monotonic() + 5
-    while any(map(alive, must_die)) and time.monotonic() < deadline:
+    while _marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(map(alive, must_die)), "a process outlived the tool's timeout"
+    if "--pid" not in isolation_prefix():  # a new session escapes without a PID namespace
+        leftover = [
+            p for p in _marked(marker) if b"session" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        for pid in leftover:
+            os.kill(pid, 9)
+    assert not _marked(marker), "a process outlived the tool's timeout"
 
 
 KILLED_DAEMON = """
 import asyncio, sys
 from kernelflow.actors.tools import ToolContext, make_tool, run_tool
 
-code = "import os\\nopen(sys.argv[1], 'w').write(os.readlink('/proc/self'))\\nwhile True: pass"
-code = code.replace("sys.argv[1]", repr(sys.argv[1]))
+code = "import subprocess, sys\\n" + (
+    "subprocess.Popen([sys.executable, '-c', 'while True: pass', MARKER])\\nwhile True: pass"
+).replace("MARKER", repr(sys.argv[1]))
 asyncio.run(run_tool(make_tool("python"), {"code": code}, ToolContext(task_id="t", agent="a")))
 """
 
 
-def test_python_tool_dies_with_a_killed_daemon(tmp_path: Path) -> None:
+def test_python_tool_dies_with_a_killed_daemon() -> None:
     """SIGKILL leaves the daemon no chance to kill the command: the kernel must."""
-    pid_file = tmp_path / "pid"
-    daemon = subprocess.Popen([sys.executable, "-c", KILLED_DAEMON, str(pid_file)], cwd=REPO)
+    marker = f"kf-tool-test-{os.getpid()}-{time.monotonic_ns()}"
+    daemon = subprocess.Popen([sys.executable, "-c", KILLED_DAEMON, marker], cwd=REPO)
     deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().isdigit()):
+    while not [p for p in _marked(marker) if p != daemon.pid]:
         assert time.monotonic() < deadline, "the command never ran"
         time.sleep(0.05)
-    command = int(pid_file.read_text())
     daemon.kill()
     daemon.wait()
     deadline = time.monotonic() + 5
-    while alive(command) and time.monotonic() < deadline:
+    while _marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive(command), "the command outlived the daemon that started it"
+    assert not _marked(marker), "the command outlived the daemon that started it"
 
 
 def test_python_tool_memory_bomb_is_contained() -> None:

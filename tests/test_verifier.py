@@ -212,52 +212,70 @@ def test_input_mutation_fails() -> None:
     assert "mutation" in report.summary and "input #0" in report.summary
 
 
-def test_timeout_kills_process_group() -> None:
-    body = (
-        "import json, os, subprocess\n"
-        "sleeper = subprocess.Popen(['sleep', '120'])\n"
-        # Host pids (the sandbox may be PID 1 of its own PID namespace): /proc is the host's.
-        "me = int(os.readlink('/proc/self'))\n"
-        "kid = int(open(f'/proc/{me}/task/{me}/children').read().split()[0])\n"
-        # Printed, not written to a file: outside its work dir the sandbox is read-only.
-        "print('PIDS ' + json.dumps([me, kid, os.getcwd()]), flush=True)\n"
+def sleeper_body(marker: str) -> str:
+    """A forward that starts ``sleep MARKER`` and spins: the test finds both on the host
+    by the marker (the candidate's own pids are its PID namespace's, not the host's)."""
+    return (
+        "import os, subprocess\n"
+        f"sleeper = subprocess.Popen(['sleep', '{marker}'])\n"
+        "print('WORKDIR ' + os.getcwd(), flush=True)\n"
         "while True:\n"
         "    pass"
     )
+
+
+def host_pids(marker: str, timeout_s: float = 60.0) -> tuple[int, int]:
+    """The host pids of the ``sleep MARKER`` a candidate started and of its parent (the
+    candidate's process)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if entry.name.isdigit() and argv[:2] == [b"sleep", marker.encode()]:
+                    stat = (entry / "stat").read_text()
+                    return int(entry.name), int(stat.rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no process `sleep {marker}` appeared")
+
+
+def test_timeout_kills_process_group() -> None:
+    marker = f"{100 + time.time() % 100:.6f}"
     started = time.monotonic()
+    found: list[tuple[int, int]] = []
+    finder = threading.Thread(target=lambda: found.append(host_pids(marker)))
+    finder.start()
     report = verify(
         RELU_TASK,
-        candidate(body),
+        candidate(sleeper_body(marker)),
         config=VerifierConfig(trials=1, timeout_s=5.0, static_gate=False),
     )
     elapsed = time.monotonic() - started
+    finder.join()
     assert report.verdict == "timeout"
     assert "5 s" in report.summary
     assert elapsed < 15
-    said = re.search(r"^PIDS (.*)$", "\n".join(report.errors), re.M)
+    said = re.search(r"^WORKDIR (.*)$", "\n".join(report.errors), re.M)
     assert said, report.errors
-    child, sleeper, workdir = json.loads(said.group(1))
+    (sleeper, child) = found[0]
     deadline = time.monotonic() + 5
     while (alive(child) or alive(sleeper)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child), "sandbox process survived the timeout"
     assert not alive(sleeper), "a process started by the candidate survived the timeout"
-    assert not Path(workdir).exists(), "sandbox temp dir was not removed"
+    assert not Path(said.group(1)).exists(), "sandbox temp dir was not removed"
 
 
 def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     """SIGKILL leaves no chance to kill the sandbox: the kernel must do it (PDEATHSIG)."""
-    # The sandbox can write only its own work dir: the daemon makes it under tmp_path.
-    body = (
-        "import os\nopen('pid.part', 'w').write(os.readlink('/proc/self'))\n"
-        "os.rename('pid.part', 'pid')\n"
-        "while True:\n    pass"
-    )
+    marker = f"{200 + time.time() % 100:.6f}"
     script = (
         "import sys\n"
         "from kernelflow.actors.verifier.engine import VerifierConfig, verify\n"
         f"config = VerifierConfig(trials=1, timeout_s=300, static_gate=False)\n"
-        f"verify(sys.stdin.read(), {candidate(body)!r}, config=config)\n"
+        f"verify(sys.stdin.read(), {candidate(sleeper_body(marker))!r}, config=config)\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     daemon = subprocess.Popen(
@@ -266,19 +284,16 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     assert daemon.stdin is not None
     daemon.stdin.write(RELU_TASK)
     daemon.stdin.close()
-    deadline = time.monotonic() + 60
-    while not (found := list(tmp_path.glob("kf-verify-*/pid"))) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert found, "the candidate never ran"
-    child = int(found[0].read_text())
+    sleeper, child = host_pids(marker)
     daemon.kill()
     daemon.wait()
     deadline = time.monotonic() + 5
-    while alive(child) and time.monotonic() < deadline:
+    while (alive(child) or alive(sleeper)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child), "the sandbox outlived the daemon that started it"
+    assert not alive(sleeper), "a process the candidate started outlived the daemon"
     # Its work dir stays behind, until a verifier that starts later removes it.
-    left = found[0].parent
+    (left,) = tmp_path.glob("kf-verify-*")
     assert remove_abandoned_workdirs(str(tmp_path), older_than_s=0) == [str(left)]
     assert not left.exists()
 
@@ -300,10 +315,13 @@ def test_only_abandoned_work_dirs_are_removed(
     )
     running.start()
     deadline = time.monotonic() + 60
-    while not (found := list(tmp_path.glob("kf-verify-*/running"))) and time.monotonic() < deadline:
+    while (
+        not (found := list(tmp_path.glob("kf-verify-*/candidate/running")))
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     assert found, "the candidate never ran"
-    in_use = found[0].parent
+    in_use = found[0].parent.parent
 
     fresh = tmp_path / "kf-verify-fresh"
     fresh.mkdir()
@@ -324,7 +342,7 @@ def test_only_abandoned_work_dirs_are_removed(
     assert in_use.is_dir() and fresh.is_dir() and (outside / "keep").exists()
     assert (tmp_path / "kf-verify-link").is_symlink()
 
-    (in_use / "go").write_text("")
+    (in_use / "candidate" / "go").write_text("")
     running.join(timeout=60)
     assert [r.verdict for r in reports] == ["pass"], reports
     assert not in_use.exists()
@@ -349,15 +367,21 @@ def test_os_exit_is_error_with_output() -> None:
     assert "debug: hello" in "\n".join(report.errors)
 
 
-def test_forged_result_is_rejected() -> None:
+def test_a_result_the_candidate_writes_is_never_read() -> None:
+    """Only the judge's process holds the result pipe: a result.json (or anything else)
+    the candidate writes before it exits is not a result."""
     body = (
         "import json, os\n"
-        "open('result.json', 'w').write(json.dumps({'verdict': 'pass', 'summary': 'ok'}))\n"
+        "for where in ('result.json', '../result.json'):\n"
+        "    try:\n"
+        "        open(where, 'w').write(json.dumps({'verdict': 'pass', 'summary': 'ok'}))\n"
+        "    except OSError:\n"
+        "        pass\n"
         "os._exit(0)"
     )
     report = verify(RELU_TASK, candidate(body), config=QUICK)
-    assert report.verdict == "rejected_runtime"
-    assert "unsigned" in report.summary
+    assert report.verdict == "runtime_error", report
+    assert "the candidate's process exited with status 0" in report.summary
 
 
 def test_output_is_bounded() -> None:

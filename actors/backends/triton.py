@@ -20,6 +20,7 @@ DSL_NOTES = """\
 - Reductions: `tl.sum`, `tl.max`, `tl.min` along an axis of a block; use `other=-float("inf")` for masked lanes of a max, and subtract the row max before `tl.exp` in softmax. Rows longer than one block need a loop over column blocks.
 - Math: `tl.exp`, `tl.log`, `tl.sqrt`, `tl.maximum`, `tl.where`, `tl.dot` (inputs of at least 16x16, accumulate in fp32); `x.to(tl.float32)` to convert. Accumulate in fp32 and cast back to the output dtype on store.
 - Allocate outputs in `forward` with `torch.empty(..., device=x.device, dtype=x.dtype)`.
+- A `@triton.jit` body uses only `triton.language` (and `math`), its arguments, module constants and other kernels; keep full precision in `tl.dot` (no tf32).
 """  # noqa: E501  (prompt text: one bullet a line)
 
 

@@ -3,9 +3,12 @@ agents' tools alike.
 
 Child side (stdlib only: imported inside sandboxes, by ``python -I`` processes):
 
-- :mod:`.limits`: death with the parent, rlimits, ``nobody`` or no capabilities, pids cgroup;
-- :mod:`.filesystem`: the read-only mount namespace and the child side of its probe;
-- :mod:`.confine`: all of it, in order, for one sandbox;
+- :mod:`.limits`: death with the parent, rlimits, capabilities, pids cgroup;
+- :mod:`.namespaces`: user, mount, IPC, network and PID namespaces, ``nobody``;
+- :mod:`.filesystem`: the read-only mount namespace;
+- :mod:`.view`: what a sandbox sees on top of it (secrets, homes, other sandboxes hidden);
+- :mod:`.confine`: all of it, in order, for one process about to run candidate code
+  (:func:`confine_candidate`), and the child side of its probe;
 - :mod:`.confined_exec`: ``python -I -m kernelflow.actors.sandbox.confined_exec``, a
   command confined (run by the parent, never imported);
 - :mod:`.worker_server`: the warm worker that forks one sandbox per job.
@@ -20,13 +23,23 @@ Parent side (in the daemon; never imports torch):
 """
 
 from kernelflow.actors.sandbox.command import isolation_prefix, run_confined
-from kernelflow.actors.sandbox.confine import confine
-from kernelflow.actors.sandbox.filesystem import PROBE_PREFIX, probe_isolation
+from kernelflow.actors.sandbox.confine import (
+    ALLOW_NETWORK_ENV,
+    SandboxUnavailable,
+    confine,
+    confine_candidate,
+    confine_judge,
+    network_opted_in,
+    probe_isolation,
+)
+from kernelflow.actors.sandbox.filesystem import PROBE_PREFIX
 from kernelflow.actors.sandbox.limits import apply_limits
+from kernelflow.actors.sandbox.namespaces import unshare_pid_namespace
 from kernelflow.actors.sandbox.probe import (
     SandboxPlan,
     detect_device,
     device_env,
+    isolation_status,
     network_prefixes,
     sandbox_plan,
 )
@@ -47,18 +60,24 @@ from kernelflow.actors.sandbox.worker import (
 from kernelflow.actors.sandbox.worker_server import serve
 
 __all__ = [
+    "ALLOW_NETWORK_ENV",
     "PROBE_PREFIX",
     "ProcessOutcome",
     "SandboxPlan",
+    "SandboxUnavailable",
     "WorkerKey",
     "WorkerLost",
     "apply_limits",
     "confine",
+    "confine_candidate",
+    "confine_judge",
     "detect_device",
     "device_env",
     "discard_worker",
     "isolated_module",
     "isolation_prefix",
+    "isolation_status",
+    "network_opted_in",
     "network_prefixes",
     "probe_isolation",
     "run_confined",
@@ -68,5 +87,6 @@ __all__ = [
     "sandbox_plan",
     "serve",
     "shutdown_workers",
+    "unshare_pid_namespace",
     "worker_for",
 ]

@@ -1,8 +1,12 @@
-"""A command run confined, as the agents' tools run theirs: cut off the network, in a PID
-namespace of its own where the machine allows one (so even a process that left the group
-dies with it), confined as a verifier sandbox is (unprivileged where possible, a memory
-limit, no core dumps, bounded file size, death with its parent), under a wall-clock
-timeout that kills its whole process group, with a bounded output tail."""
+"""A command run confined, as the agents' tools run theirs: in a PID namespace of its own
+where the machine allows one (so even a process that left the group dies with it),
+confined as a candidate is (:func:`~kernelflow.actors.sandbox.confine.confine_candidate`:
+its own network and mount namespaces, the file-system view that hides secrets, homes and
+other sandboxes, ``nobody`` without capabilities, a memory limit, no core dumps, bounded
+file size, death with its parent), under a wall-clock timeout that kills its whole
+process group, with a bounded output tail. Where the machine cannot isolate it, refused
+(:class:`~kernelflow.actors.sandbox.confine.SandboxUnavailable`) unless the operator
+opted in."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from kernelflow.actors.sandbox.confine import SandboxUnavailable
 from kernelflow.actors.sandbox.probe import network_prefixes
 from kernelflow.actors.sandbox.process import ProcessOutcome, isolated_module, run_process
 
@@ -45,7 +50,14 @@ def run_confined(
 ) -> ProcessOutcome:
     """Run ``argv`` in ``workdir`` isolated and confined (see the module docstring), with an
     address-space limit of ``memory_mb`` (0: none), for at most ``timeout_s`` seconds,
-    keeping the last ``max_bytes`` of its output."""
+    keeping the last ``max_bytes`` of its output. Raises :class:`SandboxUnavailable` if
+    the machine cannot isolate it (and the operator did not opt in)."""
+    from kernelflow.actors.sandbox.confined_exec import UNAVAILABLE, UNAVAILABLE_STATUS
+
     limit = ("as", str(memory_mb)) if memory_mb else ("none", "0")
     cmd = [*isolation_prefix(), *_CONFINED_EXEC, *limit, *argv]
-    return run_process(cmd, workdir, env, timeout_s, max_bytes)
+    outcome = run_process(cmd, workdir, env, timeout_s, max_bytes)
+    if outcome.returncode == UNAVAILABLE_STATUS and UNAVAILABLE in outcome.output:
+        reason = outcome.output.rsplit(UNAVAILABLE, 1)[1].strip()
+        raise SandboxUnavailable(reason)
+    return outcome

@@ -1,14 +1,18 @@
 """Become a command after confining this process: how a sandboxed command starts.
 
     python -I -m kernelflow.actors.sandbox.confined_exec MEMORY_KIND MEMORY_MB COMMAND...
-        confine this process to its cwd as a verifier sandbox is (no file-system
-        isolation), then exec COMMAND
+        confine this process to its cwd as a candidate is (``confine_candidate``: its own
+        namespaces and file-system view, ``nobody``, the limits), then exec COMMAND;
+        where the machine cannot isolate it (and ``KF_SANDBOX_ALLOW_NETWORK`` does not opt
+        in), print ``UNAVAILABLE`` and the reason on stderr and exit 125 instead
     python -I -m kernelflow.actors.sandbox.confined_exec --die-with-parent COMMAND...
         only die with the parent, then exec COMMAND: put before a forking ``unshare``,
         whose child (``--kill-child``) then dies with it in turn
+    python -I -m kernelflow.actors.sandbox.confined_exec --probe
+        what confining works here (``probe_isolation``'s lines), for ``kernelflow health``
 
-Never imported by the package (``-m`` would then run a second copy of it). Child side:
-stdlib only.
+Never imported by the package (``-m`` would then run a second copy of it), but for its
+constants. Child side: stdlib only.
 """
 
 from __future__ import annotations
@@ -17,19 +21,38 @@ import os
 import sys
 from pathlib import Path
 
-from kernelflow.actors.sandbox.confine import confine
+from kernelflow.actors.sandbox.confine import (
+    SandboxUnavailable,
+    confine_candidate,
+    network_opted_in,
+    probe_isolation,
+)
 from kernelflow.actors.sandbox.limits import die_with_parent
 
 MODULE = "kernelflow.actors.sandbox.confined_exec"
 DIE_WITH_PARENT = "--die-with-parent"
+PROBE = "--probe"
+UNAVAILABLE = "kernelflow sandbox unavailable: "
+UNAVAILABLE_STATUS = 125
 
 
 def main(argv: list[str]) -> int:
+    if argv == [PROBE]:
+        return probe_isolation(lambda: 0)
     if len(argv) >= 2 and argv[0] == DIE_WITH_PARENT:
         die_with_parent()
         command = argv[1:]
     elif len(argv) >= 3:
-        confine(Path.cwd(), memory_kind=argv[0], memory_mb=int(argv[1]))
+        try:
+            confine_candidate(
+                Path.cwd(),
+                memory_kind=argv[0],
+                memory_mb=int(argv[1]),
+                allow_network=network_opted_in(),
+            )
+        except SandboxUnavailable as exc:
+            print(UNAVAILABLE + exc.reason, file=sys.stderr, flush=True)
+            return UNAVAILABLE_STATUS
         command = argv[2:]
     else:
         print(f"usage: {MODULE} MEMORY_KIND MEMORY_MB COMMAND...", file=sys.stderr)

@@ -8,6 +8,7 @@ Child side: imported inside sandboxes, so stdlib only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import signal
@@ -19,12 +20,15 @@ from typing import Any
 
 __all__ = [
     "FILE_SIZE_LIMIT",
+    "NOBODY",
     "NPROC_LIMIT",
     "apply_limits",
     "die_with_parent",
+    "drop_bounding_set",
     "drop_capabilities",
     "drop_privileges",
     "enter_pids_cgroup",
+    "give_to_nobody",
     "libc",
     "remove_pids_cgroup",
     "sweep_pids_cgroups",
@@ -36,10 +40,13 @@ NPROC_LIMIT = 256  # threads count too; generous for torch, fatal for a fork bom
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
 CAP_VERSION_3 = 0x20080522
 PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 
 
+@functools.cache
 def libc() -> Any:
     import ctypes
 
@@ -89,10 +96,7 @@ def drop_privileges(workdir: Path) -> bool:
         # As nobody the interpreter could not load its own (lazily imported) modules.
         return False
     try:
-        for root, dirs, files in os.walk(workdir):
-            for name in [*dirs, *files]:
-                os.chown(os.path.join(root, name), NOBODY, NOBODY)
-        os.chown(workdir, NOBODY, NOBODY)
+        give_to_nobody(workdir)
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
@@ -100,6 +104,18 @@ def drop_privileges(workdir: Path) -> bool:
         return False
     resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
     return True
+
+
+def give_to_nobody(workdir: Path) -> None:
+    """Make ``workdir`` the user ``nobody``'s to work in: what it holds becomes nobody's,
+    the directory itself stays its owner's (so that a daemon still finds it its own to
+    clean up after a crash) but writable to group ``nogroup`` only (65534: no one else's
+    group)."""
+    for root, dirs, files in os.walk(workdir):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(root, name), NOBODY, NOBODY, follow_symlinks=False)
+    os.chown(workdir, -1, NOBODY)
+    os.chmod(workdir, 0o770)
 
 
 def _open_to_others(path: Path) -> bool:
@@ -117,16 +133,26 @@ def _open_to_others(path: Path) -> bool:
     return True
 
 
-def drop_capabilities() -> None:
-    """For a sandbox still running as uid 0 (real root that could not become ``nobody``,
-    or root of a user namespace): empty its capability sets and bounding set, so it can
-    neither undo the read-only mounts nor regain privileges through exec."""
-    import ctypes
-
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set, so that no exec can bring a capability back
+    (needs CAP_SETPCAP; without it this changes nothing)."""
     c = libc()
     last = _read(Path("/proc/sys/kernel/cap_last_cap")).strip()
     for cap in range(int(last) + 1 if last.isdigit() else 64):
         c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: harmless
+
+
+def drop_capabilities() -> None:
+    """Empty this process's capability sets (bounding and ambient included) and forbid new
+    privileges through exec (setuid binaries, file capabilities), so that it can neither
+    undo its mounts nor regain a privilege; for a sandbox still running as uid 0 (real root
+    that could not become ``nobody``, or root of a user namespace), and after any switch
+    to ``nobody``."""
+    import ctypes
+
+    c = libc()
+    drop_bounding_set()
+    c.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kernelflow.actors.sandbox.confine import ALLOW_NETWORK_ENV, network_opted_in
+from kernelflow.actors.sandbox.view import HIDE_ENV
+
 __all__ = [
     "ProcessOutcome",
     "TailBuffer",
+    "daemon_paths",
     "drain",
     "isolated_module",
     "read_tail",
@@ -59,7 +63,10 @@ PASSTHROUGH_ENV = (
 def sandbox_env(home: str, gpu: str | None = None) -> dict[str, str]:
     """The whole environment of a sandboxed process: a minimal one, with ``home`` as its
     HOME and TMPDIR; nothing of the daemon's (API keys, tokens) leaks in. With ``gpu``,
-    the process sees that CUDA device only."""
+    the process sees that CUDA device only. It also tells the sandbox what to hide from the
+    candidate (``KF_SANDBOX_HIDE``: the daemon's home, data dir and config, which the
+    sandbox removes from its environment before anything untrusted runs) and whether the
+    operator opted in to running candidates unisolated (``KF_SANDBOX_ALLOW_NETWORK``)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": home,
@@ -71,7 +78,41 @@ def sandbox_env(home: str, gpu: str | None = None) -> dict[str, str]:
             env[name] = os.environ[name]
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    hidden = daemon_paths()
+    if hidden:
+        env[HIDE_ENV] = os.pathsep.join(hidden)
+    if network_opted_in():
+        env[ALLOW_NETWORK_ENV] = "1"
     return env
+
+
+# Environment variables naming the daemon's own files and directories (its data, config,
+# caches, LLM provider file): hidden from sandboxes, wherever they are.
+_DAEMON_PATH_ENV = (
+    "KF_DATA_DIR",
+    "KF_LLM_CONFIG",
+    "XDG_DATA_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+)
+
+
+def daemon_paths() -> list[str]:
+    """The daemon's home (``$HOME`` and its user's home), data dir, config and cache dirs:
+    what no sandbox may see (absolute paths, "/" left out)."""
+    paths = [os.environ.get("HOME", "")]
+    with contextlib.suppress(KeyError, ImportError):
+        import pwd
+
+        paths.append(pwd.getpwuid(os.getuid()).pw_dir)
+    paths += [os.environ.get(name, "") for name in _DAEMON_PATH_ENV]
+    found = []
+    for path in paths:
+        if path and os.path.isabs(path) and os.path.abspath(path) != "/":
+            found.append(os.path.abspath(path))
+    return sorted(set(found))
 
 
 class TailBuffer:
@@ -130,6 +171,7 @@ class ProcessOutcome:
     returncode: int | None  # None: killed on timeout; negative: killed by that signal
     output: str
     supervisor_lost: bool = False  # the sandbox's parent process was killed from inside
+    result: bytes = b""  # what the sandbox wrote on its result pipe, if it has one
 
 
 def run_process(
@@ -139,6 +181,7 @@ def run_process(
     timeout_s: float,
     max_bytes: int,
     stdin: bytes = b"",
+    pass_fds: tuple[int, ...] = (),
 ) -> ProcessOutcome:
     """Run ``cmd`` in its own process group with ``stdin`` as its whole input; keep the
     last ``max_bytes`` of its combined stdout/stderr. On timeout, and also after a normal
@@ -152,6 +195,7 @@ def run_process(
         stderr=subprocess.STDOUT,
         start_new_session=True,  # own process group: one killpg reaches every descendant
         close_fds=True,
+        pass_fds=pass_fds,
     )
     buf = TailBuffer(max_bytes)
     reader = threading.Thread(target=drain, args=(proc.stdout, buf), daemon=True)

@@ -116,9 +116,9 @@ class WarmWorker:
             raise WorkerLost(f"the warm worker said something odd: {line[:200]!r}") from exc
         return value if isinstance(value, dict) else {}
 
-    def run(self, workdir: str, nonce: str, timeout_s: float) -> dict[str, Any]:
+    def run(self, workdir: str, timeout_s: float) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        line = json.dumps({"workdir": workdir, "nonce": nonce, "timeout_s": timeout_s})
+        line = json.dumps({"workdir": workdir, "timeout_s": timeout_s})
         try:
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
@@ -174,7 +174,7 @@ def shutdown_workers() -> None:
 
 
 def run_in_worker(
-    key: WorkerKey, workdir: str, nonce: str, timeout_s: float, max_output_bytes: int
+    key: WorkerKey, workdir: str, timeout_s: float, max_output_bytes: int
 ) -> ProcessOutcome:
     """Run the job in ``workdir`` in a sandbox forked from the worker for ``key``: its
     exit (None on timeout) and the tail of its ``output.log``. A worker that died before
@@ -184,7 +184,7 @@ def run_in_worker(
         worker = worker_for(key)
         with worker.lock:
             try:
-                reply = worker.run(workdir, nonce, timeout_s)
+                reply = worker.run(workdir, timeout_s)
             except WorkerLost:
                 discard_worker(worker)
                 if attempt == 0 and not Path(workdir, OUTPUT_LOG).exists():
@@ -196,5 +196,6 @@ def run_in_worker(
         if reply.get("outcome") == "timeout":
             return ProcessOutcome(None, output)
         code = -int(reply["signal"]) if "signal" in reply else int(reply.get("code", 0))
-        return ProcessOutcome(code, output, bool(reply.get("intermediate_lost")))
+        result = str(reply.get("result", "")).encode()
+        return ProcessOutcome(code, output, bool(reply.get("intermediate_lost")), result)
     raise AssertionError("unreachable")

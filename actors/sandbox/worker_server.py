@@ -2,13 +2,14 @@
 triton imported, CUDA never initialised) and forks a fresh sandbox for every job.
 
 Protocol: it prints ``{"ready": true, "pid": ...}``, then for every job line on stdin
-(``{"workdir", "nonce", "timeout_s"}``) forks an intermediate process, waits for it with
-the timeout, kills its whole process group and answers one status line on stdout
-(``outcome`` ``done``/``timeout``/``spawn_error``, the sandbox's exit ``code`` or
-``signal``, whether it had a PID namespace). The intermediate starts a session, moves its
-future children into a new PID namespace and a pids cgroup when the machine allows them,
-and forks the sandbox: PID 1 there, it sees no process outside it, and everything it
-starts dies with it. The sandbox's stdout and stderr go to ``WORKDIR/output.log``.
+(``{"workdir", "timeout_s"}``) forks an intermediate process, waits for it with the
+timeout, kills its whole process group and answers one status line on stdout (``outcome``
+``done``/``timeout``/``spawn_error``, the sandbox's exit ``code`` or ``signal``, whether it
+had a PID namespace, and the ``result`` the sandbox wrote on its result pipe, fd 3). The
+intermediate starts a session, moves its future children into a new PID namespace and a
+pids cgroup when the machine allows them, and forks the sandbox: PID 1 there, it sees no
+process outside it, and everything it starts dies with it. The sandbox's stdout and stderr
+go to ``WORKDIR/output.log``.
 
 Child side: stdlib only (the job runner brings its own imports).
 """
@@ -41,11 +42,15 @@ __all__ = ["JobRunner", "serve"]
 CLONE_NEWPID = 0x20000000
 OUTPUT_LOG = "output.log"  # in the job's work dir: the sandbox's stdout and stderr
 
-# Runs one job in the (not yet confined) sandbox process: ``(workdir, nonce)``; never returns.
-JobRunner = Callable[[Path, str], None]
+# Runs one job in the (not yet confined) sandbox process: ``(workdir, result_fd)``, writing
+# its result on the pipe ``result_fd``; never returns.
+JobRunner = Callable[[Path, int], None]
+RESULT_FD = 3
+# A result is read once the sandbox has exited: it must fit in the pipe's buffer.
+_MAX_RESULT_BYTES = 64 * 1024
 
 
-def fork_sandbox(job: dict[str, Any], status_w: int, run_job: JobRunner) -> int:
+def fork_sandbox(job: dict[str, Any], status_w: int, result_w: int, run_job: JobRunner) -> int:
     """Fork the intermediate process; returns its pid (also its process group id).
 
     The intermediate reports the sandbox's wait status (and whether it got a PID
@@ -70,15 +75,27 @@ def fork_sandbox(job: dict[str, Any], status_w: int, run_job: JobRunner) -> int:
             os.dup2(null, 0)
             os.dup2(log, 1)
             os.dup2(log, 2)
-            os.closerange(3, 4096)  # nothing of the worker's pipes stays reachable
+            os.dup2(result_w, RESULT_FD)
+            os.closerange(RESULT_FD + 1, 4096)  # nothing else of the worker's stays reachable
             sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
             faulthandler.enable()
-            run_job(workdir, str(job["nonce"]))
+            run_job(workdir, RESULT_FD)
         _, status = os.waitpid(child, 0)
         os.write(status_w, json.dumps({"status": status, "pidns": pidns}).encode())
         os._exit(0)
     except BaseException:
         os._exit(71)
+
+
+def _read_all(fd: int) -> bytes:
+    """What a pipe holds, its writers all gone; closes it."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while len(data) < _MAX_RESULT_BYTES and (chunk := os.read(fd, _MAX_RESULT_BYTES)):
+            data += chunk
+    os.close(fd)
+    return data
 
 
 def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
@@ -95,14 +112,16 @@ def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
         timeout = float(job.get("timeout_s", 300.0))
         started = time.monotonic()
         status_r, status_w = os.pipe()
+        result_r, result_w = os.pipe()
         try:
-            pid = fork_sandbox(job, status_w, run_job)
+            pid = fork_sandbox(job, status_w, result_w, run_job)
         except OSError as exc:
-            os.close(status_r)
-            os.close(status_w)
+            for fd in (status_r, status_w, result_r, result_w):
+                os.close(fd)
             print(json.dumps({"outcome": "spawn_error", "error": str(exc)}), file=out, flush=True)
             continue
         os.close(status_w)
+        os.close(result_w)
         timed_out = False
         deadline = started + timeout
         delay = 0.002
@@ -119,6 +138,7 @@ def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
         remove_pids_cgroup(pid)
         sweep_pids_cgroups()
         report: dict[str, Any] = {"outcome": "timeout" if timed_out else "done"}
+        report["result"] = _read_all(result_r).decode("utf-8", "replace")
         ready, _, _ = select.select([status_r], [], [], 0)
         raw = os.read(status_r, 4096) if ready else b""
         os.close(status_r)

@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import jsonschema
 
+from kernelflow.actors.redact import scrub
+
 
 @dataclass(frozen=True)
 class ToolLimits:
@@ -139,10 +141,12 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
 
 
 async def run_tool(tool: Tool, args: Any, ctx: ToolContext) -> ToolOutcome:
-    """Call ``tool`` within its limits. Never raises (except cancellation)."""
+    """Call ``tool`` within its limits. Never raises (except cancellation). What it says is
+    scrubbed of credentials: it goes into the log and the agent's next prompt."""
     started = time.monotonic()
 
     def failed(error: str) -> ToolOutcome:
+        error = scrub(error)
         return ToolOutcome(
             ok=False, output=f"error: {error}", error=error, duration_s=time.monotonic() - started
         )
@@ -162,7 +166,7 @@ async def run_tool(tool: Tool, args: Any, ctx: ToolContext) -> ToolOutcome:
         return failed(str(exc))
     except Exception as exc:  # a bug in a tool is still only an observation for the agent
         return failed(f"{tool.name} failed: {type(exc).__name__}: {exc}")
-    text, truncated = truncate(output, tool.limits.max_output_chars)
+    text, truncated = truncate(scrub(output), tool.limits.max_output_chars)
     return ToolOutcome(
         ok=True, output=text, truncated=truncated, duration_s=time.monotonic() - started
     )

@@ -16,11 +16,14 @@ from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, Too
 from kernelflow.actors.tools.registry import register_tool
 from kernelflow.actors.verifier.engine import VerifierConfig, verify
 from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.shapes import SizeBudget
 from kernelflow.actors.verifier.taskfile import CandidateError, check_candidate_source
 
-__all__ = ["CHECK_MAX_SIZE", "CheckKernel", "CompileKernel", "static_problems"]
+__all__ = ["CHECK_BUDGET", "CheckKernel", "CompileKernel", "static_problems"]
 
-CHECK_MAX_SIZE = 64  # on the CPU, check_kernel scales larger size constants down to this
+# On the CPU, check_kernel checks much smaller shapes than the verifier: it is an agent's
+# quick look, not the verdict.
+CHECK_BUDGET = SizeBudget(max_dim=64, max_elements=1 << 16, max_work=1 << 18, long_dim=1 << 12)
 
 _CODE = arguments({"code": {**TEXT, "description": "the whole candidate module"}})
 
@@ -79,7 +82,7 @@ class CheckKernel(Tool):
             memory_mb=self.limits.memory_mb or VerifierConfig.memory_mb,
             trials=1,
             timing=False,
-            cpu_max_size=CHECK_MAX_SIZE,
+            cpu_budget=CHECK_BUDGET,
         )
         report = await asyncio.to_thread(
             verify, ctx.task_source, args["code"], backend=ctx.backend, config=config

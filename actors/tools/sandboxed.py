@@ -1,13 +1,16 @@
 """Run a tool's command in the verifier's sandbox; the ``python`` tool.
 
 The command runs in a fresh private directory holding only the files it is given, with
-a minimal environment, confined as a verifier sandbox is
+a minimal environment, confined as a verifier's candidate is
 (:func:`kernelflow.actors.sandbox.run_confined`: no network, its own PID namespace where
-the machine allows one, unprivileged where possible, an address-space limit, no core
-dumps, bounded file size, death with its parent), under a wall-clock timeout that kills
-its whole process group, with a bounded output tail. The directory is deleted
-afterwards. Commands run on the CPU: the GPU belongs to the verifier, so it is hidden
-from them and Triton runs interpreted.
+the machine allows one, a read-only file system in which homes, secrets, the daemon's data
+and the other sandboxes are hidden, the user ``nobody`` without capabilities, an
+address-space limit, no core dumps, bounded file size, death with its parent), under a
+wall-clock timeout that kills its whole process group, with a bounded output tail. The
+directory is deleted afterwards. Where the machine cannot isolate it (and
+``KF_SANDBOX_ALLOW_NETWORK`` does not opt in), the call fails, saying why. Commands run on
+the CPU: the GPU belongs to the verifier, so it is hidden from them and Triton runs
+interpreted.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelflow.actors.sandbox import device_env, run_confined
+from kernelflow.actors.sandbox import SandboxUnavailable, device_env, run_confined
 from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from kernelflow.actors.tools.registry import register_tool
 from kernelflow.actors.tools.workspace import materialise
@@ -75,14 +78,17 @@ def _run(
     with locked_workdir(TOOL_PREFIX, scratch_dir) as workdir:
         materialise(files, Path(workdir))
         tail_bytes = max(0, limits.max_output_chars - _RESERVED_CHARS)
-        outcome = run_confined(
-            argv,
-            workdir,
-            _environment(workdir),
-            limits.work_timeout_s,
-            tail_bytes,
-            memory_mb=limits.memory_mb or 0,
-        )
+        try:
+            outcome = run_confined(
+                argv,
+                workdir,
+                _environment(workdir),
+                limits.work_timeout_s,
+                tail_bytes,
+                memory_mb=limits.memory_mb or 0,
+            )
+        except SandboxUnavailable as exc:
+            raise ToolError(f"unsupported: {exc.reason}") from None
     output = outcome.output.replace(workdir.rstrip("/") + "/", "")
     return CommandResult(outcome.returncode, output, limits.timeout_s)
 
@@ -97,7 +103,8 @@ async def run_sandboxed(
     """Run ``argv`` in a fresh directory (under ``scratch_dir``, else the system's temp
     dir) holding ``files``, within ``limits``: time, memory (``memory_mb``, None: no
     limit) and output (its tail, within ``max_output_chars``). Whatever the command writes is
-    discarded with the directory; nothing it started is left running."""
+    discarded with the directory; nothing it started is left running. Raises ToolError
+    where the machine cannot isolate the command."""
     return await asyncio.to_thread(_run, argv, limits, files or {}, scratch_dir)
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
-import secrets
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import msgspec
 
 from kernelflow.actors.backends import DEFAULT_BACKEND, UnknownBackend, backend_names
 from kernelflow.actors.backends import backend as find_backend
+from kernelflow.actors.redact import scrub, secret_values
 from kernelflow.actors.sandbox import (
     ProcessOutcome,
     SandboxPlan,
@@ -48,15 +50,18 @@ from kernelflow.actors.sandbox import (
     shutdown_workers,
     worker_for,
 )
+from kernelflow.actors.sandbox.process import read_tail
 from kernelflow.actors.verifier.child.compare import DEFAULT_TOLERANCES
+from kernelflow.actors.verifier.child.remote import CANDIDATE_DIR
+from kernelflow.actors.verifier.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
 from kernelflow.actors.verifier.gate import check_candidate
 from kernelflow.actors.verifier.results import feedback_text, interpret
+from kernelflow.actors.verifier.shapes import CPU_BUDGET, SizeBudget, auto_shape_sets
 from kernelflow.actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,
     check_task_source,
-    size_constants,
 )
 from kernelflow.actors.workdirs import VERIFY_PREFIX, locked_workdir
 from kernelflow.events.model import VerificationReport
@@ -64,7 +69,6 @@ from kernelflow.events.model import VerificationReport
 __all__ = [
     "CHILD_MODULE",
     "VerifierConfig",
-    "auto_shape_sets",
     "detect_device",
     "shutdown_workers",
     "verify",
@@ -80,15 +84,18 @@ class VerifierConfig:
     timeout_s: float = 300.0
     memory_mb: int = 16384
     trials: int = 3
-    seed: int = 0
+    # None: seeds no one can predict, drawn for every check (inputs and parameters); an
+    # int makes a check reproducible, for debugging only (a known seed is a known input).
+    seed: int | None = None
     max_output_bytes: int = 64_000
     python: str = sys.executable
     tolerances: dict[str, tuple[float, float]] | None = None  # None: DEFAULT_TOLERANCES
-    # Size overrides of the task's module-level int constants, one dict per shape set;
-    # None: automatic (the task's sizes, capped on the CPU, plus a perturbed set that
-    # catches shape-specialised code). ``({},)`` checks the task's own sizes only.
+    # Size overrides of the task's module-level size constants, one dict per shape set
+    # (the task module is executed afresh with them, so derived shapes follow); None: the
+    # policy of ``shapes.auto_shape_sets`` (within ``cpu_budget`` on the CPU, and sets of
+    # other sizes that catch shape-specialised code). ``({},)``: the task's own sizes only.
     shapes: tuple[dict[str, int], ...] | None = None
-    cpu_max_size: int = 1024  # on the CPU, larger size constants are scaled down
+    cpu_budget: SizeBudget = CPU_BUDGET  # how large a shape set may be on the CPU
     static_gate: bool = True  # the AST reward-hack gate (disable only to test the sandbox)
     warm: bool = True  # fork from a warm worker instead of starting a fresh interpreter
     device: str | None = None  # "cpu" / "cuda" to require one; None: whatever is here
@@ -102,6 +109,8 @@ class VerifierConfig:
 
 
 DEFAULT_CONFIG = VerifierConfig()
+# The judge's result is bounded well below this (it must fit in a pipe's buffer).
+_MAX_RESULT_BYTES = 64 * 1024
 
 
 def _sandbox_plan(python: str, device: str, memory_mb: int) -> SandboxPlan:
@@ -152,23 +161,6 @@ def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
     return f"{device}, " + ("warm worker up" if config.warm else "a fresh sandbox per candidate")
 
 
-def auto_shape_sets(task_source: str, device: str, cpu_max_size: int) -> list[dict[str, int]]:
-    """Shape sets for a task: its own sizes (scaled down on the CPU: a constant above
-    ``cpu_max_size`` becomes a smaller, non-power-of-two one), then every size of at least
-    4 shrunk to about two thirds plus one, so code written for one shape fails."""
-    consts = size_constants(task_source)
-    if not consts:
-        return [{}]
-    first: dict[str, int] = {}
-    if device == "cpu":
-        for name, value in consts.items():
-            if value > cpu_max_size:
-                first[name] = cpu_max_size - cpu_max_size // 10 + 3
-    current = {**consts, **first}
-    second = {name: v * 2 // 3 + 1 for name, v in current.items() if v >= 4}
-    return [first, second] if second else [first]
-
-
 def verify(
     task_source: str,
     candidate_source: str,
@@ -192,12 +184,26 @@ def verify(
         report = _run_sandboxed(task_source, candidate_source, backend, device, config)
     except _Refused as refused:
         report = refused.report
+    report = scrubbed(report)
     return msgspec.structs.replace(
         report,
         device=device,
         backend=backend,
         duration_s=time.perf_counter() - started,
         feedback=feedback_text(report, config.feedback_chars),
+    )
+
+
+def scrubbed(report: VerificationReport) -> VerificationReport:
+    """``report`` with every credential removed from its texts: they carry what the
+    candidate printed and raised, and go into the log and the coder's next prompt."""
+    secrets = secret_values()
+    return msgspec.structs.replace(
+        report,
+        summary=scrub(report.summary, secrets),
+        errors=[scrub(e, secrets) for e in report.errors],
+        reasons=[scrub(r, secrets) for r in report.reasons],
+        mismatches=[scrub(m, secrets) for m in report.mismatches],
     )
 
 
@@ -274,12 +280,16 @@ def _run_sandboxed(
     shapes = (
         [dict(s) for s in config.shapes]
         if config.shapes is not None
-        else auto_shape_sets(task_source, device, config.cpu_max_size)
+        else auto_shape_sets(task_source, device, config.cpu_budget)
     )
     plan = _sandbox_plan(config.python, device, config.memory_mb)
+    if plan.refusal:
+        raise _Refused("unsupported", plan.refusal)
     with locked_workdir(VERIFY_PREFIX) as workdir:
         Path(workdir, "task.py").write_text(task_source)
-        Path(workdir, "candidate.py").write_text(candidate_source)
+        # The candidate's process works in a dir of its own and sees nothing else of these.
+        Path(workdir, CANDIDATE_DIR).mkdir()
+        Path(workdir, CANDIDATE_DIR, "candidate.py").write_text(candidate_source)
         job = {
             "task_file": "task.py",
             "candidate_file": "candidate.py",
@@ -292,33 +302,44 @@ def _run_sandboxed(
             "tolerances": config.tolerances or DEFAULT_TOLERANCES,
             "memory_kind": plan.memory_kind,
             "fs_isolation": plan.fs_isolation,
+            "sandbox_notes": list(plan.notes),
             "memory_mb": config.memory_mb,
             "timing": config.timing,
             "timing_reps": config.timing_reps,
             "baseline": config.baseline,
         }
         Path(workdir, "job.json").write_text(json.dumps(job))
-        nonce = secrets.token_hex(16)
         try:
             if config.warm:
                 key = _worker_key(config, device, plan.prefix)
-                outcome = run_in_worker(
-                    key, workdir, nonce, config.timeout_s, config.max_output_bytes
-                )
+                outcome = run_in_worker(key, workdir, config.timeout_s, config.max_output_bytes)
             else:
-                outcome = _run_fresh(plan, device, workdir, nonce, config)
+                outcome = _run_fresh(plan, device, workdir, config)
         except (OSError, WorkerLost) as exc:
             raise _Refused("runtime_error", f"could not run the sandbox: {exc}") from None
-        return interpret(outcome, workdir, nonce, config.timeout_s)
+        printed = read_tail(Path(workdir, CANDIDATE_DIR, CANDIDATE_OUTPUT), config.max_output_bytes)
+        return interpret(outcome, workdir, config.timeout_s, printed)
 
 
 def _run_fresh(
-    plan: SandboxPlan, device: str, workdir: str, nonce: str, config: VerifierConfig
+    plan: SandboxPlan, device: str, workdir: str, config: VerifierConfig
 ) -> ProcessOutcome:
-    """The naive path: a fresh interpreter for this one check (the nonce on its stdin)."""
+    """The naive path: a fresh interpreter for this one check, its result on a pipe."""
     env = device_env(workdir, device, config.gpu)
     env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
-    cmd = [*plan.prefix, *isolated_module(config.python, CHILD_MODULE, workdir)]
-    return run_process(
-        cmd, workdir, env, config.timeout_s, config.max_output_bytes, stdin=nonce.encode() + b"\n"
-    )
+    result_r, result_w = os.pipe()
+    try:
+        args = (workdir, "--result-fd", str(result_w))
+        cmd = [*plan.prefix, *isolated_module(config.python, CHILD_MODULE, *args)]
+        outcome = run_process(
+            cmd, workdir, env, config.timeout_s, config.max_output_bytes, pass_fds=(result_w,)
+        )
+    finally:
+        os.close(result_w)
+    os.set_blocking(result_r, False)
+    with os.fdopen(result_r, "rb") as pipe:
+        try:
+            result = pipe.read(_MAX_RESULT_BYTES) or b""
+        except BlockingIOError:  # a process the candidate left behind holds the pipe open
+            result = b""
+    return dataclasses.replace(outcome, result=result)

@@ -1,29 +1,24 @@
 """The parent's side of a sandbox's result: what the sandbox left behind (its exit, its
-output, the ``result.json`` it signed with the job's nonce) turned into a
+output, the result its judge wrote on the result pipe) turned into a
 ``VerificationReport``, and the bounded feedback text a coder reads.
 
-The child writes the result in :func:`kernelflow.actors.verifier.child.report.write_result`;
-a result that is missing, unsigned or malformed is never trusted.
+The judge writes the result in :func:`kernelflow.actors.verifier.child.report.write_result`
+on a pipe the candidate's process never holds; a result that is missing or malformed is
+never trusted.
 """
 
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import msgspec
 
 from kernelflow.actors.sandbox import ProcessOutcome
-from kernelflow.actors.verifier.child.report import RESULT_FILE
 from kernelflow.events.model import VerificationReport
 
 __all__ = ["feedback_text", "interpret"]
 
 _FEEDBACK_LINES = 30
-
-
-class _Signed(msgspec.Struct):
-    nonce: str = ""
 
 
 _VERDICT_ADVICE = {
@@ -76,32 +71,27 @@ def _describe_exit(returncode: int) -> str:
 
 
 def interpret(
-    outcome: ProcessOutcome, workdir: str, nonce: str, timeout_s: float
+    outcome: ProcessOutcome, workdir: str, timeout_s: float, candidate_output: str = ""
 ) -> VerificationReport:
-    """Turn what the sandbox left behind (its exit, its output, ``result.json``) into a
-    report: the result it wrote, if it is signed with ``nonce`` and the sandbox exited
-    cleanly; otherwise a verdict on how it ended."""
+    """Turn what the sandbox left behind (its exit, its output, its judge's result, what
+    the candidate printed) into a report: the result, if the sandbox exited cleanly with
+    one; otherwise a verdict on how it ended."""
     if outcome.returncode is None:
         summary = f"timeout: verification exceeded the {timeout_s:g} s limit and was killed"
         errors = [
             summary + " (an endless loop in forward() or in the kernel, or a kernel far "
             "too slow for the input size?)"
         ]
-        if outcome.output.strip():
-            errors.append("last output:\n" + _tail(outcome.output, workdir, 10))
+        for said in (candidate_output, outcome.output):
+            if said.strip():
+                errors.append("last output:\n" + _tail(said, workdir, 10))
         return VerificationReport(
             verdict="timeout", summary=summary, errors=errors, reasons=[f"timeout: {summary}"]
         )
-    result_path = Path(workdir, RESULT_FILE)
-    try:
-        raw = result_path.read_bytes() if result_path.is_file() else b""
-    except OSError:
-        raw = b""
     parsed: VerificationReport | None = None
-    if raw:
+    if outcome.result:
         try:
-            if msgspec.json.decode(raw, type=_Signed).nonce == nonce:
-                parsed = msgspec.json.decode(raw, type=VerificationReport)
+            parsed = msgspec.json.decode(outcome.result, type=VerificationReport)
         except msgspec.DecodeError:
             parsed = None
     if parsed is not None and outcome.returncode == 0:
@@ -111,13 +101,13 @@ def interpret(
         if outcome.output.strip()
         else []
     )
-    if raw and parsed is None:
-        summary = "the sandbox wrote an invalid or unsigned result (candidate tampering?)"
+    if outcome.result and parsed is None:
+        summary = "verifier internal error: the judge's result could not be read"
         return VerificationReport(
-            verdict="rejected_runtime",
+            verdict="runtime_error",
             summary=summary,
             errors=[summary, *tail],
-            reasons=[f"tampering: {summary}"],
+            reasons=[f"internal: {summary}"],
         )
     if outcome.supervisor_lost:
         summary = (

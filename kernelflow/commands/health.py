@@ -7,7 +7,9 @@ durable consumers (work waiting for a role no daemon hosts); the daemons (each a
 failed sandbox warm-up failing the check; at least ``--min-daemons`` must answer within
 ``--wait`` seconds, none with ``--no-daemons``); the LLM provider this machine is
 configured with (the spec resolves into providers, per agent; nothing is called, so
-nothing is paid); and the tool registry (every tool builds).
+nothing is paid); the tool registry (every tool builds); and how this machine's sandbox
+isolates candidates (``warn`` where it cannot, saying whether they are refused or run
+anyway under ``KF_SANDBOX_ALLOW_NETWORK=1``).
 
 Each check is ``ok``, ``warn`` (worth knowing, not blocking) or ``fail``. Exit status: 0
 healthy (no ``fail``), 1 unhealthy, 2 bad usage. It reads only: it creates no stream.
@@ -32,6 +34,7 @@ from kernelflow.actors.bridge import safe_url
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.health import llm_description, ping_daemons, safe_spec
 from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
+from kernelflow.actors.sandbox import isolation_status
 from kernelflow.actors.tools import make_tool, tool_names
 from kernelflow.commands.options import add_connection_options
 from kernelflow.events import subjects
@@ -392,6 +395,35 @@ def check_backends(report: Report) -> None:
     report.sections["backends"] = {"names": names, "plugin_errors": problems}
 
 
+def check_sandbox(report: Report, settings: Settings) -> None:
+    """How this machine's sandbox isolates candidates (the verifiers' and the tools'), and
+    whether the operator opted in to running them without (``KF_SANDBOX_ALLOW_NETWORK``)."""
+    status = isolation_status()
+    opted_in = settings.sandbox_allow_network
+    report.sections["sandbox"] = {
+        "isolated": status.isolated,
+        "probe": list(status.said),
+        "allow_network": opted_in,
+        "refusal": status.refusal,
+    }
+    said = "; ".join(status.said) or "the probe said nothing"
+    if status.isolated:
+        note = " (KF_SANDBOX_ALLOW_NETWORK=1 is set, not needed here)" if opted_in else ""
+        report.add("sandbox", "isolation", OK, f"{said}{note}")
+    elif opted_in:
+        report.add(
+            "sandbox",
+            "isolation",
+            WARN,
+            "NOT isolated, candidates run anyway (KF_SANDBOX_ALLOW_NETWORK=1): they can "
+            f"reach the network; {said}",
+        )
+    else:
+        report.add(
+            "sandbox", "isolation", WARN, f"candidates are refused (unsupported): {status.refusal}"
+        )
+
+
 # --------------------------------------------------------------------------- command
 
 
@@ -405,6 +437,7 @@ def run_checks(args: argparse.Namespace, settings: Settings) -> Report:
     check_llm(report, getattr(args, "llm", None) or settings.llm)
     check_tools(report)
     check_backends(report)
+    check_sandbox(report, settings)
     return report
 
 

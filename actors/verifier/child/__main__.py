@@ -1,9 +1,9 @@
 """The verifier's sandbox process, started as ``python -I -m kernelflow.actors.verifier.child``
 (isolated: nothing of the daemon's environment; site-packages still hold kernelflow):
 
-``... WORKDIR``
-    One fresh process for the job in WORKDIR (the nonce comes on stdin): the naive,
-    slower path.
+``... WORKDIR --result-fd FD``
+    One fresh process for the job in WORKDIR, its result written on the pipe FD: the
+    naive, slower path.
 ``... --serve DEVICE``
     The warm worker (:mod:`kernelflow.actors.sandbox.worker_server`): the runtime imported
     once, a sandbox forked per job.
@@ -27,7 +27,8 @@ from kernelflow.actors.verifier.child.job import execute
 from kernelflow.actors.verifier.child.runtime import check_runtime, preload
 
 USAGE = (
-    "usage: python -I -m kernelflow.actors.verifier.child WORKDIR | --serve DEVICE | --probe ..."
+    "usage: python -I -m kernelflow.actors.verifier.child "
+    "WORKDIR --result-fd FD | --serve DEVICE | --probe ..."
 )
 
 
@@ -39,16 +40,12 @@ def main(argv: list[str]) -> int:
         return check_runtime(device, kind, memory_mb, fs=False)
     if len(argv) == 2 and argv[0] == "--serve":
         return serve(preload, execute)
-    if len(argv) != 1:
+    if len(argv) != 3 or argv[1] != "--result-fd" or not argv[2].isdigit():
         print(USAGE, file=sys.stderr)
         return 2
-    # Candidate prints must survive a crash (os._exit, segfault) to be shown as feedback.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    # A segfault in a kernel then still prints the Python stack (candidate.py line).
     faulthandler.enable()
-    # Read before anything untrusted runs; the nonce then only lives in this frame.
-    nonce = sys.stdin.readline().strip()
-    execute(Path(argv[0]).resolve(), nonce)
+    execute(Path(argv[0]).resolve(), int(argv[2]))
     return 0
 
 

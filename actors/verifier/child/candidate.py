@@ -1,7 +1,7 @@
-"""The candidate-running side of a check: the candidate's module loaded, its ``ModelNew``
-built and called under the runtime guards, and timed. It sees only what the judge hands
-it (constructor arguments, input tensors) and gives back only outputs; it knows nothing of
-the reference, the comparison or the verdict (:mod:`.judge`).
+"""The candidate in its own process (:mod:`.runner`): its module loaded, its ``ModelNew``
+built and called under the runtime guards. It sees only what the judge sends it
+(constructor arguments, a seed, input tensors) and gives back only outputs; it knows
+nothing of the reference, the comparison or the verdict (:mod:`.judge`).
 
 Child side: stdlib at module level; torch is imported where it is used.
 """
@@ -17,7 +17,6 @@ from kernelflow.actors.verifier.child.guards import (
     os_threads,
 )
 from kernelflow.actors.verifier.child.loading import load_module
-from kernelflow.actors.verifier.child.timing import timing_report
 
 __all__ = ["Candidate"]
 
@@ -26,22 +25,21 @@ class Candidate:
     """One candidate module on ``device``, whose every forward() call must launch a
     kernel of ``launch_label`` (see :func:`~.guards.guarded_forward`)."""
 
-    def __init__(self, module: Any, device: str, launch_label: str) -> None:
+    def __init__(self, module: Any, device: str, launch_label: str, baseline_threads: int) -> None:
         self.model_class: Any = getattr(module, "ModelNew", None)  # None: the job refuses it
         self.device = device
         self.launch_label = launch_label
         self.model: Any = None
-        # Threads running before forward(): more after it means work escaping the check.
-        self.baseline_threads = 0
+        # Threads running before the candidate's code did: more after a call into it means
+        # work escaping the check.
+        self.baseline_threads = baseline_threads
 
     @classmethod
     def load(cls, path: Path, name: str, device: str, launch_label: str) -> Candidate:
-        """Import the candidate's module from ``path`` (its module-level code runs)."""
-        return cls(load_module(path, name), device, launch_label)
-
-    def note_threads(self) -> None:
-        """Count the threads now running (the reference's, torch's own) as the baseline."""
-        self.baseline_threads = max(self.baseline_threads, os_threads())
+        """Import the candidate's module from ``path`` (its module-level code runs); the
+        threads running before it are the baseline."""
+        baseline = os_threads()
+        return cls(load_module(path, name), device, launch_label, baseline)
 
     def construct(self, init_inputs: Any) -> None:
         """``ModelNew(*init_inputs)`` on the device, in eval mode (the caller seeded the
@@ -52,7 +50,6 @@ class Candidate:
         if hasattr(model, "eval"):
             model = model.eval()
         self.model = model
-        self.note_threads()
 
     def forward(self, inputs: Any) -> Any:
         """One guarded forward() call on ``inputs``; its outputs."""
@@ -63,9 +60,3 @@ class Candidate:
     def check_own_memory(self, outputs: Any, inputs: Any) -> None:
         """``outputs`` (of a call on ``inputs``) must own their memory."""
         check_output_storage(outputs, inputs, self.model)
-
-    def timing(
-        self, baseline: Any, inputs: list[Any], expected: Any, job: dict[str, Any]
-    ) -> tuple[float | None, dict[str, Any]]:
-        """Speedup over ``baseline`` (the reference model) and the timing details."""
-        return timing_report(baseline, self.model, inputs, expected, job)

@@ -157,6 +157,40 @@ def make_op_guard() -> Any:
     return OpGuard()
 
 
+def warm_up_thread_pools() -> None:
+    """Start the thread pools torch and numpy start lazily (intra-op, BLAS) before the
+    baseline is counted, so that a legitimate first matmul is not taken for a thread the
+    candidate started."""
+    import torch
+
+    a = torch.ones(64, 64)
+    (a @ a).sum()
+    (a + a).relu_()
+    try:
+        import numpy as np
+
+        b = np.ones((64, 64))
+        b @ b
+    except ImportError:  # numpy is optional for the check itself
+        pass
+
+
+@contextlib.contextmanager
+def guarded_construction(baseline_threads: int) -> Iterator[None]:
+    """``ModelNew(...)`` watched as forward() is for what escapes the check: threads left
+    running, child processes. (Its ops are not: building parameters computes.)"""
+    yield
+    threads = os_threads()
+    if threads > baseline_threads:
+        raise rejected(
+            "threads",
+            f"ModelNew(...) left {threads - baseline_threads} extra thread(s) running",
+        )
+    kids = child_processes()
+    if kids:
+        raise rejected("processes", f"ModelNew(...) started {len(kids)} child process(es)")
+
+
 def guarded_forward(
     model: Any, inputs: Any, device: str, baseline_threads: int, launch_label: str
 ) -> Any:

@@ -1,43 +1,48 @@
-"""The judging side of a check: the reference and its inputs, the trials, the comparison
-of the candidate's outputs with the reference's, and the verdict.
+"""The judging side of a check, in a process the candidate's code never runs in: the
+reference and its inputs, the trials, the comparison of the candidate's outputs with the
+reference's, and the verdict.
 
-The judge drives the candidate (:mod:`.candidate`) through a narrow interface only: it
-hands it constructor arguments and input tensors (copies: the reference's own inputs stay
-the judge's) and takes back outputs. Each trial builds the reference with a fresh seed,
-runs it, poisons the memory its outputs leave behind, then has the candidate built with
-the same seed and called twice on copies of the same inputs: inputs must come back
-unchanged, outputs must own their memory, match the reference within tolerances, and the
-second call must agree with the first.
+The judge drives the candidate's process (:mod:`.remote`) through requests only: it sends
+a seed and constructor arguments, then input tensors, and gets back output tensors as
+data. Each trial builds the reference from a seed, and makes two calls, each on inputs of
+its own (drawn from a secret seed, of two different kinds: :mod:`.inputs`). Each call's
+outputs must match the reference's on the same inputs within tolerances, and outputs
+that stay the same while the reference's change are refused: a check only passes a
+candidate that computes.
 
 Child side: stdlib at module level; torch is imported where it is used.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from kernelflow.actors.verifier.child.candidate import Candidate
 from kernelflow.actors.verifier.child.compare import (
     Tolerances,
     compare_outputs,
     same_values,
     tolerances_of,
 )
-from kernelflow.actors.verifier.child.guards import overlaps, storages
-from kernelflow.actors.verifier.child.loading import clone, flatten, seed_all, to_device
+from kernelflow.actors.verifier.child.inputs import draw_inputs, draw_seed, variant_of_call
+from kernelflow.actors.verifier.child.loading import clone, flatten, seed_all
+from kernelflow.actors.verifier.child.remote import (
+    Answer,
+    CandidateDied,
+    CandidateRaised,
+    RemoteCandidate,
+)
 from kernelflow.actors.verifier.child.report import (
     WROTE_OUTSIDE,
     Reports,
+    Verdict,
     VerificationFailure,
-    classify_exception,
-    exception_chain,
     format_exception,
     rejected,
-    wrote_outside,
 )
 
-__all__ = ["Checks", "Judge", "Judged"]
+__all__ = ["Checks", "Judge", "Judged", "candidate_died", "candidate_raised"]
 
 REFERENCE = "reference"
 CONSTRUCTION = "ModelNew(...) construction"
@@ -50,17 +55,18 @@ class Checks:
 
     device: str
     trials: int
-    seed: int
+    seed: int | None  # None: unpredictable seeds; an int reproduces a check (debugging)
     shape_sets: list[dict[str, int]]
     auto_shapes: bool  # the verifier chose the shape sets: one the reference fails is skipped
     tolerances: Tolerances
 
     @classmethod
     def from_job(cls, job: dict[str, Any]) -> Checks:
+        seed = job.get("seed")
         return cls(
             device=job.get("device", "cpu"),
             trials=max(1, int(job.get("trials", 3))),
-            seed=int(job.get("seed", 0)),
+            seed=None if seed is None else int(seed),
             shape_sets=list(job.get("shapes") or [{}]),
             auto_shapes=bool(job.get("auto_shapes", False)),
             tolerances=tolerances_of(job),
@@ -80,41 +86,47 @@ class Judged:
     expected: Any = None
 
 
+@dataclass
+class _Call:
+    """One call's inputs and what the reference made of them."""
+
+    inputs: list[Any]
+    expected: Any
+    reference_mutates: bool  # the reference itself writes to its inputs
+
+
 class _ShapesUnusable(Exception):
     """The reference itself fails on a shape set the verifier chose: skip that set."""
 
 
+# The task module with a shape set's sizes applied.
+TaskForShapes = Callable[[dict[str, int]], Any]
+
+
 class Judge:
-    """Runs the trials of ``candidate`` against the task module's ``model_class``; a
-    failed check raises the :class:`~.report.Verdict` that ends the job."""
+    """Runs the trials of the candidate against the task's ``Model``; a failed check
+    raises the :class:`~.report.Verdict` that ends the job."""
 
     def __init__(
         self,
-        task: Any,
-        model_class: Any,
-        candidate: Candidate,
+        task_for: TaskForShapes,
+        candidate: RemoteCandidate,
         checks: Checks,
         reports: Reports,
         notes: list[str],
         workdir: str,
     ) -> None:
-        self.task = task
-        self.model_class = model_class
+        self.task_for = task_for
+        self.task: Any = None
         self.candidate = candidate
         self.checks = checks
         self.reports = reports
-        self.notes = notes  # notes for the report: shape sets skipped
+        self.notes = notes  # notes for the report: shape sets skipped, inputs fallen back
         self.workdir = workdir
         self.judged = Judged()
 
     def run(self) -> Judged:
         checks, judged = self.checks, self.judged
-        defaults = {
-            name: getattr(self.task, name)
-            for s in checks.shape_sets
-            for name in s
-            if hasattr(self.task, name)
-        }
         n_runs = max(checks.trials, len(checks.shape_sets))
         skipped: set[int] = set()
         for trial in range(n_runs):
@@ -122,8 +134,6 @@ class Judge:
             if set_index in skipped:
                 continue
             shapes = checks.shape_sets[set_index]
-            for name, value in [*defaults.items(), *shapes.items()]:
-                setattr(self.task, name, value)
             label = f"trial {trial + 1}/{n_runs}" + (
                 f" (shapes {', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes else ""
             )
@@ -143,65 +153,112 @@ class Judge:
     def trial(
         self, trial: int, label: str, shapes: dict[str, int], may_skip: bool
     ) -> tuple[float, float]:
-        """One trial; its largest absolute and relative errors."""
+        """One trial: the reference built, the candidate built, two calls; the largest
+        absolute and relative errors."""
         shapes_so_far = [*self.judged.shapes, shapes]
         stage = REFERENCE
         try:
-            trial_seed = self.checks.seed * 1_000_003 + trial
-            ref_in, cand_in = self.run_reference(trial_seed)
-            self.candidate.note_threads()
+            self.task = self.task_for(shapes)
+            init = list(self.task.get_init_inputs())
+            build_seed = draw_seed(self.checks.seed, trial, 1)
+            self.build_reference(init, build_seed)
+            first = self.reference_call(trial, 0)
             stage = CONSTRUCTION
-            # Same seed before each constructor: parameters initialised in the same order
-            # come out identical, as KernelBench does.
-            seed_all(trial_seed)
-            self.candidate.construct(self.task.get_init_inputs())
+            # The same seed before each constructor: parameters initialised in the same
+            # order come out identical, as KernelBench does.
+            self.candidate.construct(init, build_seed)
             stage = FORWARD
-            got = self.candidate.forward(cand_in)
+            got = self.candidate_call(first)
+            errors = self.check(first, got)
+            stage = REFERENCE
+            second = self.reference_call(trial, 1)
+            stage = FORWARD
+            again = self.candidate_call(second)
+            self.check(second, again)
+            self.check_it_computes(first, got, second, again)
         except VerificationFailure as failure:
             raise self.reports.refused(failure, trial, label, shapes_so_far) from None
+        except CandidateRaised as raised:
+            raise candidate_raised(self.reports, raised.info, stage, trial, label) from None
+        except CandidateDied as died:
+            raise candidate_died(self.reports, died, trial, label) from None
+        except Verdict:
+            raise
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, KeyboardInterrupt) or stage != REFERENCE:
                 raise
-            if stage == REFERENCE:
-                self.refuse_reference(exc, trial, label, shapes, may_skip)
-            raise self.candidate_raised(exc, stage, trial, label) from None
-        try:
-            return self.check_outputs(ref_in, cand_in, got)
-        except VerificationFailure as failure:
-            raise self.reports.refused(failure, trial, label, shapes_so_far) from None
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            tb = format_exception(exc, self.workdir)
-            last = tb[-1] if tb else type(exc).__name__
-            outside = wrote_outside(exc)
-            raise self.reports.failed(
-                "rejected_runtime" if outside else classify_exception(exc),
-                f"candidate raised in its second forward() call ({label}): {last}",
-                tb,
-                (WROTE_OUTSIDE if outside else "exception: ") + last,
-                trial,
-            ) from None
+            self.refuse_reference(exc, trial, label, shapes, may_skip)
+        self.judged.inputs, self.judged.expected = first.inputs, first.expected
+        return errors
 
-    def run_reference(self, trial_seed: int) -> tuple[Any, Any]:
-        """Build this trial's reference and inputs, and run it; the inputs it ran on, and
-        a copy for the candidate made before it ran."""
+    def build_reference(self, init: list[Any], seed: int) -> None:
+        seed_all(seed)
+        model = self.task.Model(*init)
+        self.judged.reference_model = model.to(self.checks.device).eval()
+
+    def reference_call(self, trial: int, call: int) -> _Call:
+        """Inputs for call ``call`` of ``trial`` and the reference's outputs on them; on
+        published inputs if the reference is not finite (or fails) on the varied ones."""
+        variant = variant_of_call(trial, call)
+        seed = draw_seed(self.checks.seed, trial, 10 + call)
+        if variant != "published":
+            try:
+                varied = self.run_reference(draw_inputs(self.task, seed, variant, self.device))
+            except Exception:
+                varied = None
+            if varied is not None and all_finite(varied.expected):
+                return varied
+            self.note_once(
+                f"inputs: the reference is not finite on {variant} inputs; those calls "
+                "use get_inputs()'s own distribution"
+            )
+        return self.run_reference(draw_inputs(self.task, seed, "published", self.device))
+
+    def run_reference(self, inputs: list[Any]) -> _Call:
         import torch
 
-        judged, device = self.judged, self.checks.device
-        seed_all(trial_seed)
-        judged.reference_model = self.model_class(*self.task.get_init_inputs())
-        judged.reference_model = judged.reference_model.to(device).eval()
-        seed_all(trial_seed + 7919)  # a different stream for the inputs
-        judged.inputs = list(to_device(self.task.get_inputs(), device))
-        ref_in, cand_in = clone(judged.inputs), clone(judged.inputs)
+        ran_on = clone(inputs)
         with torch.no_grad():
-            ref_out = judged.reference_model(*ref_in)
-        if device == "cuda":
+            expected = self.judged.reference_model(*ran_on)
+        if self.device == "cuda":
             torch.cuda.synchronize()
-        judged.expected = clone(ref_out)
-        poison(ref_out, ref_in)
-        return ref_in, cand_in
+        mutates = any(
+            isinstance(a, torch.Tensor) and not same_values(a, b)
+            for (_, a), (_, b) in zip(flatten(inputs, "i"), flatten(ran_on, "i"), strict=True)
+        )
+        return _Call(inputs, clone(expected), mutates)
+
+    def candidate_call(self, call: _Call) -> Answer:
+        return self.candidate.forward(
+            call.inputs, self.device, value_bytes(call.expected), call.reference_mutates
+        )
+
+    def check(self, call: _Call, got: Answer) -> tuple[float, float]:
+        """The candidate's outputs on ``call``'s inputs against the reference's."""
+        for name, facts in got.facts:
+            if facts.get("class") != "torch.Tensor":
+                raise rejected(
+                    "output_type",
+                    f"{name} must be a plain torch.Tensor, got {facts.get('class')} (tensor "
+                    "subclasses and lazy tensors are not allowed)",
+                )
+            if facts.get("device") != self.device:
+                msg = f"{name} is on device {facts.get('device')}, the reference's on {self.device}"
+                raise VerificationFailure(f"{name}: device mismatch: {msg}", [msg])
+        return compare_outputs(call.expected, got.outputs, self.checks.tolerances)
+
+    def check_it_computes(self, first: _Call, got: Answer, second: _Call, again: Answer) -> None:
+        """Outputs that stay the same while the reference's change: a constant, cached or
+        input-independent result (which the comparison alone might miss where both are
+        close)."""
+        if equal_values(first.expected, second.expected):
+            return
+        if equal_values(got.outputs, again.outputs):
+            raise rejected(
+                "constant_output",
+                "forward() returned the same outputs for different inputs, for which the "
+                "reference's outputs differ: the result must be computed from the inputs",
+            )
 
     def refuse_reference(
         self, exc: BaseException, trial: int, label: str, shapes: dict[str, int], may_skip: bool
@@ -221,86 +278,72 @@ class Judge:
             trial,
         ) from None
 
-    def candidate_raised(
-        self, exc: BaseException, stage: str, trial: int, label: str
-    ) -> BaseException:
-        tb = format_exception(exc, self.workdir)
-        last = tb[-1] if tb else type(exc).__name__
-        verdict = classify_exception(exc)
-        if any(isinstance(e, BlockingIOError) for e in exception_chain(exc)):
-            verdict, reason = "rejected_runtime", "processes: process limit reached: " + last
-        elif wrote_outside(exc):
-            verdict, reason = "rejected_runtime", WROTE_OUTSIDE + last
-        elif isinstance(exc, MemoryError) or "alloc" in last.lower():
-            reason = "memory: " + last
-        else:
-            reason = f"{'compile' if verdict == 'compile_error' else 'exception'}: {last}"
-        return self.reports.failed(
-            verdict, f"candidate raised in {stage} ({label}): {last}", tb, reason, trial
-        )
+    def note_once(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
-    def check_outputs(self, ref_in: Any, cand_in: Any, got: Any) -> tuple[float, float]:
-        """Judge the first call's outputs, then a second call's; the errors of the first."""
-        import torch
-
-        # Kernels must not write to their inputs. Compared with the reference's inputs
-        # after its run, so a task whose reference is itself in-place stays checkable.
-        for i, (before, after) in enumerate(
-            zip(flatten(ref_in, "input"), flatten(cand_in, "input"), strict=True)
-        ):
-            if isinstance(before[1], torch.Tensor) and not same_values(before[1], after[1]):
-                raise rejected(
-                    "input_mutation",
-                    f"input mutation: the candidate modified input #{i} in place (the "
-                    "reference does not); kernels must not write to their inputs",
-                )
-        self.candidate.check_own_memory(got, cand_in)
-        errors = compare_outputs(self.judged.expected, got, self.checks.tolerances)
-        # A second call on fresh copies of the same inputs must agree with the first and
-        # return new memory: no state or cached results carried between calls.
-        again_in = clone(self.judged.inputs)
-        got2 = self.candidate.forward(again_in)
-        self.candidate.check_own_memory(got2, again_in)
-        if overlaps(storages(got2), storages(got)):
-            raise rejected(
-                "second_run",
-                "the second forward() call returned the memory of the first call's "
-                "output (a cached or reused result); allocate a new output per call",
-            )
-        try:
-            compare_outputs(got, got2, self.checks.tolerances)
-        except VerificationFailure as drift:
-            raise rejected(
-                "second_run",
-                "a second forward() call on the same inputs disagrees with the first: "
-                + drift.summary,
-            ) from None
-        return errors
+    @property
+    def device(self) -> str:
+        return self.checks.device
 
 
-def poison(value: Any, keep: Any) -> None:
-    """Overwrite the reference's outputs (memory the allocator may hand to the candidate
-    next) and a few fresh blocks of the same sizes with NaN / all-ones bits, so a candidate
-    that returns uninitialised memory cannot pick up the reference's result."""
+def candidate_raised(
+    reports: Reports, info: dict[str, Any], stage: str, trial: int, label: str
+) -> Verdict:
+    """The verdict on an exception the candidate's code raised in ``stage``."""
+    tb = [str(line) for line in info.get("traceback") or []]
+    last = str(info.get("last", "an exception"))
+    verdict = "compile_error" if info.get("kind") == "compile_error" else "runtime_error"
+    if info.get("process_limit"):
+        verdict, reason = "rejected_runtime", "processes: process limit reached: " + last
+    elif info.get("wrote_outside"):
+        verdict, reason = "rejected_runtime", WROTE_OUTSIDE + last
+    elif info.get("memory") or "alloc" in last.lower():
+        reason = "memory: " + last
+    else:
+        reason = f"{'compile' if verdict == 'compile_error' else 'exception'}: {last}"
+    return reports.failed(
+        verdict, f"candidate raised in {stage} ({label}): {last}", tb, reason, trial
+    )
+
+
+def candidate_died(reports: Reports, died: CandidateDied, trial: int, label: str) -> Verdict:
+    """The verdict on a candidate whose process ended in the middle of a call."""
+    lines = [died.how]
+    if died.output.strip():
+        lines.append("its output (tail):\n" + died.output.strip())
+    return reports.failed(
+        "runtime_error", f"{died.how} ({label})", lines, f"crash: {died.how}", trial
+    )
+
+
+def all_finite(value: Any) -> bool:
     import torch
 
-    keep_spans = storages(keep)
-    for _, t in flatten(value, "x"):
-        if not isinstance(t, torch.Tensor) or t.numel() == 0:
-            continue
-        with torch.no_grad():
-            if not overlaps(storages(t), keep_spans):
-                fill_poison(t)
-            for _ in range(2):
-                junk = torch.empty_like(t)
-                fill_poison(junk)
-                del junk
+    return all(
+        bool(torch.isfinite(t).all())
+        for _, t in flatten(value, "x")
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+    )
 
 
-def fill_poison(t: Any) -> None:
-    if t.is_floating_point() or t.is_complex():
-        t.fill_(float("nan"))
-    elif t.dtype.is_signed:
-        t.fill_(-1)
-    else:
-        t.fill_(1)
+def equal_values(a: Any, b: Any) -> bool:
+    """Whether two outputs are the same, leaf by leaf (NaN equal to NaN)."""
+    import torch
+
+    la, lb = flatten(a, "x"), flatten(b, "x")
+    if len(la) != len(lb):
+        return False
+    for (_, x), (_, y) in zip(la, lb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype or not same_values(x, y.to(x.device)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def value_bytes(value: Any) -> int:
+    import torch
+
+    return sum(t.nbytes for _, t in flatten(value, "x") if isinstance(t, torch.Tensor))

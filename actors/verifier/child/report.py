@@ -34,7 +34,6 @@ __all__ = [
 MAX_TRACEBACK_LINES = 30
 MAX_LINE_CHARS = 400
 WROTE_OUTSIDE = "filesystem: the candidate tried to write outside its sandbox work dir: "
-RESULT_FILE = "result.json"
 
 
 class VerificationFailure(Exception):
@@ -151,12 +150,25 @@ def internal_error(exc: BaseException, workdir: Path, device: str) -> dict[str, 
     }
 
 
-def write_result(workdir: Path, result: dict[str, Any], nonce: str) -> None:
-    """Hand ``result`` to the parent: ``WORKDIR/result.json``, signed with the job's
-    nonce (which the candidate never saw) so a candidate cannot forge a verdict by writing
-    the file. The only way a result leaves the sandbox."""
-    signed = {**result, "nonce": nonce}
-    (workdir / RESULT_FILE).write_text(json.dumps(signed, allow_nan=False))
+def write_result(result_fd: int, result: dict[str, Any]) -> None:
+    """Hand ``result`` to the parent on ``result_fd``, a pipe only the judge's process
+    holds: the only way a result leaves the sandbox. Bounded to fit the pipe's buffer
+    (the parent reads it once the process has exited)."""
+    data = json.dumps(_bounded(result), allow_nan=False).encode()
+    with os.fdopen(result_fd, "wb", closefd=True) as pipe:
+        pipe.write(data)
+
+
+def _bounded(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its texts trimmed: a result must fit in the pipe's buffer."""
+    limited = dict(result)
+    for key, cap in (("errors", 12_000), ("mismatches", 2_000), ("reasons", 8_000)):
+        items = [str(x)[:cap] for x in limited.get(key) or []]
+        while items and sum(map(len, items)) > cap:
+            items.pop()
+        limited[key] = items
+    limited["summary"] = str(limited.get("summary", ""))[:2_000]
+    return limited
 
 
 def finite(x: float | None) -> float | None:

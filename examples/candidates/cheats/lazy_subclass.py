@@ -1,5 +1,6 @@
-# expect: rejected_runtime output_type
-# A tensor subclass that fakes its comparisons: outputs must be plain tensors.
+# expect: rejected_static callback
+# A tensor subclass that fakes its comparisons: refused by the gate; with the gate off the
+# runtime checks that outputs are plain tensors (output_type).
 import torch
 import torch.nn as nn
 import triton

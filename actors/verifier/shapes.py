@@ -1,0 +1,408 @@
+"""The shape sets a candidate is checked on: which of the task's size constants to override,
+and with what.
+
+A KernelBench task sizes its problem with module-level constants (found statically,
+:func:`~.taskfile.task_constants`); the child executes the task once per shape set with
+those constants overridden (:func:`~.child.taskload.load_task`), so derived shapes follow.
+The policy, per task (deterministic):
+
+- Which constants are sizes: ints >= 2 that are not structure. Kernel sizes, strides,
+  padding, dilation, groups, pooling, axes (``dim = 1``) and scalar parameters (scale,
+  divisor, clamp bounds...) are recognised by name and never change; batch-like names
+  (``batch_size``) shrink first; channel-like ones stay multiples of the task's groups,
+  two channels a group at least.
+- On the CPU (interpreted Triton) the task's sizes are halved, largest first, until no
+  size that is more than one axis of the inputs (a matmul's) is above ``max_dim``, no
+  input tensor (``get_inputs()``, evaluated statically) holds more than ``max_elements``
+  and the problem's volume (the product of its sizes and kernel extents: the work of a
+  matmul, convolution or norm) is at most ``max_work``;
+  no size goes below a floor (2 for a batch, 4 channels, else 8 and wide enough for the
+  task's kernel and pooling windows). Small tasks keep their own sizes. That is set 1.
+- Set 2 changes every size of set 1 (from 4 up; batch sizes from 2): to an odd size
+  about three quarters of it, all different where there is room above the floor, else
+  to a larger one as long as the set stays within the budget (twice set 1 where that is
+  over it). Code written for one shape, a block-size multiple or square inputs fails.
+- Set 3, for a shrunk task: every size at its floor but the longest one of the inputs,
+  as long as the budget allows (up to ``long_dim``, and odd), if that is at least twice
+  its size in set 1: a kernel that assumes a row fits in one block fails there. Only a
+  size that is one axis of the inputs holding it qualifies (a long ``M`` in
+  ``A(M, K) @ B(K, M)`` would square the output).
+- On a GPU: the task's own sizes, then the perturbed set.
+
+Sets the reference itself fails on are skipped by the child with a note (``auto_shapes``).
+Parent side: nothing here executes the task.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from kernelflow.actors.verifier.child.taskload import split_key
+from kernelflow.actors.verifier.taskfile import (
+    NotStatic,
+    Value,
+    evaluate,
+    parse_task,
+    task_constants,
+)
+
+__all__ = ["CPU_BUDGET", "SizeBudget", "auto_shape_sets", "input_shapes"]
+
+
+@dataclass(frozen=True)
+class SizeBudget:
+    """How large a shape set may be on the CPU (see the module docstring)."""
+
+    max_dim: int = 160  # a size that is more than one axis of the inputs (a matmul's)
+    max_elements: int = 1 << 18  # any one input tensor
+    max_work: int = 1 << 20  # product of all sizes and kernel extents
+    long_dim: int = 1 << 14  # the long size of set 3
+
+
+CPU_BUDGET = SizeBudget()
+
+# Words of a constant's name (``pool_kernel_size`` -> pool, kernel, size) that make it
+# structure or a scalar parameter rather than a size.
+_FIXED_WORD = re.compile(
+    r"kernel|strides?|pad(ding)?|dilation|groups?|(max|avg)?pool|axis|eps|momentum|p|dropout"
+    r"|scal(e|ing)|factor|divi(sor|de)|multipl(ier|y)|value|clamp|min|max|slope|constant"
+    r"|weight|bias|alpha|beta|threshold|margin|indices"
+)
+_AXIS_WORDS = frozenset({"dim", "dims"})  # ``dim = 1``: an axis; ``dim = 16384``: a size
+_MAX_RANK = 8
+_BATCH_WORDS = frozenset({"batch", "b", "bs"})
+_CHANNEL_WORDS = frozenset(
+    {"channels", "channel", "features", "feature", "hidden", "size", "classes", "heads"}
+)
+_GROUP_WORDS = frozenset({"groups", "group"})
+_DILATION_WORDS = frozenset({"dilation"})
+_POOL_WORDS = frozenset({"pool", "maxpool", "avgpool"})
+_KERNEL_WORDS = _POOL_WORDS | {"kernel"}
+# A batch size shrinks before any other size up to four times as large, a channel count
+# before one up to twice as large: the spatial and feature sizes exercise the most code.
+_BATCH_WEIGHT = 4
+_CHANNEL_WEIGHT = 2
+_MIN_CHANNELS = 4  # the least a channel count shrinks to (where the task has it larger)
+_MIN_EXTENT = 8  # the least other sizes shrink to: room for a convolution and two pools
+_BATCH_FLOOR = 2
+_PERTURBED_FROM = 4  # set 2 changes sizes from 4 up (and batch sizes from 2)
+_SET2_GROWTH = 2  # set 2 may be this much larger than set 1 where that is over budget
+
+# torch factories in get_inputs() whose size arguments give an input's shape.
+_SHAPE_ARGS = frozenset({"rand", "randn", "ones", "zeros", "empty"})
+
+
+def _words(key: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z]+", split_key(key)[0].lower()))
+
+
+@dataclass(frozen=True)
+class _Knob:
+    """A size the policy may change."""
+
+    key: str
+    value: int  # the task's own
+    weight: int  # shrinks before sizes this many times as large: batch 4, channels 2
+    floor: int  # shrinking stops here (the task's own value if smaller)
+    multiple: int  # stays a multiple of this (the task's groups, for channel counts)
+    least: int  # set 2 goes no lower: the floor, but for channels 2 (2 a group)
+
+    @property
+    def batch(self) -> bool:
+        return self.weight == _BATCH_WEIGHT
+
+
+@dataclass(frozen=True)
+class _Task:
+    """A task's sizes, and how large the tensors and the work are for given sizes."""
+
+    tree: ast.Module
+    knobs: tuple[_Knob, ...]
+    kernel_volume: int  # product of the kernel and pooling extents (the work per output)
+
+    def shapes(self, sizes: dict[str, int]) -> list[tuple[int, ...]]:
+        return input_shapes(self.tree, sizes)
+
+    def elements(self, sizes: dict[str, int]) -> int:
+        return max((math.prod(s) for s in self.shapes(sizes)), default=0)
+
+    def work(self, sizes: dict[str, int]) -> int:
+        return math.prod(sizes[k.key] for k in self.knobs) * self.kernel_volume
+
+    def fits(self, sizes: dict[str, int], budget: SizeBudget) -> bool:
+        return self.work(sizes) <= budget.max_work and self.elements(sizes) <= budget.max_elements
+
+    def occurrences(self, key: str, sizes: dict[str, int]) -> list[int]:
+        """How often ``key`` is a factor of each input's shape (doubling it doubles the
+        input that many times)."""
+        base = self.shapes(sizes)
+        doubled = self.shapes({**sizes, key: sizes[key] * 2})
+        if len(doubled) != len(base):
+            return []
+        return [
+            round(math.log2(math.prod(d) / math.prod(b))) if math.prod(b) else 0
+            for b, d in zip(base, doubled, strict=True)
+        ]
+
+    def single(self, key: str, sizes: dict[str, int]) -> bool:
+        """``key`` is one axis of the inputs that hold it, all of one shape (a long row,
+        not the ``M`` of ``A(M, K) @ B(K, M)``)."""
+        counts = self.occurrences(key, sizes)
+        shapes = self.shapes(sizes)
+        holding = {shapes[i] for i, n in enumerate(counts) if n}
+        return bool(holding) and all(n in (0, 1) for n in counts) and len(holding) == 1
+
+
+def _analyse(task_source: str) -> _Task | None:
+    tree = parse_task(task_source)
+    if tree is None:
+        return None
+    literals = task_constants(tree).literals
+    rank = max((len(s) for s in input_shapes(tree, {})), default=3) - 2  # spatial axes
+    windows = _Windows.of(literals, max(1, rank))
+    groups = [v for key, v in literals.items() if _words(key) & _GROUP_WORDS and v >= 2]
+    knobs = []
+    for key, value in literals.items():
+        words = _words(key)
+        if value < 2 or any(_FIXED_WORD.fullmatch(w) for w in words):
+            continue
+        if words & _AXIS_WORDS and value < _MAX_RANK:
+            continue
+        if words & _BATCH_WORDS:
+            floor = min(value, _BATCH_FLOOR)
+            knobs.append(_Knob(key, value, _BATCH_WEIGHT, floor, 1, floor))
+        elif words & _CHANNEL_WORDS:
+            multiple = math.lcm(1, *(g for g in groups if value % g == 0))
+            # Two channels a group at least: a group of one normalises to nothing.
+            least = 2 * multiple if multiple > 1 else 2
+            floor = min(value, max(_MIN_CHANNELS, least))
+            knobs.append(_Knob(key, value, _CHANNEL_WEIGHT, floor, multiple, min(value, least)))
+        else:  # spatial, or unknown: wide enough for every window the task slides
+            floor = min(value, max(_MIN_EXTENT, windows.reach))
+            knobs.append(_Knob(key, value, 1, floor, 1, floor))
+    return _Task(tree, tuple(knobs), windows.volume)
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """The windows a task slides (convolution kernels, pooling), from its fixed constants."""
+
+    reach: int  # the input extent they need, chained: sum of (k - 1) * dilation + 1
+    volume: int  # the work per output they add: product of their extents
+
+    @classmethod
+    def of(cls, literals: dict[str, int], rank: int) -> _Windows:
+        dilation = max(
+            (v for key, v in literals.items() if _words(key) & _DILATION_WORDS), default=1
+        )
+        # One window per operation: ``kernel_size = 3`` and ``pool_kernel_size = 2`` are
+        # two, ``kernel_size_h = 3`` and ``kernel_size_w = 7`` (or a tuple) one.
+        extents: dict[bool, list[int]] = {}
+        for key, value in literals.items():
+            words = _words(key)
+            if words & _KERNEL_WORDS and value >= 1:
+                extents.setdefault(bool(words & _POOL_WORDS), []).append(value)
+        reach = sum((max(e) - 1) * dilation + 1 for e in extents.values())
+        volume = math.prod(e[0] ** rank if len(e) == 1 else math.prod(e) for e in extents.values())
+        return cls(reach, volume)
+
+
+def input_shapes(tree: ast.Module, sizes: dict[str, int]) -> list[tuple[int, ...]]:
+    """The shapes of the tensors ``get_inputs()`` makes with torch.rand/randn/randint/...
+    when the task runs with ``sizes``, as far as they follow statically (others are left
+    out)."""
+    names = task_constants(tree, sizes).values
+    shapes = []
+    for call in _factory_calls(tree):
+        try:
+            shape = _shape_of(call, names)
+        except NotStatic:
+            continue
+        if shape is not None:
+            shapes.append(shape)
+    return shapes
+
+
+def _factory_calls(tree: ast.Module) -> Iterator[ast.Call]:
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_inputs":
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call):
+                    yield call
+
+
+def _shape_of(call: ast.Call, names: dict[str, Value]) -> tuple[int, ...] | None:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    size_kw = next((k.value for k in call.keywords if k.arg == "size"), None)
+    if name in _SHAPE_ARGS:
+        args = [size_kw] if size_kw is not None else call.args
+    elif name == "randint":  # randint([low,] high, size)
+        args = [size_kw] if size_kw is not None else call.args[1:][-1:]
+    else:
+        return None
+    dims: list[Value] = []
+    for arg in args:
+        value = evaluate(arg.value if isinstance(arg, ast.Starred) else arg, names)
+        dims.extend(value if isinstance(value, tuple) else [value])
+    sizes = [d for d in dims if isinstance(d, int) and not isinstance(d, bool) and d >= 0]
+    if not dims or len(sizes) != len(dims):
+        raise NotStatic
+    return tuple(sizes)
+
+
+def auto_shape_sets(
+    task_source: str, device: str, budget: SizeBudget = CPU_BUDGET
+) -> list[dict[str, int]]:
+    """The shape sets to check a candidate on: size overrides for the task, one dict per
+    set, each naming the sizes that differ from the task's own (``{}``: the task's own
+    sizes). See the module docstring for the policy; ``budget`` applies on the CPU."""
+    task = _analyse(task_source)
+    if task is None or not task.knobs:
+        return [{}]
+    own = {k.key: k.value for k in task.knobs}
+    base = _shrunk(task, budget) if device == "cpu" else own
+    candidates = [base, _perturbed(task, base, budget if device == "cpu" else None)]
+    if base != own:
+        candidates.append(_long(task, base, budget))
+    sets: list[dict[str, int]] = []
+    for sizes in candidates:
+        changed = {key: v for key, v in sizes.items() if v != own[key]}
+        if changed not in sets:
+            sets.append(changed)
+    return sets
+
+
+def _shrunk(task: _Task, budget: SizeBudget) -> dict[str, int]:
+    """The task's sizes halved until within ``budget``: first those above ``max_dim`` that
+    are no single axis of the inputs (a matmul's sizes: the work grows with their cube,
+    an output with their square), then the largest (batch sizes weighted up) until the
+    tensors and the work fit. Sizes the task has equal stay equal: a task may rely on it
+    (a depthwise convolution's channels, a loss whose targets broadcast to its inputs)."""
+    sizes = {k.key: k.value for k in task.knobs}
+    cohorts: dict[int, list[_Knob]] = {}
+    for knob in task.knobs:
+        cohorts.setdefault(knob.value, []).append(knob)
+    shrinking = [_Cohort.of(members) for members in cohorts.values()]
+    for cohort in shrinking:
+        if all(task.single(key, sizes) for key in cohort.keys):
+            continue
+        while sizes[cohort.keys[0]] > budget.max_dim and cohort.halve(sizes):
+            pass
+    while not task.fits(sizes, budget):
+        shrinkable = [c for c in shrinking if c.halved(sizes) < sizes[c.keys[0]]]
+        if not shrinkable:
+            break  # at the floors: the smallest this task allows
+        max(shrinkable, key=lambda c: sizes[c.keys[0]] * c.weight).halve(sizes)
+    return sizes
+
+
+@dataclass(frozen=True)
+class _Cohort:
+    """Sizes the task has equal, shrunk together."""
+
+    keys: tuple[str, ...]
+    floor: int
+    multiple: int
+    weight: int  # its members' least
+
+    @classmethod
+    def of(cls, knobs: list[_Knob]) -> _Cohort:
+        return cls(
+            tuple(k.key for k in knobs),
+            max(k.floor for k in knobs),
+            math.lcm(*(k.multiple for k in knobs)),
+            min(k.weight for k in knobs),
+        )
+
+    def halved(self, sizes: dict[str, int]) -> int:
+        return max(self.floor, sizes[self.keys[0]] // 2 // self.multiple * self.multiple)
+
+    def halve(self, sizes: dict[str, int]) -> bool:
+        """Halve the cohort's sizes in ``sizes``; whether they shrank."""
+        new = self.halved(sizes)
+        if new == sizes[self.keys[0]]:
+            return False
+        sizes.update(dict.fromkeys(self.keys, new))
+        return True
+
+
+def _perturbed(task: _Task, sizes: dict[str, int], budget: SizeBudget | None) -> dict[str, int]:
+    """Every size of ``sizes`` changed where it can be: about three quarters and odd,
+    different from the others where there is room above the least valid size, larger
+    where there is none, as long as the set stays within ``budget`` (or within twice
+    ``sizes`` where that is larger)."""
+    result = dict(sizes)
+    wanted: dict[str, int] = {}
+    taken: set[int] = set()
+    grown: list[_Knob] = []
+    for knob in task.knobs:
+        size = sizes[knob.key]
+        if size < (_BATCH_FLOOR if knob.batch else _PERTURBED_FROM):
+            continue
+        if knob.multiple > 1:  # a channel count of groups: the neighbouring multiple
+            below = size - knob.multiple
+            new = below if below >= knob.least else size + knob.multiple
+        else:
+            target = size * 3 // 4
+            new = (
+                _odd_near(target, knob.least, size - 1, taken)
+                or _odd_near(target, knob.least, size - 1, set())
+                or _odd_near(size + 1, size + 1, 2 * size + 1, taken)
+                or size + 1
+            )
+            taken.add(new)
+        if new > size:
+            grown.append(knob)
+        else:
+            result[knob.key] = new
+        wanted[knob.key] = new
+    # Growing sizes make the set larger: keep the growths that stay within the limit,
+    # the smallest first.
+    limit = None
+    if budget is not None:
+        limit = replace(
+            budget,
+            max_work=max(budget.max_work, _SET2_GROWTH * task.work(sizes)),
+            max_elements=max(budget.max_elements, _SET2_GROWTH * task.elements(sizes)),
+        )
+    for knob in sorted(grown, key=lambda k: wanted[k.key] / sizes[k.key]):
+        grows = {**result, knob.key: wanted[knob.key]}
+        if limit is None or task.fits(grows, limit):
+            result = grows
+    return result
+
+
+def _odd_near(target: int, low: int, high: int, taken: set[int]) -> int | None:
+    """The odd number in ``[low, high]`` nearest ``target`` (the lower of two) that is not
+    ``taken``, if any."""
+    for distance in range(max(target - low, high - target) + 1):
+        for candidate in (target - distance, target + distance):
+            if low <= candidate <= high and candidate % 2 and candidate not in taken:
+                return candidate
+    return None
+
+
+def _long(task: _Task, sizes: dict[str, int], budget: SizeBudget) -> dict[str, int]:
+    """Every size at its floor but the longest single axis of the inputs, as long as the
+    budget allows (odd); ``sizes`` itself if no axis gets at least twice as long."""
+    floors = {k.key: k.floor for k in task.knobs}
+    eligible = [k for k in task.knobs if not k.batch and task.single(k.key, sizes)]
+    if not eligible:
+        return sizes
+    knob = max(eligible, key=lambda k: k.value)
+    low, high = knob.floor, min(knob.value, budget.long_dim)
+    while low < high:  # the longest that fits
+        middle = (low + high + 1) // 2
+        if task.fits({**floors, knob.key: middle}, budget):
+            low = middle
+        else:
+            high = middle - 1
+    length = low - 1 if low % 2 == 0 and low - 1 >= knob.floor else low
+    if length < 2 * sizes[knob.key]:
+        return sizes
+    return {**floors, knob.key: length}

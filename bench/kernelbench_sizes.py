@@ -1,0 +1,206 @@
+"""The verifier's CPU size policy over every KernelBench level-1 and level-2 problem.
+
+For each problem file under ``KernelBench/level{1,2}/`` of ROOT (a checkout of
+github.com/ScalingIntelligence/KernelBench, or its git directory, read at HEAD) it asks
+the policy for shape sets (:func:`kernelflow.actors.verifier.shapes.auto_shape_sets`,
+device "cpu"), executes the task module with each set's overrides as the verifier's
+sandbox does (:func:`kernelflow.actors.verifier.child.taskload.load_task`) and prints how
+many problems get at least two sets, how many derive shapes at import and whether those
+follow the overrides, and the largest input tensor the sets give. ``--verify-reference``
+also builds and runs each shrunk reference on the CPU: its time, the largest tensor it
+touches (inputs, parameters, outputs), and the sets it fails on.
+
+    .venv/bin/python bench/kernelbench_sizes.py PATH/TO/KernelBench [--verify-reference]
+
+Runs the problems' own code in this process: point it at KernelBench only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernelflow.actors.verifier.child.taskload import load_task  # noqa: E402
+from kernelflow.actors.verifier.shapes import auto_shape_sets, input_shapes  # noqa: E402
+from kernelflow.actors.verifier.taskfile import task_constants  # noqa: E402
+
+LEVELS = "KernelBench/level[12]/*.py"
+
+
+@dataclass
+class Problem:
+    name: str
+    sets: list[dict[str, int]]
+    derived: list[str]  # module-level names computed from the sizes at import
+    derived_follow: bool = True
+    max_input: int = 0  # elements of the largest input tensor, any set (static)
+    seconds: list[float] = field(default_factory=list)  # reference run per set
+    max_touched: int = 0  # elements of the largest tensor the reference touched
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (set index, error)
+
+
+def problems(root: Path) -> list[tuple[str, str]]:
+    """(``level1/19_ReLU.py``, source) for every problem under ``root``: a checkout, or a
+    git directory without a work tree (as ``fetch`` leaves a mirror), read at HEAD."""
+
+    def number(name: str) -> tuple[str, int]:
+        level, file = name.split("/")
+        return level, int(file.split("_")[0])
+
+    if (root / "KernelBench").is_dir():
+        paths = {str(p.relative_to(root / "KernelBench")): p for p in root.glob(LEVELS)}
+        found = [(name, paths[name].read_text()) for name in sorted(paths, key=number)]
+    else:
+        git = ["git", f"--git-dir={root}"]
+        listing = subprocess.run(
+            [*git, "ls-tree", "-r", "--name-only", "HEAD", "KernelBench/"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        names = [n.removeprefix("KernelBench/") for n in listing if fnmatch(n, LEVELS)]
+        found = [
+            (name, subprocess.run(
+                [*git, "show", f"HEAD:KernelBench/{name}"], capture_output=True, text=True,
+                check=True,
+            ).stdout)
+            for name in sorted(names, key=number)
+        ]  # fmt: skip
+    if not found:
+        raise SystemExit(f"no KernelBench/level1|level2 problems under {root}")
+    return found
+
+
+def derived_names(tree: ast.Module, sets: list[dict[str, int]]) -> list[str]:
+    """Names whose value changes with a shape set although no set overrides them."""
+    own = task_constants(tree).values
+    overridden = {key.split("[")[0] for s in sets for key in s}
+    changed = set()
+    for sizes in sets:
+        values = task_constants(tree, sizes).values
+        changed |= {n for n, v in values.items() if n not in overridden and own.get(n) != v}
+    return sorted(changed)
+
+
+def survey(name: str, source: str, verify_reference: bool) -> Problem:
+    tree = ast.parse(source)
+    sets = auto_shape_sets(source, "cpu")
+    problem = Problem(name, sets, derived_names(tree, sets))
+    for index, sizes in enumerate(sets):
+        problem.max_input = max(
+            [problem.max_input, *(_numel(s) for s in input_shapes(tree, sizes))]
+        )
+        module = load_task(source, sizes, f"kb_{Path(name).stem}_{index}")
+        expected = task_constants(tree, sizes).values
+        if any(_plain(getattr(module, n, None)) != expected[n] for n in problem.derived):
+            problem.derived_follow = False
+        if verify_reference:
+            run_reference(module, problem, index)
+    return problem
+
+
+def run_reference(module: Any, problem: Problem, index: int) -> None:
+    import torch
+
+    started = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        model = module.Model(*module.get_init_inputs()).eval()
+        inputs = module.get_inputs()
+        with torch.no_grad():
+            output = model(*inputs)
+    except Exception as exc:  # the verifier skips such a set (or fails the task, set 1)
+        problem.failures.append((index, f"{type(exc).__name__}: {str(exc)[:160]}"))
+        return
+    problem.seconds.append(time.perf_counter() - started)
+    tensors = [*_tensors(inputs), *_tensors(output), *model.parameters(), *model.buffers()]
+    problem.max_touched = max([problem.max_touched, *(t.numel() for t in tensors)])
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _plain(value: Any) -> Any:
+    return tuple(_plain(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def report(problems: list[Problem], verify_reference: bool) -> None:
+    total = len(problems)
+    several = [p for p in problems if len(p.sets) >= 2]
+    derived = [p for p in problems if p.derived]
+    print(f"problems: {total}")
+    print(f"  >= 2 shape sets: {len(several)}  (3 sets: {sum(len(p.sets) == 3 for p in problems)})")
+    print(
+        f"  derive shapes at import: {len(derived)}, following the overrides: "
+        f"{sum(p.derived_follow for p in derived)}"
+    )
+    largest = max(problems, key=lambda p: p.max_input)
+    print(f"  largest input tensor after shrinking: {largest.max_input} elements ({largest.name})")
+    for p in problems:
+        if len(p.sets) < 2 or not p.derived_follow:
+            print(f"    {p.name}: {len(p.sets)} set(s), derived follow: {p.derived_follow}")
+    if not verify_reference:
+        return
+    runs = [s for p in problems for s in p.seconds]
+    failing = [p for p in problems if p.failures]
+    touched = max(problems, key=lambda p: p.max_touched)
+    broken = [p for p in failing if any(index == 0 for index, _ in p.failures)]
+    print(f"  reference runs: {len(runs)} ok, {sum(len(p.failures) for p in failing)} failed")
+    print(
+        f"  problems the reference fails on set 1 (the check fails): {len(broken)}; "
+        f"with a later set skipped: {len(failing) - len(broken)}; "
+        f"with >= 2 sets the reference runs on: {sum(len(p.seconds) >= 2 for p in problems)}"
+    )
+    print(
+        f"  reference seconds per set: median {statistics.median(runs):.3f}, "
+        f"max {max(runs):.3f}, total {sum(runs):.1f}"
+    )
+    print(f"  largest tensor a reference touched: {touched.max_touched} elements ({touched.name})")
+    for p in sorted(problems, key=lambda p: -max(p.seconds, default=0))[:5]:
+        print(f"    slowest: {p.name} {max(p.seconds, default=0):.3f} s over {p.sets}")
+    for p in failing:
+        for index, error in p.failures:
+            # The verifier skips a later set the reference fails on; on set 1 it fails.
+            effect = "the check fails" if index == 0 else "skipped"
+            print(
+                f"    reference fails: {p.name} set {index + 1} {p.sets[index]} ({effect}): {error}"
+            )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="a KernelBench checkout, or its git directory")
+    parser.add_argument("--verify-reference", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    surveyed = [survey(*problem, args.verify_reference) for problem in problems(args.root)]
+    report(surveyed, args.verify_reference)
+    print(f"survey took {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+# expect: rejected_static caching
+# An output cache in a class-level dict, reached through type(self).
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    results = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = tuple(x.shape)
+        if key not in type(self).results:
+            y = torch.empty_like(x)
+            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+            type(self).results[key] = y
+        return type(self).results[key]

@@ -1,0 +1,23 @@
+# expect: rejected_static introspection
+# numpy computes the result: the input reached as a numpy array through __array__, and
+# numpy itself through __array_namespace__ (no import); the op guard sees no PyTorch op.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        host = x.__array__()
+        xp = host.__array_namespace__()
+        return torch.as_tensor(xp.fmax(host, 0.0))

@@ -1,0 +1,89 @@
+"""KernelBench problems as published (examples/kernelbench/): the CPU size policy gives each
+several shape sets, the task module executed with a set's overrides has every shape that
+derives from the sizes follow, and the full verifier passes a Triton solution of each."""
+
+from __future__ import annotations
+
+import ast
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelflow.actors.verifier.child.taskload import load_task, split_key
+from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.actors.verifier.shapes import CPU_BUDGET, auto_shape_sets, input_shapes
+from kernelflow.actors.verifier.taskfile import task_constants
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+KERNELBENCH = EXAMPLES / "kernelbench"
+PROBLEMS = sorted(KERNELBENCH.glob("level[12]/*.py"))
+# Names these problems derive from their sizes at import (they must follow a shape set).
+DERIVED = {
+    "95_CrossEntropyLoss": "input_shape",
+    "76_Gemm_Add_ReLU": "bias_shape",
+    "1_Conv2D_ReLU_BiasAdd": "bias_shape",
+    "37_Matmul_Swish_Sum_GroupNorm": "bias_shape",
+}
+
+
+def problem_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def test_a_dozen_problems_each_with_a_solution_and_their_origin() -> None:
+    assert len(PROBLEMS) >= 12
+    assert {p.name for p in PROBLEMS} == {p.name for p in (KERNELBENCH / "solutions").glob("*.py")}
+    readme = (KERNELBENCH / "README.md").read_text()
+    assert "github.com/ScalingIntelligence/KernelBench" in readme
+    assert "423217d9fda91e0c2d67e4a43bf62f96f6d104f1" in readme
+    assert "MIT License" in (KERNELBENCH / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=problem_id)
+def test_shape_sets_are_several_and_the_task_follows_them(path: Path) -> None:
+    source = path.read_text()
+    tree = ast.parse(source)
+    own = task_constants(tree).values
+    sets = auto_shape_sets(source, "cpu")
+    assert len(sets) >= 2
+    assert all(a != b for i, a in enumerate(sets) for b in sets[i + 1 :])
+    for index, sizes in enumerate(sets):
+        module = load_task(path, sizes, f"kf_kernelbench_{path.stem}_{index}")
+        for key, value in sizes.items():
+            name, element = split_key(key)
+            got = getattr(module, name)
+            assert (got if element is None else got[element]) == value, key
+        inputs = module.get_inputs()
+        shapes = [tuple(x.shape) for x in inputs if hasattr(x, "shape")]
+        assert shapes == input_shapes(tree, sizes)  # what the policy sized is what runs
+        assert max(math.prod(s) for s in shapes) <= CPU_BUDGET.max_elements
+        if path.stem in DERIVED:
+            name = DERIVED[path.stem]
+            assert getattr(module, name) == task_constants(tree, sizes).values[name]
+            assert getattr(module, name) != own[name], f"{name} kept the task's own value"
+        module.Model(*module.get_init_inputs())  # the reference builds at these sizes
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=problem_id)
+def test_the_verifier_passes_the_triton_solution_in_well_under_a_minute(path: Path) -> None:
+    task = path.read_text()
+    solution = (KERNELBENCH / "solutions" / path.name).read_text()
+    sets = auto_shape_sets(task, "cpu")
+    # The policy's sets, given explicitly: a set the reference fails on fails the check.
+    config = VerifierConfig(timeout_s=120.0, shapes=tuple(sets))
+    started = time.perf_counter()
+    report = verify(task, solution, config=config)
+    elapsed = time.perf_counter() - started
+    assert report.verdict == "pass", (report.summary, report.errors, report.reasons)
+    assert report.shapes == sets
+    assert elapsed < 45.0, f"{elapsed:.1f} s"
+
+
+def test_the_verifier_sizes_a_task_by_the_policy() -> None:
+    task = (EXAMPLES / "tasks" / "relu.py").read_text()
+    solution = (EXAMPLES / "candidates" / "solutions" / "relu.py").read_text()
+    report = verify(task, solution, config=VerifierConfig(trials=2, timeout_s=60.0))
+    assert report.verdict == "pass", (report.summary, report.errors)
+    assert report.shapes == auto_shape_sets(task, "cpu")
