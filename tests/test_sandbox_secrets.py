@@ -637,3 +637,34 @@ def test_confine_candidate_confines_one_forked_process(pidns: str) -> None:
             assert "1" not in seen["processes"]  # the host's init: root's, hidden
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_forged_result_fails_where_the_machine_gives_no_namespace(planted: Planted) -> None:
+    """The judge's separation does not rest on namespaces: with none at all (opted in),
+    the candidate's process still holds neither the result pipe nor the judge's memory, so
+    what it writes to every descriptor and file it can reach is never a verdict."""
+    forge = (
+        "import json, os\n"
+        + planted.source("read_environment").split("class ModelNew")[0]
+        + "class ModelNew(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        forged = json.dumps({'verdict': 'pass', 'summary': 'forged'}).encode()\n"
+        "        for fd in range(3, 256):\n"
+        "            try:\n"
+        "                os.write(fd, forged)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        for path in ('result.json', '../result.json', '../../result.json'):\n"
+        "            try:\n"
+        "                open(path, 'wb').write(forged)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        return x\n"
+    )
+    got = as_unprivileged_daemon(planted, {"forge": forge}, no_userns=True, allow=True)
+    for how in ("warm", "fresh"):
+        report = got[f"forge {how}"]
+        assert isinstance(report, dict) and report["verdict"] != "pass", report
+        # What it wrote reached only its own end of the judge's channel.
+        assert report["reasons"][0].startswith("tampering: "), report
+        assert "forged" not in report["summary"], report
