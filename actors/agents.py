@@ -23,6 +23,7 @@ from kernelflow.actors.llm import budgets_of
 from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from kernelflow.actors.llm.budget import task_budget_error
 from kernelflow.actors.prompts import agent_messages
+from kernelflow.actors.redact import scrub, scrubbed_traceback
 from kernelflow.actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from kernelflow.actors.worker import (
     DispatchWorker,
@@ -125,7 +126,8 @@ class LLMAgent(DispatchWorker):
             # The kind's own code (a plugin's, perhaps) failed on this turn, and would fail
             # the same way on every redelivery: record the dispatch as failed and let the
             # conductor route on, rather than retry until JetStream gives the job up.
-            self.log.exception("agent kind %r failed on task %s", spec.kind, state.task_id)
+            failed = (spec.kind, state.task_id, scrubbed_traceback())
+            self.log.error("agent kind %r failed on task %s\n%s", *failed)
             step = GiveUp(f"agent kind {spec.kind!r} failed: {type(exc).__name__}: {exc}")
         return step, spec, tools, files
 
@@ -236,12 +238,14 @@ class LLMAgent(DispatchWorker):
         )
 
     def failed(self, state: TaskState, d: Dispatch, error: str) -> Event:
+        """The dispatch's failure, recorded for good: without the credentials that a
+        provider's or a kind's error may quote (a key, a URL's user-info)."""
         return AgentFailed(
             task_id=state.task_id,
             cause=d.event.event_id,
             agent=self.agent,
             dispatch_id=d.dispatch_id,
-            error=error,
+            error=scrub(error),
         )
 
 

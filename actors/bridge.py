@@ -22,17 +22,26 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
-import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 
+from kernelflow.actors.connection import (
+    ClientAuth,
+    NatsAccessRefused,
+    check_tls,
+    refusal,
+    safe_url,
+    server_urls,
+)
 from kernelflow.events.log import EventLog, StreamSettings
 from kernelflow.events.model import Event
 from kernelflow.events.pull import cancel_and_wait
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
+# How long the first connection's failures go unsaid: most starts are over by then.
+_QUIET_S = 1.0
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -43,19 +52,17 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def safe_url(url: str) -> str:
-    """A NATS URL (or comma-separated list) as it may be shown: without credentials."""
-    out = []
-    for one in url.split(","):
-        parts = urlsplit(one.strip())
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        out.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-    return ",".join(out)
-
-
 class NatsUnreachable(ConnectionError):
     """No NATS server answered in time when the bridge started."""
+
+
+class NatsLost(NatsUnreachable):
+    """The connection stayed lost for longer than the bridge's ``give_up_s``."""
+
+
+class NatsPermissionDenied(NatsAccessRefused):
+    """The server refused something this client's credentials do not allow (it answers
+    such a publish with an error of the connection, and the request waits out its time)."""
 
 
 class _RepeatedErrors:
@@ -115,8 +122,12 @@ class Bridge:
         nats_url: str,
         streams: StreamSettings | None = None,
         after_append: Callable[[Event], None] | None = None,
+        auth: ClientAuth | None = None,
+        give_up_s: float | None = None,
+        on_give_up: Callable[[], None] | None = None,
     ) -> None:
-        self.nats_url = nats_url
+        self.nats_url = nats_url  # one URL, or a comma-separated list of a cluster's
+        self.auth = auth or ClientAuth()
         self.streams = streams or StreamSettings()
         self._after_append = after_append
         self.loop = _new_loop()
@@ -129,6 +140,17 @@ class Bridge:
         self._posts: list[Callable[[], object]] = []
         self._posts_lock = threading.Lock()
         self._drain_scheduled = False
+        # Permission violations the server reported, and the last one's text: a call that
+        # times out while one arrives is refused, not slow (see ``call``).
+        self._denials = 0
+        self._last_denial = ""
+        # How long a lost connection is retried (None: for good) before the bridge closes
+        # it and calls ``on_give_up`` (on the loop), ``lost`` saying why: a supervised
+        # process exits then, and its supervisor starts a fresh one.
+        self.give_up_s = give_up_s
+        self._on_give_up = on_give_up
+        self.lost: NatsLost | None = None
+        self._giving_up: asyncio.Task[None] | None = None
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -136,53 +158,115 @@ class Bridge:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout_s: float = 30.0) -> Bridge:
+    def start(self, timeout_s: float | None = 30.0) -> Bridge:
+        """Connect, and check (or create) the streams. Raises NatsUnreachable when no
+        server answered within ``timeout_s`` (None: waits for one), NatsAccessRefused when
+        one refused this client's credentials or TLS, CredentialsError for a file that
+        cannot be used."""
         self._thread.start()
         try:
             self.call(asyncio.wait_for(self._connect(timeout_s), timeout_s))
-        except TimeoutError:
+        except BaseException as exc:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout_s)
-            raise NatsUnreachable(
-                f"no NATS server answered at {safe_url(self.nats_url)} within {timeout_s:g}s"
-            ) from None
+            if isinstance(exc, TimeoutError) and not isinstance(exc, nats.errors.Error):
+                raise NatsUnreachable(
+                    f"no NATS server answered at {safe_url(self.nats_url)} within {timeout_s:g}s"
+                ) from None
+            raise
         return self
 
-    async def _connect(self, timeout_s: float) -> None:
+    async def _connect(self, timeout_s: float | None) -> None:
         errors = _RepeatedErrors()
         shown = safe_url(self.nats_url)
+        options = self.auth.options()
         connected = False
+        # Why a server refused this client, when one did while connecting: retrying with
+        # the same credentials cannot help, so the start fails at once.
+        loop = asyncio.get_running_loop()
+        refused: asyncio.Future[str] = loop.create_future()
+        started = loop.time()
 
         async def on_error(exc: Exception) -> None:
             if connected:
-                errors.report(f"NATS error: {exc}")
-            else:  # the first connection: say that it is tried again, and for how long
-                errors.report(f"no NATS server at {shown} yet ({exc}); trying for {timeout_s:g}s")
+                if "permissions violation" in str(exc):
+                    # Only noted: what needed it fails with it (``call``), and a refusal
+                    # nothing waits for (a role's reads leave their consumers to expire,
+                    # not being allowed to delete them) is no news.
+                    self._denials += 1
+                    self._last_denial = str(exc).removeprefix("nats: ")
+                    log.info("NATS refused: %s (%s)", self._last_denial, self._not_allowed())
+                else:
+                    errors.report(f"NATS error: {exc}")
+                return
+            why = refusal(exc, self.nats_url, self.auth)
+            if why is not None:
+                if not refused.done():
+                    refused.set_result(why)
+                return
+            # The first connection: say that it is tried again, and for how long, unless
+            # it is over (connected, or refused) within a moment: a server that wants a
+            # client certificate drops the first attempt before it says why.
+            if loop.time() - started >= _QUIET_S:
+                until = "until one answers" if timeout_s is None else f"for {timeout_s:g}s"
+                errors.report(f"no NATS server at {shown} yet ({exc}); trying {until}")
 
         async def on_disconnect() -> None:
             if self._closing:
                 return
             log.warning("disconnected from NATS at %s; reconnecting", shown)
+            if self.give_up_s is not None and self._giving_up is None:
+                self._giving_up = loop.create_task(self._give_up(self.give_up_s, shown))
 
         async def on_reconnect() -> None:
             errors.reset()
+            # Once given up, the connection is closed even if it came back meanwhile.
+            if self._giving_up is not None and self.lost is None:
+                self._giving_up.cancel()
+                self._giving_up = None
             log.info("reconnected to NATS at %s", shown)
 
-        self._nc = await nats.connect(
-            self.nats_url,
-            name="kernelflow",
-            # A daemon outlives NATS restarts: keep trying, never give up.
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            connect_timeout=5,
-            allow_reconnect=True,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
-        connected = True
+        options |= {
+            "name": "kernelflow",
+            # A daemon outlives NATS restarts: the client keeps trying, and the bridge
+            # decides when to give up (``give_up_s``).
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.5,
+            # A server that vanished without closing the connection (a machine lost, a
+            # network split) is noticed within 20-30 s, not nats-py's 4-6 minutes.
+            "ping_interval": 10,
+            "max_outstanding_pings": 2,
+            "connect_timeout": 5,
+            "allow_reconnect": True,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnect,
+            "reconnected_cb": on_reconnect,
+        }
+        self._nc = NATS()
+        connecting = asyncio.ensure_future(self._nc.connect(server_urls(self.nats_url), **options))
+        try:
+            outcomes: set[asyncio.Future[Any]] = {connecting, refused}
+            await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
+            if refused.done():
+                raise NatsAccessRefused(refused.result())
+            connecting.result()
+            connected = True
+            check_tls(self._nc, self.nats_url, self.auth)
+        except BaseException:
+            connecting.cancel()
+            self._closing = True
+            await self._nc.close()
+            raise
         self._log = EventLog(self._nc, self.streams, self._after_append)
         await self._log.ensure_streams()
+
+    async def _give_up(self, after_s: float, shown: str) -> None:
+        await asyncio.sleep(after_s)
+        self.lost = NatsLost(f"lost NATS at {shown} for {after_s:g}s; giving up")
+        self._closing = True
+        await self.nc.close()  # every call waiting on NATS fails now, instead of hanging
+        if self._on_give_up is not None:
+            self._on_give_up()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if not self._thread.is_alive():
@@ -236,8 +320,21 @@ class Bridge:
         def start() -> None:
             self.loop.create_task(coro).add_done_callback(answer.settle)
 
+        denials = self._denials
         self.post(start)
-        return answer.wait(timeout)
+        try:
+            return answer.wait(timeout)
+        except nats.errors.TimeoutError as exc:
+            if self._denials == denials:
+                raise
+            raise NatsPermissionDenied(
+                f"NATS refused: {self._last_denial} ({self._not_allowed()}; docs/security.md "
+                "lists what each role may do)"
+            ) from exc
+
+    def _not_allowed(self) -> str:
+        creds = f"the credentials in {self.auth.creds}" if self.auth.creds else "this user"
+        return f"{creds} may not do this"
 
     def post(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` on the bridge loop soon, from any thread, in the order posted."""

@@ -15,6 +15,16 @@ the other (a crash in between leaves the trigger unacked: the rest is decided ag
 Most triggers never reach a conductor thread: the daemon's loop decides them as they
 arrive (``advance_on_loop``), with the same pure functions, claims and appends, and hands
 a conductor actor only what needs an LLM or has failed.
+
+Commands come from anyone who may publish on ``kf.cmd.>``: each is answered once, at its
+first delivery, unless recording it fails (NATS) and it is delivered again. What is wrong
+with a command is found by pure checks that would find it again on every delivery: a
+command that does not decode (too large, nested too deeply, not the schema), one on
+another subject than its kind's, one whose ``KF-Reply`` is not an inbox
+(``subjects.reply_refusal``: an answer must never be published into the log) is refused
+with an error on ``kf.errors`` (and on its reply subject, where that is one); a task that
+fails its checks, however they fail (a ``MemoryError`` of the parser included), is
+recorded as rejected. Each refusal is one line in the daemon's log.
 """
 
 from __future__ import annotations
@@ -27,7 +37,9 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from kernelflow.actors.backends import UnknownBackend, backend
+import nats.js.errors
+
+from kernelflow.actors.backends import backend
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
 from kernelflow.actors.kinds.check import check_agents
@@ -35,18 +47,20 @@ from kernelflow.actors.llm import budgets_of, is_budget_error
 from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from kernelflow.actors.llm.budget import task_budget_error
 from kernelflow.actors.prompts import conductor_messages, judge_messages
+from kernelflow.actors.redact import scrub, scrubbed_traceback
 from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.actors.worker import (
     Delivery,
     Job,
     Settlement,
     Worker,
+    quarantined,
     state_of,
     task_of,
     workflow_of,
 )
 from kernelflow.events import subjects
-from kernelflow.events.codec import MalformedMessage, decode_command, decode_event
+from kernelflow.events.codec import MalformedMessage, decode_command, decode_event, encode
 from kernelflow.events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
 from kernelflow.events.model import (
     CancelTask,
@@ -58,7 +72,6 @@ from kernelflow.events.model import (
     TaskSubmitted,
 )
 from kernelflow.projections.rewards import (
-    UnknownReward,
     check_reward_names,
     finish_reward_events,
     judge_failed_event,
@@ -66,7 +79,7 @@ from kernelflow.projections.rewards import (
     pending_reward_events,
 )
 from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
-from kernelflow.workflows.loader import WorkflowError, load_workflow, parse_workflow
+from kernelflow.workflows.loader import load_workflow, parse_workflow
 from kernelflow.workflows.model import Workflow
 
 # Each round decides one event (or appends what was decided); a task never needs more
@@ -74,6 +87,15 @@ from kernelflow.workflows.model import Workflow
 # the trigger is redelivered).
 MAX_ROUNDS = 64
 log = logging.getLogger("kernelflow.conductor")
+# The longest reason (of a rejection, a cancellation) and task name recorded from a
+# command: the publisher's text goes into the log for good.
+MAX_REASON_CHARS = 2000
+_MAX_NAME_CHARS = 200
+# Room left in a message for its headers when a new task's event is checked against the
+# server's message size limit.
+_HEADROOM_BYTES = 4096
+# The subject each kind of command is published on (the stream holds every kf.cmd.>).
+_COMMAND_SUBJECTS = {SubmitTask: subjects.SUBMIT, CancelTask: subjects.CANCEL}
 
 _ClaimKey = tuple[Bridge, str]
 
@@ -153,6 +175,9 @@ class Conductor(Worker):
         if job.source != "event":
             super().receive(delivery)
             return
+        if quarantined(self.bridge, job):
+            delivery.settle("ack")
+            return
         key = (self.bridge, task_of(job.subject))
         if not _CLAIMS.claim(key, delivery):
             delivery.release()  # free for other work; the claim holder settles this one
@@ -182,9 +207,18 @@ class Conductor(Worker):
 
     def on_command(self, job: Job) -> Settlement:
         try:
+            reply_to = job.headers.get(subjects.REPLY_HEADER)
+            if reply_to is not None and (why := subjects.reply_refusal(reply_to)) is not None:
+                raise MalformedMessage(f"{subjects.REPLY_HEADER}: {why}")
             command = decode_command(job.data)
+            if job.subject != _COMMAND_SUBJECTS[type(command)]:
+                raise MalformedMessage(
+                    f"a {command.__struct_config__.tag} command on {job.subject[:80]!r}: "
+                    f"publish it on {_COMMAND_SUBJECTS[type(command)]}"
+                )
         except MalformedMessage as exc:
-            self.log.error("refused a malformed command on %s: %s", job.subject, exc)
+            why = _one_line(str(exc))
+            self.log.warning("refused command %d on %s: %s", job.stream_seq, job.subject, why)
             self.reply(job, {"ok": False, "error": str(exc)}, also_errors=True)
             return "ack"  # redelivering a malformed message can never succeed
         if isinstance(command, CancelTask):
@@ -207,11 +241,15 @@ class Conductor(Worker):
         try:
             first = self.accepted(task_id, command, job)
             reply: dict[str, object] = {"ok": True, "task_id": task_id}
-        except (TaskFileError, WorkflowError, UnknownReward, UnknownBackend) as exc:
-            first = TaskRejected(
-                task_id=task_id, cause=_cause(job), reason=str(exc), task_name=command.task_name
-            )
-            reply = {"ok": False, "task_id": task_id, "error": str(exc)}
+        except OSError:
+            raise  # reading a workflow file may work on the next delivery
+        except Exception as exc:  # the checks are pure: they would fail the same way again
+            reason = _refusal(exc)
+            why = _one_line(reason)
+            self.log.warning("rejected task %s (command %d): %s", task_id, job.stream_seq, why)
+            name = _bounded(command.task_name, _MAX_NAME_CHARS)
+            first = TaskRejected(task_id=task_id, cause=_cause(job), reason=reason, task_name=name)
+            reply = {"ok": False, "task_id": task_id, "error": reason}
         history = TaskHistory(task_id)
         key = (self.bridge, task_id)
         if _CLAIMS.claim(key, None):  # else another conductor here is advancing that task
@@ -235,7 +273,7 @@ class Conductor(Worker):
         check_agents(workflow)
         check_reward_names(command.rewards)
         backend(command.backend)  # raises UnknownBackend: no kernel DSL of that name here
-        return TaskSubmitted(
+        submitted = TaskSubmitted(
             task_id=task_id,
             cause=_cause(job),
             task_name=name,
@@ -252,6 +290,10 @@ class Conductor(Worker):
             files=command.files,
             rewards=command.rewards,
         )
+        size, limit = len(encode(submitted)), self.bridge.nc.max_payload - _HEADROOM_BYTES
+        if size > limit:  # the server would refuse to record it, on every delivery
+            raise ValueError(f"{name}: the task takes {size} bytes; an event holds {limit}")
+        return submitted
 
     def cancel(self, job: Job, command: CancelTask) -> Settlement:
         pending_checked = False
@@ -262,7 +304,7 @@ class Conductor(Worker):
                 if pending_checked:
                     self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
                     return "ack"
-                if not job.last_delivery and self.earlier_commands_pending(job):
+                if not job.last_delivery and self.earlier_submits_pending(job):
                     # Its submit may be one of them, handled by another conductor right
                     # now (or queued with it while no daemon ran): cancel after it.
                     return "soon"
@@ -274,29 +316,34 @@ class Conductor(Worker):
             if state.terminal is not None:
                 self.reply(job, {"ok": False, "error": f"task {command.task_id} is already over"})
                 return "ack"
+            reason = _bounded(scrub(command.reason), MAX_REASON_CHARS)
+            cancelled = TaskCancelled(task_id=command.task_id, cause=_cause(job), reason=reason)
             try:
-                self.append(
-                    history,
-                    TaskCancelled(
-                        task_id=command.task_id, cause=_cause(job), reason=command.reason
-                    ),
-                )
+                self.append(history, cancelled)
             except AppendConflict:
                 continue
             self.reply(job, {"ok": True, "task_id": command.task_id})
             return "ack"
 
-    def earlier_commands_pending(self, job: Job) -> bool:
-        """Whether commands published before this one are still unsettled (the command
-        stream is a work queue: a settled command leaves it)."""
-        info = self.bridge.call(self.bridge.log.jetstream.stream_info(subjects.COMMANDS_STREAM))
-        return bool(info.state.messages) and info.state.first_seq < job.stream_seq
+    def earlier_submits_pending(self, job: Job) -> bool:
+        """Whether submits published before this command are still unsettled (the command
+        stream is a work queue: a settled command leaves it). Only a submit can make the
+        task a cancel is for: waiting on every earlier command instead, a flood of cancels
+        of tasks that never existed held each other up for all of their deliveries."""
+        js = self.bridge.log.jetstream
+        first_submit = js.get_msg(subjects.COMMANDS_STREAM, 1, subjects.SUBMIT, next=True)
+        try:
+            seq = self.bridge.call(first_submit).seq
+        except nats.js.errors.NotFoundError:
+            return False
+        return seq is not None and seq < job.stream_seq
 
     def reply(self, job: Job, body: dict[str, object], *, also_errors: bool = False) -> None:
+        """Answer on the command's reply subject, if it is an inbox, and on ``kf.errors``
+        with ``also_errors``."""
         payload = json.dumps(body).encode()
-        targets = (
-            [job.headers[subjects.REPLY_HEADER]] if subjects.REPLY_HEADER in job.headers else []
-        )
+        reply_to = job.headers.get(subjects.REPLY_HEADER)
+        targets = [reply_to] if reply_to and subjects.reply_refusal(reply_to) is None else []
         if also_errors:
             targets.append(subjects.ERRORS)
         for target in targets:
@@ -356,8 +403,8 @@ class Conductor(Worker):
                 return history
             try:
                 return self.append(history, *planned)
-            except AppendConflict:
-                history, first = self.read(history.task_id), None
+            except AppendConflict:  # ``first`` still goes first into a history of no events
+                history = self.read(history.task_id)
         raise RuntimeError(f"task {history.task_id}: still contended after {MAX_ROUNDS} tries")
 
     def _plan(self, history: TaskHistory, first: Event | None) -> tuple[TaskHistory, list[Event]]:
@@ -404,7 +451,7 @@ class Conductor(Worker):
         try:
             response = self.bridge.call(self.llm.complete(request))
         except LLMError as exc:
-            return judge_failed_event(state, str(exc))
+            return judge_failed_event(state, scrub(str(exc)))
         return llm_called(request, response, dispatch_id=finished.event_id, cause=finished.event_id)
 
     def ask(self, state: TaskState, workflow: Workflow, plan: AskLLM) -> Event:
@@ -425,7 +472,7 @@ class Conductor(Worker):
         except LLMError as exc:
             if is_budget_error(str(exc)):  # the daemon's per-run budget is spent
                 return end_task(state, plan.decision_point, "budget_exceeded", str(exc))
-            return fallback_decision(state, plan, str(exc))
+            return fallback_decision(state, plan, scrub(str(exc)))
         return llm_called(
             request, response, dispatch_id=plan.decision_point, cause=plan.decision_point
         )
@@ -490,6 +537,9 @@ def advance_on_loop(
     latency: each waits for the GIL behind every other busy thread. Folding and routing
     take well under a millisecond, and reads and appends are awaited: the loop never
     blocks."""
+    if quarantined(bridge, delivery.job):
+        delivery.settle("ack")
+        return True
     if delivery.job.last_delivery:
         return False
     spawn(_advance_on_loop(bridge, delivery, to_actor))
@@ -548,7 +598,8 @@ async def _append_on_loop(
                 return
         raise RuntimeError(f"task {key[1]}: still contended after {MAX_ROUNDS} tries")
     except Exception:
-        log.exception("deciding task %s failed; its trigger will be redelivered", key[1])
+        why = scrubbed_traceback()
+        log.error("deciding task %s failed; its trigger will be redelivered\n%s", key[1], why)
     finally:
         if settlement != "ack":
             held.extend(d for d in _CLAIMS.release(key) if d is not None)
@@ -574,6 +625,26 @@ def _newest_trigger(handed: list[Delivery | None]) -> Job | None:
 
 def _cause(job: Job) -> str:
     return f"cmd:{job.stream_seq}"
+
+
+def _refusal(exc: Exception) -> str:
+    """Why a task was rejected, as recorded: the check's own words, or what it ran into."""
+    if isinstance(exc, ValueError):  # the checks' refusals (a bad task file, workflow...)
+        text = str(exc)
+    elif isinstance(exc, RecursionError | MemoryError):  # the parsers' limits
+        text = f"the task is too deeply nested to check ({type(exc).__name__})"
+    else:
+        text = f"the task could not be checked: {type(exc).__name__}: {exc}"
+    return _bounded(scrub(text), MAX_REASON_CHARS)
+
+
+def _one_line(text: str) -> str:
+    """``text`` for a log line: one line per refused command, whatever it says."""
+    return " ".join(text.split())
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _newest(history: TaskHistory, other: TaskHistory | None) -> TaskHistory:

@@ -65,6 +65,11 @@ SOON_S = 0.5
 _LOOP_ROOM = 64
 
 
+def agent_durable(role: str) -> str:
+    """The durable consumer the daemons hosting agent ``role`` share."""
+    return f"kf-agent-{role}"
+
+
 @dataclass
 class DaemonConfig:
     roles: tuple[str, ...] = DEFAULT_ROLES
@@ -213,7 +218,7 @@ class Daemon:
                     _Feed(
                         role,
                         subjects.EVENTS_STREAM,
-                        f"kf-agent-{role}",
+                        agent_durable(role),
                         [subjects.dispatches_for(role)],
                         "event",
                         # Nothing is dispatched after a task's end.

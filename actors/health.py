@@ -25,7 +25,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from kernelflow.actors.bridge import Bridge, safe_url
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.connection import safe_url
+from kernelflow.events import subjects
 
 log = logging.getLogger("kernelflow.health")
 
@@ -129,6 +131,10 @@ class HealthResponder:
 
     async def _on_ping(self, msg: Msg) -> None:
         if not msg.reply:
+            return
+        if (why := subjects.reply_refusal(msg.reply)) is not None:
+            # An answer there could land in the log, or be taken for an API request.
+            log.warning("not answering a health ping: %s", why)
             return
         try:
             body = self._describe()

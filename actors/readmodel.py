@@ -32,6 +32,14 @@ Queries may name a stream sequence (``after``): the answer waits (up to ``wait_s
 the fold has applied it, so ``kernelflow status`` sees everything recorded before it
 asked. Replies carry at most ``limit`` rows (``offset`` pages through the rest), in the
 order tasks first appeared in the log, which is the same in every daemon's read model.
+Every query is answered, at once when it is not one (``{"ok": false, "error": ...}``),
+unless its reply subject is not an inbox (``subjects.reply_refusal``: an answer must
+never land in the log); at most ``_MAX_WAITING`` wait at a time, later ones are answered
+as the fold stands.
+
+A message of the log that is not an event of its task (``kernelflow.events.quarantine``;
+the fold holds every event before its position, so each task's first event must be its
+seq 1) moves the position and is counted (``quarantined`` in ``describe``), nothing else.
 """
 
 from __future__ import annotations
@@ -61,9 +69,10 @@ from nats.js.object_store import ObjectStore
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from kernelflow.events import subjects
-from kernelflow.events.codec import MalformedMessage, decode_event
 from kernelflow.events.log import delivery_of
+from kernelflow.events.model import QuarantinedEvent
 from kernelflow.events.pull import CreditPuller, cancel_and_wait
+from kernelflow.events.quarantine import HistoryCheck
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
 
 log = logging.getLogger("kernelflow.readmodel")
@@ -78,6 +87,20 @@ STALE_AFTER_S = 3600.0  # see ``stale_objects``
 PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
 MAX_REASON = 300
 _BATCH = 256
+_MAX_WAITING = 1000  # queries waiting for the fold to catch up, at most
+
+
+class StatusQuery(msgspec.Struct, frozen=True):
+    """A query on ``kf.query.status`` (JSON; every field may be left out)."""
+
+    after: int = 0  # answer once the fold applied this stream sequence...
+    wait_s: float = 5.0  # ...waiting at most this long for it (at most 30 s)
+    offset: int = 0
+    limit: int = PAGE
+    task_id: str | None = None  # one task's row instead of a page of all
+
+
+_query_decoder = msgspec.json.Decoder(StatusQuery)
 
 
 def status_row(t: TaskMetrics) -> dict[str, Any]:
@@ -183,6 +206,7 @@ class ReadModel:
             "saved_position": self.saved_position,
             "sealed_pages": self.paged.pages,
             "persist": self._store is not None,
+            "quarantined": self.projection.state.quarantined,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -409,6 +433,7 @@ class ReadModel:
         gap: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         gap_at = 0
         expected = 1  # the consumer's own delivery sequence: a jump means a lost message
+        check = HistoryCheck(self._last_seq)
 
         def deliver(msg: Msg) -> None:
             nonlocal expected, gap_at
@@ -420,11 +445,9 @@ class ReadModel:
                 gap.set_result(None)
                 return
             expected += 1
-            try:
-                event = decode_event(msg.data)
-            except MalformedMessage as exc:  # not ours to fold; the log keeps it
-                log.warning("read model: skipping %s: %s", msg.subject, exc)
-                return
+            event = check.place(msg.subject, msg.data, at.stream_seq)
+            if type(event) is QuarantinedEvent:
+                self.bridge.log.report_quarantined(event)
             if self.paged.apply(at.stream_seq, event):
                 self._moved.set()
                 self._moved = asyncio.Event()
@@ -448,6 +471,11 @@ class ReadModel:
         finally:
             await cancel_and_wait(running)
 
+    def _last_seq(self, task_id: str) -> int:
+        """The seq of the task's last event folded (0: none)."""
+        t = self.projection.tasks.get(task_id)
+        return t.last_seq if t is not None else 0
+
     async def caught_up(self, position: int, wait_s: float) -> bool:
         """Wait until the fold applied ``position`` (at most ``wait_s``)."""
         deadline = asyncio.get_running_loop().time() + wait_s
@@ -467,39 +495,55 @@ class ReadModel:
         task.add_done_callback(self._queries.discard)
 
     async def _answer(self, msg: Msg) -> None:
-        try:
-            request = json.loads(msg.data or b"{}")
-            if not isinstance(request, dict):
-                raise ValueError("the query must be a JSON object")
-            after = int(request.get("after", 0))
-            wait_s = min(max(float(request.get("wait_s", 5.0)), 0.0), 30.0)
-            offset = max(int(request.get("offset", 0)), 0)
-            limit = min(max(int(request.get("limit", PAGE)), 1), PAGE)
-            task_id = request.get("task_id")
-        except (ValueError, TypeError) as exc:
-            await _respond(msg, {"ok": False, "error": f"bad status query: {exc}"})
+        if not _answerable(msg):
             return
-        behind = not await self.caught_up(after, wait_s)
+        try:
+            query = _query_decoder.decode(msg.data or b"{}")
+        except (msgspec.DecodeError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            log.warning("read model: refused a status query: %s", why)
+            await _respond(msg, {"ok": False, "error": f"bad status query: {why}"})
+            return
+        try:
+            reply = await self._reply(query, waiting=len(self._queries))
+        except Exception as exc:  # still answer: the asker would wait out its timeout
+            log.warning("read model: status query failed: %r", exc)
+            reply = {"ok": False, "error": f"status query failed: {exc!r}"}
+        await _respond(msg, reply)
+
+    async def _reply(self, query: StatusQuery, waiting: int) -> dict[str, Any]:
+        wait_s = min(max(query.wait_s, 0.0), 30.0) if waiting <= _MAX_WAITING else 0.0
+        offset, limit = max(query.offset, 0), min(max(query.limit, 1), PAGE)
+        behind = not await self.caught_up(query.after, wait_s)
         reply: dict[str, Any] = {
             "ok": True,
             "instance": self.instance,
             "position": self.position,
             "behind": behind,
         }
-        if task_id is not None:
-            t = self.projection.tasks.get(str(task_id))
+        if query.task_id is not None:
+            t = self.projection.tasks.get(query.task_id)
             reply["row"] = status_row(t) if t is not None else None
         else:
             rows = self.paged.rows  # a page of them without copying every row's reference
             reply["total"] = len(rows)
             reply["rows"] = [status_row(t) for t in rows[offset : offset + limit]]
-        await _respond(msg, reply)
+        return reply
+
+
+def _answerable(msg: Msg) -> bool:
+    """Whether a query asks for an answer on an inbox (saying so when it does not)."""
+    if not msg.reply:
+        return False
+    why = subjects.reply_refusal(msg.reply)
+    if why is not None:
+        log.warning("read model: not answering a status query: %s", why)
+    return why is None
 
 
 async def _respond(msg: Msg, body: dict[str, Any]) -> None:
-    if msg.reply:
-        with contextlib.suppress(Exception):
-            await msg.respond(json.dumps(body).encode())
+    with contextlib.suppress(Exception):
+        await msg.respond(json.dumps(body).encode())
 
 
 def _position_of(description: str | None) -> int:

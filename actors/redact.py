@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import re
+import traceback
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-__all__ = ["MASK", "scrub", "secret_values"]
+__all__ = ["MASK", "scrub", "scrubbed_traceback", "secret_values"]
 
 MASK = "***"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -77,3 +78,9 @@ def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def scrubbed_traceback() -> str:
+    """The traceback of the exception being handled, scrubbed: for a log line, where an
+    exception's message may quote a URL with its user-info or a header with its key."""
+    return scrub(traceback.format_exc().rstrip())

@@ -11,10 +11,12 @@ from typing import Literal
 import pykka
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.events import subjects
+from kernelflow.actors.redact import scrub, scrubbed_traceback
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict, TaskHistory
-from kernelflow.events.model import AgentDispatched, AgentFailed, Event
+from kernelflow.events.model import AgentDispatched, AgentFailed, Event, QuarantinedEvent
+from kernelflow.events.quarantine import placed
+from kernelflow.events.subjects import task_of as task_of  # used by the daemon and the CLI
 from kernelflow.projections.task_state import Dispatch, TaskState, fold
 from kernelflow.workflows.loader import parse_workflow
 from kernelflow.workflows.model import Workflow
@@ -77,7 +79,7 @@ class Worker(pykka.ThreadingActor):
         job = delivery.job
         settlement: Settlement = "nak"
         try:
-            settlement = self.handle(job)
+            settlement = "ack" if quarantined(self.bridge, job) else self.handle(job)
         except Exception as exc:
             settlement = self.after_failure(job, exc)
         finally:
@@ -89,15 +91,18 @@ class Worker(pykka.ThreadingActor):
     def after_failure(self, job: Job, exc: Exception) -> Settlement:
         """Handling ``job`` raised ``exc``: logged, and left to be redelivered; on its last
         delivery, given up and recorded as such (see ``give_up``)."""
+        failed = (self.role, job.subject, scrubbed_traceback())
         if not job.last_delivery:
-            self.log.exception("%s failed on %s; it will be redelivered", self.role, job.subject)
+            self.log.error("%s failed on %s; it will be redelivered\n%s", *failed)
             return "nak"
-        self.log.exception("%s failed on %s for the last time", self.role, job.subject)
-        error = f"gave up after {job.deliveries} attempts: {type(exc).__name__}: {exc}"
+        self.log.error("%s failed on %s for the last time\n%s", *failed)
+        # Recorded for good: whatever the exception says of a credential is left out.
+        error = scrub(f"gave up after {job.deliveries} attempts: {type(exc).__name__}: {exc}")
         try:
             self.give_up(job, error)
         except Exception:
-            self.log.exception("could not record giving up on %s", job.subject)
+            why = scrubbed_traceback()
+            self.log.error("could not record giving up on %s\n%s", job.subject, why)
             return "nak"
         return "ack"
 
@@ -156,9 +161,17 @@ def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch 
     return d if d.result is None and d is state.current else None
 
 
-def task_of(subject: str) -> str:
-    """The task an event is about, from its subject: ``kf.ev.<task_id>.<kind>...``."""
-    return subject[len(subjects.EVENTS_ROOT) + 1 :].partition(".")[0]
+def quarantined(bridge: Bridge, job: Job) -> bool:
+    """Whether ``job`` carries a message that is not an event of the task its subject
+    names (``kernelflow.events.quarantine``). Work on it is done at once: no redelivery
+    can make it one; the log reports it."""
+    if job.source != "event":
+        return False
+    event = placed(job.subject, job.data, job.stream_seq)
+    if type(event) is not QuarantinedEvent:
+        return False
+    bridge.log.report_quarantined(event)
+    return True
 
 
 def state_of(history: TaskHistory) -> TaskState:

@@ -4,6 +4,10 @@ Decoding follows the schema's evolution (see ``kernelflow.events.model``): an ev
 older ``v`` for which an upcaster is registered is upgraded to today's shape first, and an
 event of a kind this version does not know becomes an ``UnknownEvent`` instead of an
 error, so a daemon of an older version never wedges on a task a newer one wrote to.
+
+Whatever a publisher sends, decoding either returns or raises ``MalformedMessage``: a
+command over ``MAX_COMMAND_BYTES`` is refused unread, and JSON nested too deeply for the
+decoder (``RecursionError``) is malformed like any other.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kernelflow.events.model import (
     AnyEvent,
     Command,
     Event,
+    QuarantinedEvent,
     TaskId,
     UnknownEvent,
 )
@@ -33,6 +38,11 @@ _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _command_decoder = msgspec.json.Decoder(AnyCommand)
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
+_quarantine_record_decoder = msgspec.json.Decoder(QuarantinedEvent)
+QUARANTINE_RECORD_START = b'{"kind":"__quarantined__"'
+# The largest command a daemon reads (JetStream's default message limit is 1 MiB; a
+# server configured for more still never makes a daemon decode more than this).
+MAX_COMMAND_BYTES = 4 << 20
 
 KNOWN_KINDS = frozenset(cast(str, t.__struct_config__.tag) for t in EVENT_TYPES)
 # A kind becomes a subject token (kf.ev.<task>.<kind>): an unknown one must be a safe name.
@@ -77,12 +87,31 @@ def encode(message: Event | Command | msgspec.Struct) -> bytes:
 
 def decode_event(data: bytes) -> Event:
     try:
+        return _decode_event(data)
+    except RecursionError:
+        raise MalformedMessage("not a kernelflow event: JSON nested too deeply") from None
+
+
+def _decode_event(data: bytes) -> Event:
+    try:
         event: Event = _event_decoder.decode(data)
     except msgspec.DecodeError as exc:
         return _decode_unusual(data, exc)
     if _UPCASTERS and (event.kind, event.v) in _UPCASTERS:
         return _upcast(_object_decoder.decode(data))
     return event
+
+
+def decode_record(data: bytes) -> Event:
+    """An exported log file's record: an event, or the ``QuarantinedEvent`` an export
+    wrote for a message of the log that was not one. (Only files hold such records: the
+    live log's messages go through ``decode_event``, which refuses them.)"""
+    if not data.startswith(QUARANTINE_RECORD_START):
+        return decode_event(data)
+    try:
+        return _quarantine_record_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise MalformedMessage(f"not a quarantine record: {exc}") from None
 
 
 def _decode_unusual(data: bytes, error: msgspec.DecodeError) -> Event:
@@ -128,10 +157,16 @@ def _upcast(obj: dict[str, Any]) -> Event:
 
 
 def decode_command(data: bytes) -> Command:
+    if len(data) > MAX_COMMAND_BYTES:
+        raise MalformedMessage(
+            f"not a kernelflow command: {len(data)} bytes, over the limit of {MAX_COMMAND_BYTES}"
+        )
     try:
         command: Command = _command_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not a kernelflow command: {exc}") from exc
+    except RecursionError:
+        raise MalformedMessage("not a kernelflow command: JSON nested too deeply") from None
     return command
 
 

@@ -13,7 +13,11 @@ Invariants (what every caller may rely on):
 - the events of one append are recorded one after the other, each with the checks above
   (the next one's check needs the stream sequence of the one before), so a crash in the
   middle leaves a history that is merely shorter: its writer's trigger is redelivered and
-  the rest is decided again.
+  the rest is decided again;
+- a read never fails on what someone else published on the task's subjects: a message
+  that is not one of its events is quarantined (``kernelflow.events.quarantine``): left
+  out of the history's events, counted in ``TaskHistory.quarantine``, logged once per
+  process, and covered by ``last_stream_seq``, so the next append still goes in.
 
 Cost: each event is one publish and its ack, answered on one reply subscription shared by
 every request of the log; reading a task is one batched direct get (nats-server 2.11+)
@@ -28,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
-import json
+import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -45,19 +48,22 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from kernelflow.events import subjects
-from kernelflow.events.codec import decode_event, encode
-from kernelflow.events.model import Command, Event, ends_task
-from kernelflow.events.pull import CreditPuller, wait_until_set
+from kernelflow.events.codec import encode
+from kernelflow.events.model import Command, Event, QuarantinedEvent, ends_task
+from kernelflow.events.pull import wait_until_set
+from kernelflow.events.quarantine import HistoryCheck, Quarantine, describe
+from kernelflow.events.replies import STATUS, Replies
+from kernelflow.events.scan import Scanner, Stored
 
 # JetStream error code for "wrong last sequence" (the optimistic-concurrency check).
 _WRONG_LAST_SEQUENCE = 10071
-_FETCH_BATCH = 256  # events a direct get asks for at a time
-_READ_BATCH = 512  # events a read asks for at a time (and at most holds)
-# How long an append or a read waits for the server's answer (nats-py's default).
-_TIMEOUT_S = 5.0
-# The server version that answers batched direct gets.
-_DIRECT_BATCH_SINCE = (2, 11)
-_STATUS = "Status"
+_FETCH_BATCH = 256  # events a direct get for one task asks for at a time
+_READ_BATCH = 512  # events a read of many tasks asks for at a time
+# How long an append waits for its stream to have a leader again, and how often it asks.
+_NO_LEADER_S, _NO_LEADER_RETRY_S = 10.0, 0.25
+# Quarantined messages this process said it met (by stream sequence), to say it once.
+_REPORTED_QUARANTINED = 10_000
+_logger = logging.getLogger("kernelflow.eventlog")
 T = TypeVar("T")
 K = TypeVar("K")
 
@@ -76,7 +82,11 @@ class TaskHistory:
 
     task_id: str
     events: tuple[Event, ...] = ()
-    last_stream_seq: int = 0  # stream sequence of the task's newest event, 0 for none
+    # Stream sequence of the newest message on the task's subjects (its newest event, or
+    # a quarantined message after it), 0 for none: where the next append goes on top of.
+    last_stream_seq: int = 0
+    # The messages on the task's subjects that are not its events, left out of ``events``.
+    quarantine: Quarantine = field(default_factory=Quarantine)
 
     @property
     def next_seq(self) -> int:
@@ -144,9 +154,9 @@ class EventLog:
         self._ended: RecentIds[str] = RecentIds(self._settings.ended_tasks)
         # Called with each event once it is recorded (fault injection in tests).
         self._after_append = after_append
-        self._replies = _Replies(nc)
-        # Whether the events stream answers batched direct gets (False once it did not).
-        self._direct = _server_at_least(nc, _DIRECT_BATCH_SINCE)
+        self._replies = Replies(nc)
+        self.scanner = Scanner(nc, self._replies)
+        self._reported: RecentIds[int] = RecentIds(_REPORTED_QUARANTINED)
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
@@ -215,7 +225,7 @@ class EventLog:
                 raise ValueError(f"event for task {event.task_id} appended to {task_id}")
             stamped = msgspec.structs.replace(event, seq=history.next_seq, at=time.time())
             ended = ended or ends_task(stamped)
-            history = await self._replies.request(
+            history = await self._publish_event(
                 subjects.event_subject(stamped),
                 encode(stamped),
                 _append_headers(stamped, history.last_stream_seq),
@@ -223,12 +233,29 @@ class EventLog:
             )
         return history
 
+    async def _publish_event(
+        self, subject: str, data: bytes, headers: dict[str, str], read: Callable[[Msg], T]
+    ) -> T:
+        """Publish an event, again while the stream has no leader (a cluster electing one
+        answers "no responders" for a second or two): the event's message id and expected
+        sequence make sure it is stored once whatever is retried."""
+        deadline = time.monotonic() + _NO_LEADER_S
+        while True:
+            try:
+                return await self._replies.request(subject, data, headers, read)
+            except nats.js.errors.NoStreamResponseError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_NO_LEADER_RETRY_S)
+
     def _recorded(self, before: TaskHistory, event: Event, ended: bool, ack: Msg) -> TaskHistory:
         """The history once the server acknowledged ``event`` on top of ``before``. Run as
         soon as the answer arrives: a delivery of the event that came with it then finds
         the history remembered."""
         seq = _stored_at(event, before.last_stream_seq, ack)
-        after = self._remember(TaskHistory(before.task_id, (*before.events, event), seq), ended)
+        after = self._remember(
+            TaskHistory(before.task_id, (*before.events, event), seq, before.quarantine), ended
+        )
         if self._after_append is not None:
             self._after_append(event)
         return after
@@ -273,59 +300,36 @@ class EventLog:
         known = self._known.get(event.task_id)
         return known if known is not None and known.next_seq > event.seq else None
 
-    async def read_task(self, task_id: str, *, direct: bool = True) -> TaskHistory:
+    async def read_task(self, task_id: str, *, leader: bool = False) -> TaskHistory:
         """The task's events, fetching only those after the history remembered for it.
 
-        Read by direct gets where the stream answers them (``direct``), else through an
-        ephemeral consumer.
+        Read from any replica, or from the stream's leader (``leader``: a replica may be a
+        little behind). Messages that are not the task's events are quarantined.
         """
         known = self._known.get(task_id)
-        events = list(known.events) if known is not None else []
-        last = known.last_stream_seq if known is not None else 0
-        new: list[Event] = []
-        fetched = await self._read_direct(task_id, last + 1) if direct and self._direct else None
-        if fetched is None:
-            fetched = [
-                item
-                async for item in self.read(
-                    start_seq=last + 1, subject=subjects.task_events(task_id)
-                )
-            ]
-            if direct:  # the stream is there but did not answer the direct get
-                self._direct = False
-        for stream_seq, event in fetched:
-            new.append(event)
-            last = stream_seq
-        events.extend(new)
-        # A remembered history is known not to have ended: only new events can end it.
-        ended = _ended(new) if known is not None else _ended(events)
-        return self._remember(TaskHistory(task_id, tuple(events), last), ended)
-
-    async def _read_direct(self, task_id: str, start_seq: int) -> list[tuple[int, Event]] | None:
-        """The task's events from ``start_seq`` to the end of the log, by batched direct
-        gets (one request per 256 events); None when the stream does not answer them."""
-        found: list[tuple[int, Event]] = []
+        before = known or TaskHistory(task_id)
+        events = list(before.events)
+        last, quarantine = before.last_stream_seq, before.quarantine
         subject = subjects.task_events(task_id)
-        seq = start_seq
-        while True:
-            request = json.dumps({"seq": seq, "next_by_subj": subject, "batch": _FETCH_BATCH})
-            msgs = await self._replies.collect(
-                f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request.encode()
-            )
-            end = msgs[-1].headers or {}
-            status = end.get(_STATUS)
-            if status == "503":  # no responders: a stream without allow_direct, or none
-                return None
-            if status not in ("204", "404"):
-                raise nats.js.errors.APIError(
-                    code=int(status or 0), description=str(end.get("Description", ""))
-                )
-            for msg in msgs[:-1]:
-                found.append((int((msg.headers or {})["Nats-Sequence"]), decode_event(msg.data)))
-            # End of batch: read on if the server holds more than one batch returns.
-            if status == "404" or len(msgs) == 1 or int(end.get("Nats-Num-Pending", 0)) == 0:
-                return found
-            seq = found[-1][0] + 1
+        fetched = await self.scanner.all(last + 1, subject, size=_FETCH_BATCH, leader=leader)
+        check = HistoryCheck(lambda _: len(events))
+        for stream_seq, subject, data in fetched:
+            event = check.place(subject, data, stream_seq)
+            if type(event) is QuarantinedEvent:
+                quarantine = quarantine.add(event)
+                self.report_quarantined(event)
+            else:
+                events.append(event)
+            last = stream_seq
+        # A remembered history is known not to have ended: only new events can end it.
+        ended = _ended(events[len(before.events) :] if known is not None else events)
+        return self._remember(TaskHistory(task_id, tuple(events), last, quarantine), ended)
+
+    def report_quarantined(self, q: QuarantinedEvent) -> None:
+        """Log a quarantined message, once per process (many reads may meet it)."""
+        if q.stream_seq not in self._reported:
+            self._reported.add(q.stream_seq)
+            _logger.info("quarantined %s", describe(q))
 
     async def history_through(self, event: Event, stream_seq: int) -> TaskHistory:
         """The task's history up to at least ``event`` (just delivered from the stream at
@@ -337,12 +341,13 @@ class EventLog:
             known = await self.read_task(event.task_id)
             if known.next_seq < event.seq:
                 # In a cluster any replica may answer a direct get, one a little behind
-                # the stream: read again through a consumer.
-                known = await self.read_task(event.task_id, direct=False)
+                # the stream: ask the leader.
+                known = await self.read_task(event.task_id, leader=True)
         if known.next_seq == event.seq:
-            return self._remember(
-                TaskHistory(event.task_id, (*known.events, event), stream_seq), _ended([event])
+            history = TaskHistory(
+                event.task_id, (*known.events, event), stream_seq, known.quarantine
             )
+            return self._remember(history, _ended([event]))
         return known
 
     def _remember(self, history: TaskHistory, ended: bool) -> TaskHistory:
@@ -366,68 +371,51 @@ class EventLog:
         follow: bool = False,
         idle_timeout: float = 1.0,
     ) -> AsyncGenerator[tuple[int, Event], None]:
-        """Yield ``(stream_seq, event)`` in log order from ``start_seq``.
+        """Yield ``(stream_seq, event)`` in log order from ``start_seq``; a message that is
+        not an event of its task comes as its ``QuarantinedEvent`` placeholder.
 
         Without ``follow`` it stops at the end of the log as it was when reading began;
-        with ``follow`` it waits for new events until the caller stops iterating.
+        with ``follow`` it waits for new events (looking again at least every
+        ``idle_timeout`` seconds) until the caller stops iterating.
         """
-        info = await self._js.add_consumer(
-            subjects.EVENTS_STREAM,
-            api.ConsumerConfig(
-                filter_subject=subject,
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=max(1, start_seq),
-                ack_policy=api.AckPolicy.NONE,
-                mem_storage=True,
-                inactive_threshold=30.0,
-            ),
-        )
-        remaining = info.num_pending or 0
-        buffered: deque[Msg] = deque()
-        arrived = asyncio.Event()
+        # Whole histories: the whole log's, or one task's (not some kinds of events only).
+        whole = subject in (subjects.ALL_EVENTS, subjects.task_events(subjects.task_of(subject)))
+        check = HistoryCheck(whole=whole, from_first=start_seq <= 1)
+        if follow:
+            reading = self._following(start_seq, subject, idle_timeout)
+        else:
+            end = (await self._js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+            reading = self.scanner.batches(start_seq, subject, size=_READ_BATCH, through=end)
+        async with contextlib.aclosing(reading):
+            async for batch in reading:
+                for stream_seq, msg_subject, data in batch:
+                    yield stream_seq, check.place(msg_subject, data, stream_seq)
 
-        def deliver(msg: Msg) -> None:
-            buffered.append(msg)
-            arrived.set()
+    async def _following(
+        self, seq: int, subject: str, idle_timeout: float
+    ) -> AsyncGenerator[list[Stored], None]:
+        """``read``'s batches with ``follow``: those from ``seq`` on, then those recorded
+        later, looked for when one is published (a subscription to ``subject``, which only
+        wakes the read: the messages are fetched by sequence) or every ``idle_timeout``
+        (one published while reconnecting is not seen)."""
+        woken = asyncio.Event()
 
-        def credit() -> int:
-            # Ask for the next batch once half of the last one has been taken: the server
-            # sends it while the caller works through the rest.
-            if len(buffered) >= _READ_BATCH // 2:
-                return 0
-            wanted = _READ_BATCH - len(buffered)
-            return wanted if follow else min(wanted, remaining - len(buffered))
+        async def wake(_: Msg) -> None:
+            woken.set()
 
-        puller = CreditPuller(
-            self._nc, subjects.EVENTS_STREAM, info.name, credit, deliver, expires_s=idle_timeout
-        )
-        pulling = asyncio.create_task(puller.run())
+        sub = await self._nc.subscribe(subject, cb=wake)
         try:
-            while follow or remaining > 0:
-                if not buffered:
-                    arrived.clear()
-                    await wait_until_set(arrived, idle_timeout)
-                    if buffered:
-                        continue
-                    if pulling.done():
-                        pulling.result()  # raises why the pull stopped
-                    if follow:
-                        continue
-                    info = await self._js.consumer_info(subjects.EVENTS_STREAM, info.name)
-                    if info.num_pending == 0:
-                        break  # events can expire under max_age while we read
-                    continue
-                msg = buffered.popleft()
-                remaining -= 1
-                puller.credit_changed()
-                yield delivery_of(msg).stream_seq, decode_event(msg.data)
+            while True:
+                woken.clear()
+                reading = self.scanner.batches(seq, subject, size=_READ_BATCH)
+                async with contextlib.aclosing(reading):
+                    async for batch in reading:
+                        seq = batch[-1][0] + 1
+                        yield batch
+                await wait_until_set(woken, idle_timeout)
         finally:
-            pulling.cancel()
-            await asyncio.gather(pulling, return_exceptions=True)
-            # Ephemeral consumers expire by themselves; deleting them now keeps the
-            # server tidy when many reads happen in a row.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._js.delete_consumer(subjects.EVENTS_STREAM, info.name))
+                await sub.unsubscribe()
 
 
 def _ended(events: Sequence[Event]) -> bool:
@@ -454,11 +442,6 @@ def delivery_of(msg: Msg) -> DeliveryInfo:
     raise ValueError(f"not a JetStream delivery: reply subject {msg.reply!r}")
 
 
-def _server_at_least(nc: NATS, version: tuple[int, int]) -> bool:
-    server = nc.connected_server_version
-    return (server.major, server.minor) >= version
-
-
 class _PubAck(msgspec.Struct):
     seq: int = 0
     duplicate: bool = False
@@ -471,7 +454,7 @@ _PUB_ACKS = msgspec.json.Decoder(_PubAck)
 def _pub_ack(reply: Msg, task_id: str, last: int) -> _PubAck:
     """The server's answer to a publish, or the error it stands for (a conflict when an
     append to ``task_id`` expected its last stream sequence to be ``last``)."""
-    if reply.headers and reply.headers.get(_STATUS) == "503":
+    if reply.headers and reply.headers.get(STATUS) == "503":
         raise nats.js.errors.NoStreamResponseError
     ack = _PUB_ACKS.decode(reply.data)
     if ack.error is not None:
@@ -506,103 +489,3 @@ def _stored_at(event: Event, after_stream_seq: int, ack: Msg) -> int:
 
 def _command_seq(reply: Msg) -> int:
     return _pub_ack(reply, "", 0).seq
-
-
-def _give_up(answer: asyncio.Future[Any]) -> None:
-    if not answer.done():
-        answer.set_exception(nats.errors.TimeoutError())
-
-
-class _Replies:
-    """The answers to one EventLog's requests (publish acks, direct gets) on a single
-    wildcard inbox subscription: a request costs one publish, a dictionary entry and a
-    timer handle (nats-py's ``request`` adds a task, random bytes and JSON dataclasses)."""
-
-    def __init__(self, nc: NATS) -> None:
-        self._nc = nc
-        self._prefix = ""
-        self._subscribing: asyncio.Lock | None = None
-        self._waiting: dict[str, Callable[[Msg], None]] = {}
-        self._tokens = itertools.count()
-
-    async def _inbox(self) -> str:
-        if not self._prefix:
-            self._subscribing = self._subscribing or asyncio.Lock()
-            async with self._subscribing:
-                if not self._prefix:
-                    prefix = f"{self._nc.new_inbox()}."
-                    await self._nc.subscribe(prefix + "*", cb=self._on_reply)
-                    self._prefix = prefix
-        return self._prefix
-
-    async def _on_reply(self, msg: Msg) -> None:
-        handler = self._waiting.get(msg.subject[len(self._prefix) :])
-        if handler is not None:
-            handler(msg)
-
-    async def request(
-        self, subject: str, payload: bytes, headers: dict[str, str], read: Callable[[Msg], T]
-    ) -> T:
-        """Publish a request answered by one message; what ``read`` makes of it, run as
-        soon as it arrives (what ``read`` raises is raised here)."""
-        return await (await self.send(subject, payload, headers, read))
-
-    async def send(
-        self, subject: str, payload: bytes, headers: dict[str, str], read: Callable[[Msg], T]
-    ) -> asyncio.Future[T]:
-        """``request`` without the wait: publish now (in call order) and return the future
-        of what ``read`` makes of the answer."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[T] = loop.create_future()
-
-        def on_reply(msg: Msg) -> None:
-            if answer.done():
-                return
-            try:
-                answer.set_result(read(msg))
-            except Exception as exc:
-                answer.set_exception(exc)
-
-        await self._send(subject, payload, headers, on_reply, answer)
-        return answer
-
-    async def collect(self, subject: str, payload: bytes) -> list[Msg]:
-        """Publish a request answered by several messages, the last of them carrying a
-        status header (a direct get's end of batch, or its error); all of them."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[list[Msg]] = loop.create_future()
-        got: list[Msg] = []
-
-        def on_reply(msg: Msg) -> None:
-            got.append(msg)
-            if msg.headers and _STATUS in msg.headers and not answer.done():
-                answer.set_result(got)
-
-        await self._send(subject, payload, None, on_reply, answer)
-        return await answer
-
-    async def _send(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: dict[str, str] | None,
-        on_reply: Callable[[Msg], None],
-        answer: asyncio.Future[Any],
-    ) -> None:
-        """Publish with a reply subject routed to ``on_reply`` until ``answer`` is done
-        (answered, timed out, or cancelled with its waiter)."""
-        prefix = await self._inbox()
-        token = str(next(self._tokens))
-        self._waiting[token] = on_reply
-        timer = asyncio.get_running_loop().call_later(_TIMEOUT_S, _give_up, answer)
-
-        def forget(_: asyncio.Future[Any]) -> None:
-            timer.cancel()
-            del self._waiting[token]
-
-        answer.add_done_callback(forget)
-        try:
-            await self._nc.publish(subject, payload, reply=prefix + token, headers=headers or None)
-        except BaseException:
-            answer.cancel()
-            raise

@@ -351,6 +351,27 @@ class UnknownEvent(Event, tag="__unknown__", frozen=True, kw_only=True):
         return self.original_kind
 
 
+class QuarantinedEvent(Event, tag="__quarantined__", frozen=True, kw_only=True):
+    """A message on a task's subjects that is not one of its events: undecodable, recorded
+    on another task's or kind's subject than its JSON says, or out of its task's sequence
+    (see ``kernelflow.events.quarantine``). Anyone allowed to publish on ``kf.ev.>`` can
+    put such a message into the append-only log; reads skip it instead of failing.
+
+    It has no place in its task's sequence (``seq`` 0: appends number events as if it
+    were not there), but it holds the task's last stream sequence like any message on its
+    subjects, so an append after it names its stream position. ``task_id`` is the task
+    its subject names (``kf.ev.<task>.…``); ``evidence`` the first bytes of the message.
+    Never part of ``AnyEvent``: projections skip it, and only an export file writes it
+    (``kernelflow.projections.logfile``)."""
+
+    task_id: str  # a subject token: not necessarily a valid task id
+    subject: str
+    stream_seq: int
+    reason: str
+    size: int  # of the message, in bytes
+    evidence: bytes = b""
+
+
 AnyEvent = (
     TaskSubmitted
     | TaskRejected

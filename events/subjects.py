@@ -3,6 +3,9 @@
 ``kf.ev.<task_id>.<kind>``                 most events
 ``kf.ev.<task_id>.agent_dispatched.<agent>`` work for one agent role (agents filter on it)
 ``kf.cmd.submit`` / ``kf.cmd.cancel``         commands from publishers (work-queue stream)
+
+Answers (to a command's ``KF-Reply``, a status query's or a ping's reply subject) go only
+to an inbox: see ``reply_refusal``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,38 @@ CANCEL = f"{COMMANDS_ROOT}.cancel"
 # this header; refusals of unparseable commands are also published on ERRORS.
 REPLY_HEADER = "KF-Reply"
 ERRORS = "kf.errors"
+_MAX_REPLY_CHARS = 255
+
+
+def reply_refusal(subject: str) -> str | None:
+    """Why a daemon does not answer on ``subject``; None: it does.
+
+    A reply subject is the publisher's inbox: a plain subject (printable ASCII, no white
+    space, no empty token, no wildcard ``*`` or ``>``) outside kernelflow's namespace
+    (``kf``: an answer there would be recorded in the log, or taken for a command or a
+    query) and the server's (``$JS.``, ``$SYS.``, ``$KV.``...: an answer there is an API
+    request). ``_INBOX.>``, what NATS clients make, is one; so is any subject of the
+    publisher's own elsewhere (``_INBOX_alice.>``, ``myapp.replies.7``)."""
+    if not subject:
+        return "no reply subject"
+    if len(subject) > _MAX_REPLY_CHARS:
+        return f"reply subject longer than {_MAX_REPLY_CHARS} characters"
+    shown = repr(subject[:80])
+    if not (subject.isascii() and subject.isprintable()) or " " in subject:
+        return f"reply subject {shown} is not printable ASCII without spaces"
+    tokens = subject.split(".")
+    if "" in tokens or "*" in subject or ">" in subject:
+        return f"reply subject {shown} has an empty token or a wildcard"
+    if tokens[0].lower() == "kf":
+        return f"reply subject {shown} is in kernelflow's namespace (kf.)"
+    if subject.startswith("$"):
+        return f"reply subject {shown} is in the server's namespace ($)"
+    return None
+
+
+def task_of(subject: str) -> str:
+    """The task a message is about, from its subject: ``kf.ev.<task_id>.<kind>...``."""
+    return subject[len(EVENTS_ROOT) + 1 :].partition(".")[0]
 
 
 def task_events(task_id: str) -> str:

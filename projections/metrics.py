@@ -5,7 +5,9 @@ position (stream sequence, or record number in an exported file) of the last one
 applied and ignores anything at or before it, so it can be stopped, snapshotted
 (``snapshot`` / ``restore``: JSON) and resumed from its position without counting an
 event twice. It keeps one small ``TaskMetrics`` per task and a few numbers per
-dispatch, never the events themselves.
+dispatch, never the events themselves. A quarantined message (a ``QuarantinedEvent``: see
+``kernelflow.events.quarantine``) moves the position and is counted (``quarantined``),
+nothing else.
 
 ``run_metrics`` summarises a set of tasks. Definitions (all over tasks that *ended*:
 finished, cancelled or rejected; running tasks are only counted):
@@ -46,6 +48,7 @@ from kernelflow.events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    QuarantinedEvent,
     RewardAssigned,
     TaskCancelled,
     TaskFinished,
@@ -59,7 +62,7 @@ from kernelflow.projections.rewards import RewardInput
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 RUNNING = "running"
-FOLD_VERSION = 2
+FOLD_VERSION = 3
 
 
 # Untracked by the cycle collector (plain data, no cycles possible; tuples, not lists): the
@@ -199,6 +202,7 @@ class MetricsState(msgspec.Struct, kw_only=True):
     llm_latency_s: dict[str, list[float]] = {}
     agents: dict[str, AgentTally] = {}
     tools: dict[str, ToolTally] = {}
+    quarantined: int = 0  # messages of the log that are not events of their task
 
 
 class MetricsProjection:
@@ -237,6 +241,9 @@ class MetricsProjection:
         if position <= st.position:
             return False
         st.position = position
+        if type(event) is QuarantinedEvent:
+            st.quarantined += 1
+            return True
         t = st.tasks.get(event.task_id)
         if t is None:
             t = st.tasks[event.task_id] = TaskMetrics(task_id=event.task_id)

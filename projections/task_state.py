@@ -17,6 +17,7 @@ from kernelflow.events.model import (
     Event,
     LLMCalled,
     OutputParsed,
+    QuarantinedEvent,
     RewardAssigned,
     TaskFinished,
     TaskSubmitted,
@@ -178,7 +179,10 @@ _HANDLERS: dict[type[Event], Callable[[TaskState, Any], None]] = handler_table(
 
 
 def apply(state: TaskState, event: Event) -> TaskState:
-    """Fold one event into ``state`` (in place, returned for convenience)."""
+    """Fold one event into ``state`` (in place, returned for convenience). A quarantined
+    message (``QuarantinedEvent``) is no event of the task: it takes no place in it."""
+    if type(event) is QuarantinedEvent:
+        return state
     state.events_seen += 1
     state.last = event
     handler = _HANDLERS.get(type(event))

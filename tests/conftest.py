@@ -1,5 +1,9 @@
 """Fixtures: a real nats-server (JetStream, temp store) per test session, and helpers to
-run the real CLI as a user would."""
+run the real CLI as a user would.
+
+These servers let anyone in (``EmbeddedNats`` without ``authorization``), so that tests
+connect without credentials; kernelflow's own embedded default asks for its data dir's
+keys, and tests/test_nats_security.py runs its roles on such a server."""
 
 from __future__ import annotations
 

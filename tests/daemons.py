@@ -13,6 +13,7 @@ import nats
 import nats.js.errors
 import yaml
 
+from kernelflow.actors.connection import ClientAuth
 from kernelflow.actors.worker import Job
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
@@ -61,14 +62,24 @@ def start_daemon(
         )
 
 
+def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
+    """Wait until a process writing ``log`` has written ``text``."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
 def submit(url: str, task_id: str, *args: str, task: str = "examples/tasks/relu.py") -> None:
     result = run_cli("submit", task, "--task-id", task_id, "--nats-url", url, *args)
     assert result.returncode == 0, result.stderr
 
 
-def task_events(url: str, task_id: str) -> list[Event]:
+def task_events(url: str, task_id: str, auth: ClientAuth | None = None) -> list[Event]:
+    """The task's events, read by a client presenting ``auth`` (none: anonymous)."""
+
     async def read() -> list[Event]:
-        nc = await nats.connect(url)
+        nc = await nats.connect(url, **(auth or ClientAuth()).options())
         try:
             return list((await EventLog(nc).read_task(task_id)).events)
         finally:

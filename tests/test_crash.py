@@ -25,6 +25,7 @@ from tests.daemons import (
     submit,
     task_events,
     wait_for,
+    wait_for_line,
     wait_until_over,
 )
 
@@ -173,13 +174,6 @@ def test_a_daemon_whose_nats_is_gone_stops_at_once(tmp_path: Path) -> None:
             os.killpg(daemon.pid, signal.SIGKILL)
         server.stop()
     assert "Traceback" not in log.read_text()
-
-
-def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
 
 
 def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> None:

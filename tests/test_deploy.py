@@ -1,11 +1,11 @@
-"""The files in deploy/ do what they say: the nats-server configuration is valid and
-carries the events kernelflow writes, and the systemd unit, with the example environment,
-starts a daemon that a stop (the unit's signal, within its timeout) shuts down cleanly,
-mid-task, leaving the task to the next daemon with nothing lost or repeated."""
+"""The files in deploy/ do what they say: the nats-server configuration lets in only the
+users its documented steps add, and carries the events kernelflow writes; its roles are
+kernelflow's; and the systemd unit, with the example environment, starts a daemon that a
+stop (the unit's signal, within its timeout) shuts down cleanly, mid-task, leaving the task
+to the next daemon with nothing lost or repeated."""
 
 from __future__ import annotations
 
-import asyncio
 import configparser
 import json
 import re
@@ -17,10 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import nats
+import pytest
 import yaml
 
-from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.connection import ClientAuth, NatsAccessRefused
+from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, LLMCalled, TaskSubmitted
 from kernelflow.projections.task_state import fold
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
@@ -46,23 +48,43 @@ def replaced(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def test_the_nats_configuration_is_valid_and_carries_events_of_megabytes(tmp_path: Path) -> None:
+def test_the_nats_configuration_lets_in_its_users_and_carries_events_of_megabytes(
+    tmp_path: Path,
+) -> None:
     nats_server = Path(sys.executable).parent / "nats-server"
-    conf = DEPLOY / "nats-server.conf"
-    checked = subprocess.run(
-        [nats_server, "-t", "-c", conf], capture_output=True, text=True, timeout=30
-    )
-    assert checked.returncode == 0, checked.stderr
-
-    # The same configuration on ports and a store of this test's own.
+    # The configuration on ports and a store of this test's own.
     port = free_port()
-    text = replaced(conf.read_text(), "listen: 127.0.0.1:4222", f"listen: 127.0.0.1:{port}")
+    text = (DEPLOY / "nats-server.conf").read_text()
+    text = replaced(text, "listen: 127.0.0.1:4222", f"listen: 127.0.0.1:{port}")
     text = replaced(text, "http: 127.0.0.1:8222", f"http: 127.0.0.1:{free_port()}")
     text = replaced(text, '"/var/lib/kernelflow/nats"', json.dumps(str(tmp_path / "store")))
-    (tmp_path / "nats.conf").write_text(text)
-    with subprocess.Popen(
-        [nats_server, "-c", tmp_path / "nats.conf"], stderr=subprocess.DEVNULL
-    ) as server:
+    conf = tmp_path / "nats-server.conf"
+    conf.write_text(text)
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [nats_server, "-t", "-c", conf], capture_output=True, text=True, timeout=30
+        )
+
+    refused = check()  # no users yet: the server does not start
+    assert refused.returncode != 0 and "nats-users.conf" in refused.stderr, refused.stderr
+    # The steps its header gives: a key per user, added to the users file.
+    for role in ("daemon", "publisher"):
+        added = run_cli(
+            "creds", role, "--new", "--out", str(tmp_path / f"{role}.nk"),
+            "--users-file", str(tmp_path / "nats-users.conf"),
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+    # Permissions that are not this kernelflow's (an older one's, or edited by hand) are
+    # rewritten as it requires; the users stay.
+    users = tmp_path / "nats-users.conf"
+    users.write_text(users.read_text().replace('"publish": [', '"publish": [">", '))
+    rewritten = run_cli("creds", "--users-file", str(users))
+    assert rewritten.returncode == 0 and "2 user(s)" in rewritten.stdout, rewritten.stderr
+    assert '"publish": [">"' not in users.read_text()
+    checked = check()
+    assert checked.returncode == 0, checked.stderr
+    with subprocess.Popen([nats_server, "-c", conf], stderr=subprocess.DEVNULL) as server:
         try:
             event = TaskSubmitted(
                 task_id="big",
@@ -73,15 +95,24 @@ def test_the_nats_configuration_is_valid_and_carries_events_of_megabytes(tmp_pat
                 backend="triton",
                 group_id="big",
             )
-            (stored,) = asyncio.run(append_and_read(port, event))
+            daemon = ClientAuth(creds=tmp_path / "daemon.nk")
+            (stored,) = append_and_read(port, event, daemon)
             assert isinstance(stored, TaskSubmitted) and stored.task_source == event.task_source
             assert len(event.task_source) > 2_000_000
+            # Anyone else is refused; a publisher may not append.
+            for auth, refusal in [
+                (ClientAuth(), "refused no credentials"),
+                (ClientAuth(creds=tmp_path / "publisher.nk"), "permissions violation"),
+            ]:
+                with pytest.raises(NatsAccessRefused, match=refusal):
+                    append_and_read(port, event, auth)
         finally:
             server.terminate()
             assert server.wait(timeout=30) == 0
 
 
-async def append_and_read(port: int, event: TaskSubmitted) -> list[Event]:
+def append_and_read(port: int, event: TaskSubmitted, auth: ClientAuth) -> list[Event]:
+    """Append ``event`` and read its task back, as a client presenting ``auth``."""
     deadline = time.monotonic() + 30
     while True:  # the server is starting
         try:
@@ -89,15 +120,13 @@ async def append_and_read(port: int, event: TaskSubmitted) -> list[Event]:
             break
         except OSError:
             assert time.monotonic() < deadline, "nats-server did not start with this configuration"
-            await asyncio.sleep(0.1)
-    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+            time.sleep(0.1)
+    bridge = Bridge(f"nats://127.0.0.1:{port}", auth=auth).start(timeout_s=10)
     try:
-        log = EventLog(nc)
-        await log.ensure_streams()
-        await log.append(TaskHistory(event.task_id), [event])
-        return list((await log.read_task(event.task_id)).events)
+        bridge.call(bridge.log.append(TaskHistory(event.task_id), [event]))
+        return list(bridge.call(bridge.log.read_task(event.task_id)).events)
     finally:
-        await nc.close()
+        bridge.stop()
 
 
 def unit_service(path: Path) -> dict[str, str]:
@@ -141,8 +170,12 @@ def test_the_daemon_unit_stops_mid_task_within_its_timeout_and_the_next_daemon_f
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(script))
     # The example environment, but this test's NATS and a scripted LLM (no API key here);
     # HOME and the working directory as the unit sets them.
+    # (This test's server asks for no credentials: a seed of the daemon role is accepted.)
+    seed = run_cli("creds", "daemon", "--new", "--out", str(tmp_path / "daemon.nk"))
+    assert seed.returncode == 0, seed.stderr
     here = {
         "KF_NATS_URL": private_nats,
+        "KF_NATS_CREDS": str(tmp_path / "daemon.nk"),
         "KF_LLM": f"scripted:{tmp_path / 'slow.yaml'}",
         "HOME": str(tmp_path),
     }

@@ -310,17 +310,18 @@ def test_unreachable_nats_is_a_clear_error_not_a_hang(caplog: pytest.LogCaptureF
     assert re.search("Connect call failed|Connection refused", failures[0])
 
 
-def _consumers_following(bridge: Bridge, subject: str) -> list[str]:
-    async def names() -> list[str]:
-        infos = await bridge.log.jetstream.consumers_info(subjects.EVENTS_STREAM)
-        return [i.name for i in infos if i.config.filter_subject == subject]
+def _following(bridge: Bridge, subject: str) -> list[str]:
+    """The bridge's subscriptions to ``subject``: a following read wakes on one."""
 
-    return bridge.call(names())
+    async def subscribed() -> list[str]:
+        return [sub.subject for sub in bridge._nc._subs.values() if sub.subject == subject]
+
+    return bridge.call(subscribed())
 
 
 def test_following_a_task_leaves_no_reader_behind(nats_url: str) -> None:
-    """``submit --wait`` and ``run`` follow a task through an ephemeral consumer: it is gone
-    when the follow returns, not whenever the garbage collector gets to it."""
+    """``submit --wait`` and ``run`` follow a task woken by a subscription to its events: it
+    is gone when the follow returns, not whenever the garbage collector gets to it."""
     bridge = Bridge(nats_url).start()
     try:
         task_id = f"t-{uuid.uuid4().hex[:12]}"
@@ -331,7 +332,7 @@ def test_following_a_task_leaves_no_reader_behind(nats_url: str) -> None:
 
         def on_event(event: Event) -> None:
             assert isinstance(event, TaskRejected)
-            following_at_the_end.append(_consumers_following(bridge, subjects.task_events(task_id)))
+            following_at_the_end.append(_following(bridge, subjects.task_events(task_id)))
 
         state = follow_task(bridge, task_id, on_event, timeout_s=30)
         assert isinstance(state.terminal, TaskRejected)
@@ -351,7 +352,7 @@ def test_stopping_the_bridge_ends_what_still_runs_on_its_loop(nats_url: str) -> 
 
     reading = bridge.spawn(follow_forever())
     deadline = time.monotonic() + 10
-    while not _consumers_following(bridge, subjects.task_events("nobody")):
+    while not _following(bridge, subjects.task_events("nobody")):
         assert time.monotonic() < deadline, "the read never started"
         time.sleep(0.05)
     bridge.stop()

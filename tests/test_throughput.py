@@ -30,7 +30,7 @@ def dispatch(task: str, n: int) -> AgentDispatched:
     return AgentDispatched(task_id=task, agent="coder", step=n + 1, dispatch_id=f"{task}:d{n}")
 
 
-def test_direct_read_matches_a_consumer_read(event_log: EventLog) -> None:
+def test_direct_read_matches_a_read_from_the_leader(event_log: EventLog) -> None:
     """More events than one direct get returns, read whole and from a remembered point."""
     task = new_task()
     history = TaskHistory(task)
@@ -39,15 +39,15 @@ def test_direct_read_matches_a_consumer_read(event_log: EventLog) -> None:
         history = event_log.run(event_log.append(history, events))
     fresh = EventLog(event_log._nc)  # remembers nothing
     direct = event_log.run(fresh.read_task(task))
-    by_consumer = event_log.run(EventLog(event_log._nc).read_task(task, direct=False))
-    assert direct == by_consumer == history
+    by_leader = event_log.run(EventLog(event_log._nc).read_task(task, leader=True))
+    assert direct == by_leader == history
     assert [e.seq for e in direct.events] == list(range(1, 361))
     more = event_log.run(event_log.append(direct, [dispatch(task, 360)]))
     assert fresh.remembered(task) == direct
     assert event_log.run(fresh.read_task(task)) == more  # fetches only the new event
 
 
-def test_reads_fall_back_to_a_consumer_without_direct_gets(private_nats: str) -> None:
+def test_reads_fall_back_to_the_leader_without_direct_gets(private_nats: str) -> None:
     async def scenario() -> None:
         nc = await nats.connect(private_nats)
         js = nc.jetstream()
@@ -148,3 +148,23 @@ def test_bridge_calls_answer_raise_and_time_out_on_the_callers_thread(bridge: Br
         bridge.post(lambda i=i: seen.append(i))
     assert bridge.call(answer(1)) == 1  # posted after them: runs after them
     assert seen == list(range(100))
+
+
+def test_an_append_waits_for_its_stream_to_have_a_leader(private_nats: str) -> None:
+    """While a cluster elects a stream leader, publishes get "no responders": the append
+    tries again (here: until the stream exists) and the event is stored once."""
+
+    async def scenario() -> None:
+        nc = await nats.connect(private_nats)
+        log = EventLog(nc)
+        task = new_task()
+        appending = asyncio.ensure_future(log.append(TaskHistory(task), [dispatch(task, 0)]))
+        await asyncio.sleep(1.0)
+        assert not appending.done()  # no stream: nobody answers yet
+        await log.ensure_streams()
+        history = await appending
+        assert [e.seq for e in (await EventLog(nc).read_task(task)).events] == [1]
+        assert history.last_stream_seq >= 1
+        await nc.close()
+
+    asyncio.run(scenario())

@@ -22,7 +22,11 @@ import time
 from typing import Any
 
 from kernelflow.actors.llm.base import LLMError, LLMRequest, LLMResponse
-from kernelflow.actors.llm.config import DEFAULT_ANTHROPIC_MODEL, ProviderSpecError
+from kernelflow.actors.llm.config import (
+    DEFAULT_ANTHROPIC_MODEL,
+    ProviderSpecError,
+    credential_free,
+)
 from kernelflow.actors.llm.gateway import (
     Gateway,
     Transient,
@@ -53,6 +57,8 @@ class AnthropicProvider:
         self.model = model or DEFAULT_ANTHROPIC_MODEL
         self.gateway = gateway
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        if self.base_url:
+            credential_free(self.base_url, "anthropic: ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
         auth_token = os.environ.get("ANTHROPIC_AUTH_TOKEN")
         if not self._api_key and not auth_token:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -18,13 +19,29 @@ from typing import Any
 
 import yaml
 
+from kernelflow.actors.redact import scrub
 from kernelflow.events.model import Usage
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+# A URL's user-info: an "@" before the path (a "#" or ":" in a password included).
+_USER_INFO = re.compile(r"\s*[a-z][a-z0-9+.-]*://[^/]*@", re.IGNORECASE)
 
 
 class ProviderSpecError(ValueError):
     """A provider spec or LLM configuration that cannot be used (bad user input)."""
+
+
+def credential_free(url: str, where: str, key_setting: str) -> str:
+    """``url``, refused when it carries credentials (``user:password@``): a provider's
+    key is the one configured (``key_setting``), sent as a bearer token, never a URL's
+    user-info, which would be recorded with every call (``llm_called``'s params), shown
+    in logs and errors, and sent as Basic auth in the key's place."""
+    if _USER_INFO.match(url):
+        raise ProviderSpecError(
+            f"{where}: the URL {scrub(url)} carries credentials (user:password@host), which "
+            f"kernelflow refuses: give the URL without them and the key in {key_setting}"
+        )
+    return url
 
 
 @dataclass(frozen=True)

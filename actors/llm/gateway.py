@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from kernelflow.actors.llm.base import LLMError, LLMRequest
 from kernelflow.actors.llm.config import Limits
+from kernelflow.actors.redact import scrub, secret_values
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.llm")
@@ -55,11 +56,10 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret (of a plausible length) replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """``text`` with every secret (of a plausible length) replaced by ``***``, and
+    whatever else looks like a credential (``kernelflow.actors.redact.scrub``: a URL's
+    user-info, a bearer token, this process's secret settings)."""
+    return scrub(text, [s for s in (*secrets, *secret_values()) if len(s) >= 4])
 
 
 class TokenBucket:

@@ -2,7 +2,8 @@
 
 Spec: ``openai:URL[#MODEL]`` (``URL`` is the API base, e.g. ``http://host:8000/v1``;
 without ``#MODEL`` the server's first model from ``GET /models`` is used). The key, if the
-server wants one, comes from ``KF_OPENAI_API_KEY`` or ``OPENAI_API_KEY``.
+server wants one, comes from ``KF_OPENAI_API_KEY`` or ``OPENAI_API_KEY``; a URL with
+credentials in it (``http://user:pass@host/v1``) is refused.
 
 It asks for token log-probabilities (``logprobs``) and, vLLM's extensions, for token ids
 (``return_token_ids``, ``return_tokens_as_token_ids``); what the server returns is
@@ -26,7 +27,7 @@ from typing import Any
 import httpx2
 
 from kernelflow.actors.llm.base import LLMError, LLMRequest, LLMResponse
-from kernelflow.actors.llm.config import OpenAIOptions
+from kernelflow.actors.llm.config import OpenAIOptions, credential_free
 from kernelflow.actors.llm.gateway import (
     Gateway,
     Transient,
@@ -54,7 +55,7 @@ class OpenAIProvider:
         *,
         api_key: str | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = credential_free(base_url, "openai", "KF_OPENAI_API_KEY").rstrip("/")
         self.model = model or None
         self.gateway = gateway
         self.options = options or OpenAIOptions()

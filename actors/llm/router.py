@@ -10,10 +10,11 @@ from urllib.parse import urlsplit
 
 from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
 from kernelflow.actors.llm.budget import RunMeter
-from kernelflow.actors.llm.config import LLMConfig, ProviderSpecError, price_of
+from kernelflow.actors.llm.config import LLMConfig, ProviderSpecError, credential_free, price_of
 from kernelflow.actors.llm.gateway import Gateway
 from kernelflow.actors.llm.recording import RecordingProvider, ReplayProvider
 from kernelflow.actors.llm.scripted import ScriptedProvider, ScriptError
+from kernelflow.actors.redact import scrub
 
 SPEC_HELP = (
     "available: anthropic[:MODEL], openai:URL[#MODEL], scripted:FILE, record:DIR:SPEC, replay:DIR"
@@ -50,6 +51,7 @@ class ProviderRouter:
 
     def _build(self, spec: str, where: str) -> LLMProvider:
         kind, _, arg = spec.partition(":")
+        shown = scrub(spec)  # errors quote the spec: never a credential in it
         if kind == "scripted":
             if not arg:
                 raise ProviderSpecError(
@@ -66,11 +68,11 @@ class ProviderRouter:
         if kind == "openai":
             from kernelflow.actors.llm.openai import OpenAIProvider
 
-            url, _, model = arg.partition("#")
+            url, _, model = credential_free(arg, where, "KF_OPENAI_API_KEY").partition("#")
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ProviderSpecError(
-                    f"{where}: {spec!r}: openai needs a base URL, e.g. "
+                    f"{where}: {shown!r}: openai needs a base URL, e.g. "
                     "openai:http://127.0.0.1:8000/v1#MODEL"
                 )
             return OpenAIProvider(
@@ -79,17 +81,19 @@ class ProviderRouter:
         if kind == "record":
             directory, _, inner = arg.partition(":")
             if not directory or not inner:
-                raise ProviderSpecError(f"{where}: {spec!r}: use record:DIR:SPEC")
+                raise ProviderSpecError(f"{where}: {shown!r}: use record:DIR:SPEC")
             return RecordingProvider(Path(directory), self._build(inner, where))
         if kind == "replay":
             directory, _, mode = arg.partition("#")
             if not directory or mode not in ("", "position"):
-                raise ProviderSpecError(f"{where}: {spec!r}: use replay:DIR or replay:DIR#position")
+                raise ProviderSpecError(
+                    f"{where}: {shown!r}: use replay:DIR or replay:DIR#position"
+                )
             try:
                 return ReplayProvider(Path(directory), by_position=mode == "position")
             except FileNotFoundError as exc:
                 raise ProviderSpecError(str(exc)) from exc
-        raise ProviderSpecError(f"{where}: unknown LLM provider {kind!r} in {spec!r}; {SPEC_HELP}")
+        raise ProviderSpecError(f"{where}: unknown LLM provider {kind!r} in {shown!r}; {SPEC_HELP}")
 
     def params_for(self, agent: str) -> tuple[str, dict[str, object]]:
         settings = self.config.for_agent(agent)

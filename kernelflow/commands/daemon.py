@@ -1,5 +1,7 @@
 """``kernelflow daemon``: a long-running daemon hosting pools of actors for some roles,
-with the status read model and the health responder, until SIGINT or SIGTERM."""
+with the status read model and the health responder, until SIGINT or SIGTERM, or until its
+NATS has been unreachable for longer than ``--nats-give-up`` (exit status 1: a supervisor
+restarts it)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import signal
 import threading
 from typing import Any
 
-from kernelflow.actors.bridge import safe_url
+from kernelflow.actors.connection import safe_url
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.health import HealthResponder, daemon_describer, new_daemon_id
 from kernelflow.actors.readmodel import ReadModel
@@ -20,8 +22,8 @@ from kernelflow.commands.options import (
     add_connection_options,
     add_gpus_option,
 )
-from kernelflow.runtime import connected, start_daemon
-from kernelflow.settings import Settings
+from kernelflow.runtime import ABANDONED_STOP_WAIT_S, connected, start_daemon
+from kernelflow.settings import Settings, parse_give_up
 from kernelflow.usage import EXIT_OK, UsageError
 from kernelflow.workflows.loader import is_agent_name
 
@@ -43,6 +45,12 @@ def register(subparsers: Any) -> None:
     add_gpus_option(daemon)
     daemon.add_argument(
         "--no-read-model", action="store_true", help="do not keep the status read model here"
+    )
+    daemon.add_argument(
+        "--nats-give-up",
+        metavar="SECONDS",
+        help="exit with status 1 once NATS has been unreachable this long, at start or later, "
+        "for a supervisor to restart the daemon; 0: never (env KF_NATS_GIVE_UP; default 60)",
     )
     daemon.set_defaults(func=cmd_daemon)
 
@@ -68,6 +76,8 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         pools[role] = int(n)
     if settings.gpus and "verifier" in pools:
         raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
+    if args.nats_give_up is not None:
+        settings.nats_give_up_s = parse_give_up(args.nats_give_up, "--nats-give-up")
     stop = threading.Event()
 
     def on_signal(*_: object) -> None:
@@ -81,7 +91,7 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
     deadline = threading.Timer(settings.stop_deadline_s, _stop_at_once, [settings.stop_deadline_s])
     deadline.daemon = True
     try:
-        with connected(settings) as bridge:
+        with connected(settings, on_give_up=stop.set) as bridge:
             daemon = start_daemon(bridge, settings, roles, pools)
             daemon_id = new_daemon_id()
             # The status read model and the health responder (kernelflow status / health).
@@ -103,17 +113,23 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
             )
             stop.wait()
             deadline.start()
-            grace = min(daemon.config.stop_timeout_s, settings.stop_deadline_s)
-            print(
-                f"shutting down: actors finish what they hold (up to {grace:g}s; the whole stop "
-                f"up to {settings.stop_deadline_s:g}s); a second Ctrl-C (or SIGTERM) stops at "
-                "once, and the next daemon redoes their work from the log…",
-                flush=True,
-            )
+            lost = bridge.lost
+            if lost is None:
+                grace = min(daemon.config.stop_timeout_s, settings.stop_deadline_s)
+                print(
+                    f"shutting down: actors finish what they hold (up to {grace:g}s; the whole "
+                    f"stop up to {settings.stop_deadline_s:g}s); a second Ctrl-C (or SIGTERM) "
+                    "stops at once, and the next daemon redoes their work from the log…",
+                    flush=True,
+                )
             health.stop()
-            daemon.stop()
+            # Without NATS nothing the actors finish could be recorded: their work is the
+            # next daemon's, as after a crash.
+            daemon.stop(None if lost is None else ABANDONED_STOP_WAIT_S)
             if read_model is not None:
                 read_model.stop()
+            if lost is not None:
+                raise lost  # one line on stderr, exit status 1 (kernelflow.cli)
     finally:
         deadline.cancel()
     return EXIT_OK

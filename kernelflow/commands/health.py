@@ -1,6 +1,7 @@
 """``kernelflow health``: is everything a run needs up?
 
-Checks, in order: NATS (reachable, JetStream enabled); the streams (``KF_EVENTS``,
+Checks, in order: NATS (reachable, JetStream enabled); who the server lets in (holders
+of credentials it knows, or anyone), over TLS or not; the streams (``KF_EVENTS``,
 ``KF_CMD``: present, with the subjects, retention and storage kernelflow needs); the
 durable consumers (work waiting for a role no daemon hosts); the daemons (each answers
 ``kf.health.ping`` with its roles, pools, uptime, LLM and how ready its verifiers are, a
@@ -30,7 +31,16 @@ from nats.js import api
 
 from kernelflow.actors.backends import backend, backend_names
 from kernelflow.actors.backends import plugin_errors as backend_plugin_errors
-from kernelflow.actors.bridge import safe_url
+from kernelflow.actors.connection import (
+    ClientAuth,
+    CredentialsError,
+    NatsAccessRefused,
+    NatsEndpoint,
+    check_tls,
+    refusal,
+    safe_url,
+    server_urls,
+)
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.health import llm_description, ping_daemons, safe_spec
 from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
@@ -103,35 +113,51 @@ class Report:
 # --------------------------------------------------------------------------- NATS side
 
 
-async def check_nats(url: str, report: Report, args: argparse.Namespace, replicas: int) -> None:
+async def check_nats(
+    endpoint: NatsEndpoint, report: Report, args: argparse.Namespace, replicas: int
+) -> None:
+    url, auth = endpoint
     shown = safe_url(url)
     report.sections["nats_url"] = shown
-    errors: list[str] = []
+    errors: list[Exception] = []
 
     async def on_error(exc: Exception) -> None:
-        errors.append(str(exc) or exc.__class__.__name__)
+        errors.append(exc)
+
+    def not_connected(why: str) -> None:
+        report.add("nats", shown, FAIL, why)
+        report.add("streams", "-", SKIP, "NATS unreachable")
+        report.add("daemons", "-", SKIP if args.no_daemons else FAIL, "NATS unreachable")
 
     try:
         # One try per server, no reconnecting: a health check must not hang.
         nc = await asyncio.wait_for(
             nats.connect(
-                url,
+                server_urls(url),
                 name="kernelflow-health",
                 connect_timeout=3,
                 allow_reconnect=False,
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0.2,
                 error_cb=on_error,
+                **auth.options(),
             ),
             timeout=15,
         )
+    except CredentialsError as exc:
+        not_connected(str(exc))
+        return
     except Exception as exc:
-        why = errors[-1] if errors else repr(exc)
-        report.add("nats", shown, FAIL, f"cannot connect: {why}")
-        report.add("streams", "-", SKIP, "NATS unreachable")
-        report.add("daemons", "-", SKIP if args.no_daemons else FAIL, "NATS unreachable")
+        failure = errors[-1] if errors else exc
+        why = refusal(failure, url, auth)
+        not_connected(why or f"cannot connect: {str(failure) or repr(failure)}")
         return
     try:
+        try:
+            check_tls(nc, url, auth)
+        except NatsAccessRefused as exc:
+            not_connected(str(exc))
+            return
         info = getattr(nc, "_server_info", {}) or {}
         version = info.get("version", "?")
         js = nc.jetstream()
@@ -140,6 +166,7 @@ async def check_nats(url: str, report: Report, args: argparse.Namespace, replica
         except Exception as exc:
             report.add("nats", shown, FAIL, f"server {version}: JetStream not available: {exc!r}")
             report.sections["nats"] = {"version": version, "jetstream": False}
+            check_access(report, info, auth)
             return
         report.sections["nats"] = {
             "version": version,
@@ -154,11 +181,33 @@ async def check_nats(url: str, report: Report, args: argparse.Namespace, replica
             f"server {version}, JetStream enabled ({account.streams} streams, "
             f"{account.storage / 1e6:.1f} MB stored)",
         )
+        check_access(report, info, auth)
         last_seq = await check_streams(js, report, replicas)
         hosted = await check_daemons(nc, report, args, last_seq)
         await check_consumers(js, report, hosted)
     finally:
         await nc.close()
+
+
+def check_access(report: Report, info: dict[str, Any], auth: ClientAuth) -> None:
+    """Whether the server lets in only holders of credentials it knows, and over TLS."""
+    wire = "over TLS" if info.get("tls_required") else "in plaintext"
+    report.sections["access"] = {
+        "auth_required": bool(info.get("auth_required")),
+        "tls": bool(info.get("tls_required")),
+        "creds": str(auth.creds) if auth.creds else None,
+    }
+    if not info.get("auth_required"):
+        report.add(
+            "access",
+            "authentication",
+            WARN,
+            f"none, {wire}: anyone who reaches the server can append to the log, purge or "
+            "delete it (docs/security.md)",
+        )
+        return
+    presented = f"credentials {auth.creds}" if auth.creds else "the URL's user"
+    report.add("access", "authentication", OK, f"required, {wire}; presented {presented}")
 
 
 async def check_streams(js: Any, report: Report, replicas: int) -> int:
@@ -235,6 +284,11 @@ async def check_daemons(
             lag = max(0, last_seq - int(rm.get("position", 0)))
             detail += f"; read model at {rm.get('position')} ({lag} behind)"
         status = WARN if "error" in a else OK
+        quarantined = int(rm.get("quarantined", 0)) if isinstance(rm, dict) else 0
+        if quarantined:
+            # Skipped by every reader; `kernelflow log verify` lists them.
+            status = WARN
+            detail += f"; {quarantined} message(s) in the log quarantined (kernelflow log verify)"
         report.add("daemon", str(a.get("daemon_id", "?")), status, detail)
         check_verifiers(report, a)
     wanted = 0 if args.no_daemons else args.min_daemons
@@ -430,8 +484,8 @@ def check_sandbox(report: Report, settings: Settings) -> None:
 def run_checks(args: argparse.Namespace, settings: Settings) -> Report:
     report = Report()
     try:
-        with settings.nats() as url:
-            asyncio.run(check_nats(url, report, args, settings.replicas))
+        with settings.nats() as endpoint:
+            asyncio.run(check_nats(endpoint, report, args, settings.replicas))
     except NatsServerError as exc:
         report.add("nats", "embedded", FAIL, str(exc))
     check_llm(report, getattr(args, "llm", None) or settings.llm)

@@ -45,9 +45,10 @@ def cmd_log_export(args: argparse.Namespace, settings: Settings) -> int:
     out = Path(args.out)
     with source_for(args, settings) as source:
         summary = export_log(source, out, source.flt)
+    quarantined = f" and {summary.quarantined} quarantine record(s)" if summary.quarantined else ""
     print(
-        f"exported {summary.records} events of {len(summary.tasks)} tasks to {out} "
-        f"(sha256 {summary.sha256})"
+        f"exported {summary.records - summary.quarantined} events of {len(summary.tasks)} "
+        f"tasks{quarantined} to {out} (sha256 {summary.sha256})"
     )
     return 0
 
@@ -66,9 +67,10 @@ def cmd_log_import(args: argparse.Namespace, settings: Settings) -> int:
                 f"NATS failed during the import ({exc}); the events it acknowledged are "
                 "kept: import again to continue"
             ) from exc
+    left_out = f", {result.quarantined} quarantine record(s) left out" if result.quarantined else ""
     print(
         f"imported {path}: {result.appended} events appended, {result.skipped} already "
-        f"present, {result.tasks} tasks"
+        f"present, {result.tasks} tasks{left_out}"
     )
     return 0
 
@@ -79,6 +81,8 @@ def cmd_log_verify(args: argparse.Namespace, settings: Settings) -> int:
         "file": args.file,
         "records": summary.records,
         "tasks": len(summary.tasks),
+        # Messages of the exported log that were not events of their task.
+        "quarantined": summary.quarantined,
         "sha256": summary.sha256,
         "filter": summary.header.filter,
     }

@@ -50,9 +50,30 @@ def add_agent_llm_options(p: argparse.ArgumentParser) -> None:
         )
 
 
+# The TLS options, and what each names (the attribute is the flag's, with '_' for '-').
+TLS_FLAGS = {
+    "tls-ca": "CA certificates to trust for the NATS server's (default: the system's)",
+    "tls-cert": "client certificate for NATS servers that verify clients (mutual TLS)",
+    "tls-key": "the client certificate's key, where it is not in --tls-cert's file",
+}
+
+
 def add_connection_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nats-url", help="NATS server to use (env KF_NATS_URL); default: embedded")
+    p.add_argument(
+        "--nats-url",
+        help="NATS server to use, or a comma-separated list of a cluster's (env KF_NATS_URL); "
+        "default: embedded",
+    )
     p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    p.add_argument(
+        "--creds",
+        metavar="FILE",
+        help="NATS credentials: an nkey seed file (kernelflow creds) or a .creds file "
+        "(env KF_NATS_CREDS); default: none, or the data dir's for the embedded server",
+    )
+    for flag, what in TLS_FLAGS.items():
+        env = "KF_NATS_" + flag.upper().replace("-", "_")
+        p.add_argument(f"--{flag}", metavar="FILE", help=f"{what} (env {env})")
 
 
 def add_gpus_option(p: argparse.ArgumentParser) -> None:

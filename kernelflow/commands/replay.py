@@ -12,7 +12,7 @@ import msgspec
 
 from kernelflow.actors.worker import workflow_of
 from kernelflow.commands.options import add_source_options
-from kernelflow.events.model import Event
+from kernelflow.events.model import Event, QuarantinedEvent
 from kernelflow.offline.sources import source_for
 from kernelflow.projections.counters import repeat_counters
 from kernelflow.projections.metrics import MetricsProjection, projection_metrics
@@ -36,8 +36,13 @@ def register(subparsers: Any) -> None:
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     events: list[Event] = []
+
+    def keep(_: int, event: Event) -> None:
+        if type(event) is not QuarantinedEvent:  # the source counts it, and says so
+            events.append(event)
+
     with source_for(args, settings) as source:
-        source.feed(lambda _, e: events.append(e))
+        source.feed(keep)
     if not events:
         raise UsageError(f"no task {args.task} in the log")
     if note := unknown_kinds_note(events):

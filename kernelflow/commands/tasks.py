@@ -19,7 +19,7 @@ from kernelflow.commands.options import add_connection_options
 from kernelflow.commands.submission import add_task_options, refuse_unpublishable, submit_command
 from kernelflow.events import subjects
 from kernelflow.events.model import CancelTask
-from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of
+from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_quarantined
 from kernelflow.progress import for_terminal
 from kernelflow.projections.task_state import fold
 from kernelflow.render import describe, summary, unknown_kinds_note
@@ -100,6 +100,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     with connected(settings) as bridge:
         if args.task_id:  # one task: its own events (exact, with its final code)
             history = bridge.call(bridge.log.read_task(args.task_id))
+            if note := history.quarantine.note():
+                print(note, file=sys.stderr)
             if not history.events:
                 raise UsageError(f"no task {args.task_id} in the log")
             rows = [summary(fold(args.task_id, history.events))]
@@ -114,6 +116,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 log_source = LiveSource(bridge, EventFilter())
                 log_source.progress = for_terminal(sys.stderr)  # a long log takes a while
                 rows = status_rows(metrics_of(log_source))
+                say_quarantined(log_source)
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
     else:

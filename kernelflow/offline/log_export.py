@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelflow.events.model import Event
+from kernelflow.events.model import Event, QuarantinedEvent
 from kernelflow.offline.files import atomic_output, open_write
 from kernelflow.offline.sources import EventFilter, Source
 from kernelflow.projections import logfile
@@ -19,10 +19,12 @@ def export_log(source: Source, out: Path, flt: EventFilter) -> logfile.FileSumma
             f.write(writer.header())
 
             def write(_: int, event: Event) -> None:
-                f.write(writer.record(event))
-                tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
+                f.write(writer.record(event))  # a quarantined message as its record
+                if type(event) is not QuarantinedEvent:
+                    tasks[event.task_id] = tasks.get(event.task_id, 0) + 1
 
             source.feed(write, label="exporting")
             f.write(writer.trailer())
     header = logfile.Header(format=logfile.FORMAT, version=logfile.VERSION, filter=flt.as_dict())
-    return logfile.FileSummary(header, writer.records, writer._hash.hexdigest(), tasks)
+    quarantined = source.quarantine.count
+    return logfile.FileSummary(header, writer.records, writer._hash.hexdigest(), tasks, quarantined)

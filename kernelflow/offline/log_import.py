@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kernelflow.events.codec import encode
 from kernelflow.events.log import AppendConflict, EventLog
+from kernelflow.events.model import QuarantinedEvent
 from kernelflow.offline.files import open_lines
 from kernelflow.progress import Progress, phase_of
 from kernelflow.projections import logfile
@@ -32,6 +33,7 @@ class ImportResult:
     appended: int = 0
     skipped: int = 0  # already in the target log
     tasks: int = 0
+    quarantined: int = 0  # the file's quarantine records, left out
 
 
 async def import_file(
@@ -41,7 +43,8 @@ async def import_file(
     compared event by event with the file: a matching prefix is skipped (so importing
     twice adds nothing), a differing one refuses the whole import before anything is
     written. Each append names the task's last stream sequence, as the EventLog does, so
-    a concurrent writer is detected rather than interleaved."""
+    a concurrent writer is detected rather than interleaved. Quarantine records (messages
+    of the exported log that were not events) are not imported."""
     existing: dict[str, list[bytes]] = {}
     last: dict[str, int] = {}
     reads = asyncio.Semaphore(_IMPORT_READS)
@@ -62,12 +65,14 @@ async def import_file(
         for pos, event in logfile.read_events(open_lines(path), name=name):
             update(pos)
             have = existing.get(event.task_id)
-            if have is not None and event.seq <= len(have) and have[event.seq - 1] != encode(event):
+            if type(event) is QuarantinedEvent or have is None or event.seq > len(have):
+                continue
+            if have[event.seq - 1] != encode(event):
                 raise ImportConflict(
                     f"{path}: task {event.task_id} already exists in the target log with a "
                     f"different history (event {event.event_id} differs); nothing was imported"
                 )
-    result = ImportResult(tasks=len(summary.tasks))
+    result = ImportResult(tasks=len(summary.tasks), quarantined=summary.quarantined)
     # Sent in file order, so the target stores the file's order. A task's next event names
     # its previous one's stream sequence, so it waits for that answer; other tasks' events
     # go on meanwhile, up to _IMPORT_WINDOW in flight (one at a time took ~0.6 ms each).
@@ -77,6 +82,8 @@ async def import_file(
         with phase_of(progress, "importing", summary.records) as update:
             for pos, event in logfile.read_events(open_lines(path), name=name):
                 update(pos)
+                if type(event) is QuarantinedEvent:
+                    continue
                 task_id = event.task_id
                 have = existing.get(task_id)
                 if have is not None and event.seq <= len(have):

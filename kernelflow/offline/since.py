@@ -3,15 +3,9 @@ it."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from datetime import UTC, datetime
-
-import nats.js
-from nats.js import api
-
-from kernelflow.events import subjects
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -50,33 +44,3 @@ def parse_since(text: str, now: float | None = None) -> float:
 
 def iso_utc(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
-
-
-async def first_seq_at(js: nats.js.JetStreamContext, at: float) -> int:
-    """The stream sequence of the first event JetStream stored at or after ``at`` (one
-    past the last event when there is none), found with a ``BY_START_TIME`` consumer."""
-    info = await js.add_consumer(
-        subjects.EVENTS_STREAM,
-        api.ConsumerConfig(
-            filter_subject=subjects.ALL_EVENTS,
-            deliver_policy=api.DeliverPolicy.BY_START_TIME,
-            opt_start_time=datetime.fromtimestamp(at, UTC),
-            ack_policy=api.AckPolicy.NONE,
-            mem_storage=True,
-            inactive_threshold=30.0,
-        ),
-    )
-    sub = None
-    try:
-        if info.num_pending:
-            sub = await js.pull_subscribe_bind(consumer=info.name, stream=subjects.EVENTS_STREAM)
-            msgs = await sub.fetch(batch=1, timeout=10)
-            return int(msgs[0].metadata.sequence.stream)
-        stream = await js.stream_info(subjects.EVENTS_STREAM)
-        return int(stream.state.last_seq) + 1
-    finally:
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        with contextlib.suppress(Exception):
-            await js.delete_consumer(subjects.EVENTS_STREAM, info.name)

@@ -1,6 +1,9 @@
 """Where the offline tools read events: an exported file (``FileSource``) or the live
 JetStream log (``LiveSource``), narrowed by an ``EventFilter`` (a task, a group, a
-workflow, a start position, ``--since``)."""
+workflow, a start position, ``--since``). A message of the log that is not an event of
+its task comes as its ``QuarantinedEvent`` placeholder (the projections skip it); a
+source counts those it fed (``quarantine``) and says so on stderr when its command is
+done with it."""
 
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ from typing import Any
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
 from kernelflow.events.log import EventLog
-from kernelflow.events.model import Event, TaskSubmitted
+from kernelflow.events.model import Event, QuarantinedEvent, TaskSubmitted
+from kernelflow.events.quarantine import Quarantine
 from kernelflow.offline.files import file_events, open_blocks, refusing_corrupt
-from kernelflow.offline.since import BadTime, first_seq_at, iso_utc, parse_since
+from kernelflow.offline.since import BadTime, iso_utc, parse_since
 from kernelflow.progress import Progress, for_terminal
 from kernelflow.projections import logfile
 from kernelflow.projections.metrics import MetricsProjection
@@ -115,8 +119,11 @@ class Source:
     flt: EventFilter
     # Where a feed shows how far it got (a terminal); None: it does not.
     progress: Progress | None = None
+    # The quarantined messages the last feed passed on.
+    quarantine = Quarantine()
 
     def feed(self, apply: Apply, end: int | None = None, *, label: str = "reading") -> int:
+        self.quarantine = Quarantine()
         with rare_collections():
             if self.progress is None:
                 return self._feed(apply, end)
@@ -130,6 +137,10 @@ class Source:
 
     def _feed(self, apply: Apply, end: int | None) -> int:
         raise NotImplementedError
+
+    def _tally(self, event: Event) -> None:
+        if type(event) is QuarantinedEvent:
+            self.quarantine = self.quarantine.add(event)
 
     def last_position(self) -> int:
         """The position of the source's last event now (progress is shown against it)."""
@@ -172,6 +183,7 @@ class FileSource(Source):
                 continue
             if not started.keeps(event):
                 continue
+            self._tally(event)
             apply(pos, event)
             last = pos
         return last
@@ -191,10 +203,13 @@ async def live_events(
     subject = subjects.task_events(flt.task) if flt.task else subjects.ALL_EVENTS
     start = flt.start_seq
     if flt.since is not None:
-        start = max(start, await first_seq_at(log.jetstream, flt.since))
+        first = await log.scanner.first_seq_at(flt.since, subjects.ALL_EVENTS)
+        if first is None:
+            return  # nothing was recorded since
+        start = max(start, first)
     started = _Started(flt.since, by_event_time=False)  # the read starts at the time
-    # Closed as soon as the range ends (or the caller stops): its consumer is deleted then,
-    # not whenever the garbage collector gets to it.
+    # Closed as soon as the range ends (or the caller stops): no request of it is left
+    # waiting for the garbage collector.
     reading = log.read(start_seq=start, subject=subject)
     async with contextlib.aclosing(reading):
         async for seq, event in reading:
@@ -220,6 +235,7 @@ class LiveSource(Source):
             events = live_events(self.bridge.log, self.flt, end)
             async with contextlib.aclosing(events):  # also when ``apply`` raises
                 async for seq, event in events:
+                    self._tally(event)
                     apply(seq, event)
                     last = seq
             return last
@@ -241,6 +257,13 @@ def source_for(args: argparse.Namespace, settings: Settings) -> Iterator[Source]
     with _opened(args, settings) as source:
         source.progress = for_terminal(sys.stderr)
         yield source
+    say_quarantined(source)
+
+
+def say_quarantined(source: Source) -> None:
+    """Tell stderr about the quarantined messages the source's last feed met."""
+    if note := source.quarantine.note():
+        print(note, file=sys.stderr)
 
 
 @contextlib.contextmanager
