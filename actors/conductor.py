@@ -79,7 +79,7 @@ from kernelflow.projections.rewards import (
     pending_reward_events,
 )
 from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
-from kernelflow.workflows.loader import load_workflow, parse_workflow
+from kernelflow.workflows.loader import check_candidate, load_workflow, parse_workflow
 from kernelflow.workflows.model import Workflow
 
 # Each round decides one event (or appends what was decided); a task never needs more
@@ -271,6 +271,7 @@ class Conductor(Worker):
             workflow, workflow_yaml = load_workflow(command.workflow)
             workflow_name = workflow.name
         check_agents(workflow)
+        check_candidate(workflow, has_candidate=bool(command.candidate_code))
         check_reward_names(command.rewards)
         backend(command.backend)  # raises UnknownBackend: no kernel DSL of that name here
         submitted = TaskSubmitted(

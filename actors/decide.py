@@ -20,6 +20,7 @@ from kernelflow.events.model import (
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RemovedOption,
     TaskFinished,
     TaskStatus,
     TaskSubmitted,
@@ -44,6 +45,7 @@ class AskLLM:
     decision_point: str
     options: tuple[str, ...]
     after_agent: str
+    removed: tuple[RemovedOption, ...] = ()  # what the limits took out of the options
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ def outcome_of(state: TaskState) -> Outcome:
     d = state.current
     assert d is not None and d.result is not None
     result = d.result
+    # The verifier checks the code of the agent that ran just before it (none: the task's).
+    before = state.dispatches[-2].agent if len(state.dispatches) > 1 else None
     return Outcome(
         agent=d.agent,
         parse_failed=isinstance(result, ParseFailed),
@@ -65,6 +69,7 @@ def outcome_of(state: TaskState) -> Outcome:
         verification_passed=(
             result.report.passed if isinstance(result, VerificationCompleted) else None
         ),
+        code_author=before,
     )
 
 
@@ -120,8 +125,10 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
         r = current_route(state, workflow)
         after = outcome_of(state).agent
         if r.action == "ask_llm":
-            return AskLLM(last.event_id, r.options, after)
-        assert r.chosen is not None
+            return AskLLM(last.event_id, r.options, after, r.removed)
+        assert r.chosen is not None and state.current is not None
+        # A retry asks again what the agent was asked: with the suggestion it was given.
+        suggestion = state.current.event.suggestion if r.mode == "retry" else ""
         return Append(
             ConductorDecided(
                 task_id=task_id,
@@ -131,6 +138,8 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
                 mode=r.mode,
                 chosen=r.chosen,
                 reason=r.reason,
+                suggestion=suggestion,
+                removed=list(r.removed),
             )
         )
 
@@ -146,7 +155,10 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
                 mode="llm" if decision.valid else "fallback",
                 chosen=decision.chosen,
                 reason=decision.reason,
-                suggestion=decision.suggestion,
+                # Advice from an answer that chose no option is not meant for the agent
+                # the fallback runs.
+                suggestion=decision.suggestion if decision.valid else "",
+                removed=list(r.removed),
             )
         )
 
@@ -178,6 +190,7 @@ def fallback_decision(state: TaskState, plan: AskLLM, error: str) -> ConductorDe
         mode="fallback",
         chosen=plan.options[0],
         reason=f"conductor LLM unavailable ({error}); took the first option",
+        removed=list(plan.removed),
     )
 
 

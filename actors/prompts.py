@@ -26,7 +26,7 @@ from string import Template
 from kernelflow.actors.backends import UnknownBackend, backend
 from kernelflow.events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
 from kernelflow.projections.task_state import TaskState
-from kernelflow.workflows.model import AgentSpec, Workflow
+from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
 MAX_ERROR_CHARS = 2000
@@ -168,10 +168,13 @@ def _messages(system: str, user: str) -> list[ChatMessage]:
 
 
 def _design_section(state: TaskState) -> str:
-    design = state.latest_output("designer")
-    if not design or not design.get("code"):
+    design = state.latest_output("designer") or {}
+    # A designer without an output format answers in free text: all of it (``answer``,
+    # its code block included) is the design.
+    text = design.get(ANSWER_FIELD) or design.get(CODE_FIELD)
+    if not text:
         return ""
-    return f"\n## Design to implement\n```\n{design['code']}\n```\n"
+    return f"\n## Design to implement\n```\n{text}\n```\n"
 
 
 def _feedback_section(state: TaskState, agent: str) -> str:
@@ -209,6 +212,11 @@ def _latest_result(state: TaskState) -> str:
         return "(nothing yet)"
     result = current.result
     if isinstance(result, VerificationCompleted):
+        if result.report.passed:  # the conductor is asked only where it may hand the kernel on
+            return (
+                f"{_attempt(result)}\nThe kernel passed: `finish` ends the task with it; "
+                "another option hands it on to be improved (say what to improve)."
+            )
         return _attempt(result)
     if isinstance(result, ParseFailed):
         return f"The {current.agent}'s answer could not be parsed: {result.reason}"
@@ -218,6 +226,11 @@ def _latest_result(state: TaskState) -> str:
 
 
 def _format_section(spec: AgentSpec) -> str:
+    if not spec.output_fields:  # no output_format: a free-text answer
+        return (
+            "Answer in plain text. Give code as a fenced block (```python ... ```): the last "
+            "one in your answer is taken as your code."
+        )
     if spec.kind != "llm" or _single_answer(spec):
         return _final_answer_format(spec)
     lines = ["Reply with a JSON object with these fields:"]

@@ -316,6 +316,16 @@ class VerificationCompleted(Event, tag="verification_completed", frozen=True, kw
     report: VerificationReport
 
 
+class RemovedOption(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent a workflow limit took out of a decision, and the counts that did it."""
+
+    agent: str
+    limit: str  # "max_step", "single_agent" or "sequence"
+    count: int  # agents run so far / runs of the agent in a row / back-to-back repeats
+    maximum: int  # the limit that count reached
+    sequence: str = ""  # the sequence's name, for a "sequence" limit
+
+
 class ConductorDecided(Event, tag="conductor_decided", frozen=True, kw_only=True):
     after_agent: str
     options: list[str]
@@ -323,6 +333,9 @@ class ConductorDecided(Event, tag="conductor_decided", frozen=True, kw_only=True
     chosen: str
     reason: str
     suggestion: str = ""
+    # The agents the limits removed from ``options`` (or, after a parse failure, the
+    # retry they removed); decisions recorded before this field have none.
+    removed: list[RemovedOption] = []
 
 
 class RewardAssigned(Event, tag="reward_assigned", frozen=True, kw_only=True):

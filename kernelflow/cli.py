@@ -18,6 +18,7 @@ from kernelflow.actors.bridge import NatsUnreachable
 from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
 from kernelflow.commands import (
     agents,
+    connection,
     creds,
     daemon,
     export,
@@ -62,6 +63,7 @@ COMMANDS = (
     agents,
     health,
     creds,
+    connection,
 )
 
 

@@ -6,19 +6,27 @@ It lets in only the holders of its data dir's keys (kernelflow.nats_auth.LocalKe
 with its role's permissions: on a shared machine, another user who can reach its loopback
 port can do nothing without a key. kernelflow's own processes take theirs (the daemon's)
 from the data dir.
+
+One store, one server: two servers on one JetStream store each keep their own view of it,
+so a task submitted to one is never seen on the other (a ``submit --wait`` started with a
+``daemon`` waited forever). A server holds the store's lock (``server.lock``) for as long as
+it runs, and ``server.json`` says where it listens, for the other processes to join it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,9 +37,32 @@ from kernelflow.actors.connection import ClientAuth, NatsEndpoint
 from kernelflow.actors.workdirs import NATS_PREFIX, locked_workdir
 from kernelflow.nats_auth import OWNER_ROLE, LocalKeys
 
+log = logging.getLogger("kernelflow.nats")
+# How long a process waits for the server another one is starting on the same store.
+JOIN_WAIT_S = 15.0
+# How often a process using another's server looks whether that server is gone.
+_SUCCESSION_POLL_S = 0.2
+
 
 class NatsServerError(RuntimeError):
     pass
+
+
+class StoreInUse(NatsServerError):
+    """Another server runs (or is starting) on this store."""
+
+
+def _lock_store(data_dir: Path) -> int:
+    """A file descriptor holding the exclusive lock of ``data_dir``'s store; StoreInUse
+    when another process (or a server it started) holds it. The kernel drops the lock when
+    the last holder of the descriptor is gone."""
+    fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(f"another nats-server uses the store in {data_dir}") from None
+    return fd
 
 
 def find_nats_server() -> str:
@@ -98,7 +129,17 @@ class EmbeddedNats:
         self.url = ""
 
     def start(self) -> str:
+        """Start the server; its URL. StoreInUse when another one has the store."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        store_lock = _lock_store(self.data_dir)
+        self._runtime.callback(os.close, store_lock)
+        try:
+            return self._start(store_lock)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, store_lock: int) -> str:
         # Locked while in use: if this process is killed, the next daemon removes it.
         self._runtime_dir = self._runtime.enter_context(locked_workdir(NATS_PREFIX))
         config = Path(self._runtime_dir) / "nats.conf"
@@ -129,6 +170,9 @@ class EmbeddedNats:
                 # stops it (SIGTERM) itself.
                 process_group=0,
                 preexec_fn=_dies_with_this_thread(),
+                # The server holds the store's lock too: one outliving this process (it
+                # flushes its store after a SIGKILL of ours) keeps the store to itself.
+                pass_fds=(store_lock,),
             )
         self.url = self._wait_for_port(log_path)
         return self.url
@@ -150,7 +194,6 @@ class EmbeddedNats:
                 except (ValueError, KeyError, IndexError):
                     pass  # written but not complete yet
             time.sleep(0.02)
-        self.stop()
         raise NatsServerError(
             f"nats-server did not start within {self.startup_timeout_s}s:\n{_tail(log_path)}"
         )
@@ -194,25 +237,95 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 @contextlib.contextmanager
 def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterator[NatsEndpoint]:
-    """The embedded server for ``data_dir``: the one another kernelflow process already
-    runs there (so ``kernelflow submit`` reaches a ``kernelflow daemon`` started without a
-    URL), or a new one that lives as long as the block; with the daemon's credentials."""
-    marker = Path(data_dir) / "server.json"
+    """The embedded server for ``data_dir``: the one another kernelflow process runs there
+    (so ``kernelflow submit`` reaches a ``kernelflow daemon`` started without a URL), or a
+    new one that lives as long as the block; with the daemon's credentials. Two processes
+    starting at once end up on one server (the store's lock decides whose); should the one
+    whose server this process joined end first, this one runs the server on (``_Succession``)."""
     keys = local_keys(data_dir)
     auth = ClientAuth(creds=keys.seed_file(OWNER_ROLE))
-    running = _running_server(marker)
-    if running is not None:
-        yield NatsEndpoint(running, auth)
-        return
-    authorization = keys.server_authorization()
-    with EmbeddedNats(data_dir, sync_interval=sync_interval, authorization=authorization) as server:
-        marker.write_text(json.dumps({"url": server.url, "pid": server.pid}))
+    server = EmbeddedNats(
+        data_dir, sync_interval=sync_interval, authorization=keys.server_authorization()
+    )
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while (url := running_embedded_server(data_dir)) is None:
         try:
+            server.start()
+        except StoreInUse:
+            # Another process is starting its server, or stopping it: join it once it says
+            # where it listens, or start one once it is gone.
+            if time.monotonic() > deadline:
+                raise NatsServerError(
+                    f"another process holds the embedded NATS server of {data_dir} but has not "
+                    f"said where it listens (server.json) for {JOIN_WAIT_S:g}s; try again, or "
+                    "pass --nats-url"
+                ) from None
+            time.sleep(0.05)
+            continue
+        with _serving(server):
             yield NatsEndpoint(server.url, auth)
-        finally:
-            with contextlib.suppress(OSError):
-                if json.loads(marker.read_text()).get("pid") == server.pid:
-                    marker.unlink()
+        return
+    with _Succession(server, url):
+        yield NatsEndpoint(url, auth)
+
+
+@contextlib.contextmanager
+def _serving(server: EmbeddedNats) -> Iterator[None]:
+    """Keep a started ``server`` for the block, named in its store's ``server.json`` for
+    other processes to join; stopped after."""
+    marker = _marker(server.data_dir)
+    try:
+        partial = marker.with_name(f".{marker.name}.{server.pid}")
+        partial.write_text(json.dumps({"url": server.url, "pid": server.pid}))
+        partial.replace(marker)  # whole: a process joining never reads half of it
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(marker.read_text()).get("pid") == server.pid:
+                marker.unlink()
+        server.stop()
+
+
+class _Succession:
+    """For a process using another's server (at ``url``): once that server is gone (its
+    process ended, taking it along), start one on the same store and port, where this
+    process's connection reconnects, and keep it until the block ends. Otherwise a daemon
+    that joined the server of a ``submit --wait`` would lose NATS when the submit ends."""
+
+    def __init__(self, server: EmbeddedNats, url: str) -> None:
+        self._server = server
+        server.port = urlparse(url).port or -1
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="kf-nats-succession", daemon=True)
+
+    def __enter__(self) -> _Succession:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        # The server is started and stopped from this thread: it dies with the one that
+        # started it (``_dies_with_this_thread``).
+        while not self._done.wait(_SUCCESSION_POLL_S):
+            try:
+                self._server.start()
+            except StoreInUse:
+                continue  # the server this process joined still runs
+            except (NatsServerError, OSError) as exc:
+                log.warning("the embedded NATS server stopped and could not be restarted: %s", exc)
+                return
+            log.info(
+                "the embedded NATS server of %s stopped with its process; this one runs it "
+                "now, at %s",
+                self._server.data_dir,
+                self._server.url,
+            )
+            with _serving(self._server):
+                self._done.wait()
+            return
 
 
 def local_keys(data_dir: Path) -> LocalKeys:
@@ -220,9 +333,14 @@ def local_keys(data_dir: Path) -> LocalKeys:
     return LocalKeys(Path(data_dir) / "auth")
 
 
-def _running_server(marker: Path) -> str | None:
+def _marker(data_dir: Path) -> Path:
+    return Path(data_dir) / "server.json"
+
+
+def running_embedded_server(data_dir: Path) -> str | None:
+    """The URL of the embedded server running on ``data_dir`` (the store), if one does."""
     try:
-        info = json.loads(marker.read_text())
+        info = json.loads(_marker(data_dir).read_text())
         url, pid = str(info["url"]), int(info["pid"])
         os.kill(pid, 0)
         address = urlparse(url)

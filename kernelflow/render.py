@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from kernelflow.events.model import (
     AgentDispatched,
@@ -27,6 +29,7 @@ from kernelflow.projections.counters import RepeatCounters
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.trajectory import Trajectory
 from kernelflow.workflows.model import Workflow
+from kernelflow.workflows.rules import removal_text
 
 
 def _first_line(text: str, limit: int = 100) -> str:
@@ -41,7 +44,10 @@ def describe(event: Event) -> str:
         return f"submitted {e.task_name} (workflow {e.workflow_name}, backend {e.backend})"
     if isinstance(e, ConductorDecided):
         after = f"after {e.after_agent} " if e.after_agent else ""
-        return f"conductor {after}→ {e.chosen} [{e.mode}: {_first_line(e.reason, 70)}]"
+        limited = ", ".join(f"{r.agent} ({r.limit} {r.count}/{r.maximum})" for r in e.removed)
+        return f"conductor {after}→ {e.chosen} [{e.mode}: {_first_line(e.reason, 70)}]" + (
+            f" limits removed {limited}" if limited else ""
+        )
     if isinstance(e, AgentDispatched):
         return f"step {e.step}: {e.agent}"
     if isinstance(e, LLMCalled):
@@ -127,8 +133,13 @@ def trajectory_text(t: Trajectory) -> str:
     return "\n".join(lines)
 
 
-def counters_view(counters: RepeatCounters, workflow: Workflow) -> dict[str, Any]:
-    """The repeat-limit counters next to the limits they are checked against."""
+def counters_view(
+    counters: RepeatCounters,
+    workflow: Workflow,
+    decisions: Sequence[tuple[ConductorDecided, RepeatCounters]] = (),
+) -> dict[str, Any]:
+    """The repeat-limit counters next to the limits they are checked against: now, and at
+    each of ``decisions`` (each with the counters it was decided on)."""
     return {
         "workflow": workflow.name,
         "step": counters.step,
@@ -148,6 +159,23 @@ def counters_view(counters: RepeatCounters, workflow: Workflow) -> dict[str, Any
             }
             for s in workflow.sequences
         },
+        "decisions": [_decision_counters(d, c, workflow) for d, c in decisions],
+    }
+
+
+def _decision_counters(
+    decision: ConductorDecided, counters: RepeatCounters, workflow: Workflow
+) -> dict[str, Any]:
+    return {
+        "seq": decision.seq,
+        "after_agent": decision.after_agent,
+        "chosen": decision.chosen,
+        "mode": decision.mode,
+        "options": list(decision.options),
+        "removed": [{**msgspec.to_builtins(r), "why": removal_text(r)} for r in decision.removed],
+        "step": counters.step,
+        "consecutive": {agent: counters.consecutive(agent) for agent in workflow.agents},
+        "sequences": {s.name: counters.sequence_repeats(s.name) for s in workflow.sequences},
     }
 
 
@@ -160,7 +188,28 @@ def counters_text(view: dict[str, Any]) -> str:
         lines.append(
             f"  {name:<12} {seq['repeats']} x [{pattern}] (max_repeats {seq['max_repeats']})"
         )
+    if view["decisions"]:
+        lines.append("at each decision, the counters it was decided on:")
+    for d in view["decisions"]:
+        lines.append("  " + _decision_line(d, view))
+        lines.extend(f"      removed {r['agent']}: {r['why']}" for r in d["removed"])
     return "\n".join(lines)
+
+
+def _decision_line(d: dict[str, Any], view: dict[str, Any]) -> str:
+    after = f"after {d['after_agent']}" if d["after_agent"] else "start"
+    counts = [f"step {d['step']}/{view['max_step']}"]
+    counts += [
+        f"{agent} {runs}/{view['consecutive'][agent]['limit']} in a row"
+        for agent, runs in d["consecutive"].items()
+        if runs
+    ]
+    counts += [
+        f"{name} {repeats}/{view['sequences'][name]['max_repeats']}"
+        for name, repeats in d["sequences"].items()
+    ]
+    where = f"#{d['seq']} {after}"
+    return f"{where:<20} → {d['chosen']:<10} [{d['mode']}]  {', '.join(counts)}"
 
 
 def workflow_text(workflow: Workflow) -> str:

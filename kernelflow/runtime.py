@@ -159,19 +159,22 @@ def waiting_on(state: TaskState) -> tuple[str, str] | None:
     return None
 
 
-def unhosted_hint(bridge: Bridge, state: TaskState, role: str, waited_s: float) -> str | None:
-    """Why the task has not moved for ``waited_s``, if that is because no daemon hosts
-    ``role``, the one it waits for."""
+def unhosted_hint(
+    bridge: Bridge, states: list[TaskState], role: str, waited_s: float, *, named: bool
+) -> str | None:
+    """Why these tasks have not moved for ``waited_s``, if that is because no daemon hosts
+    ``role``, the one each waits for; ``named``: say which task a step is of."""
     why = no_host(bridge, role)
     if why is None:
         return None
+    ids = _listed([s.task_id for s in states])
     if role == CONDUCTOR_ROLE:
-        what, start = f"task {state.task_id} not taken", "kernelflow daemon"
+        what, start = f"task{'s' * (len(states) > 1)} {ids} not taken", "kernelflow daemon"
     else:
-        what, start = (
-            f"step {state.step} ({role}) not started",
-            f"kernelflow daemon --roles …,{role}",
-        )
+        steps = ", ".join(str(s.step) for s in states)
+        of = f" of {ids}" if named else ""
+        what = f"step{'s' * (len(states) > 1)} {steps} ({role}){of} not started"
+        start = f"kernelflow daemon --roles …,{role}"
     return (
         f"{what} after {waited_s:.0f}s: {why}. It waits in the queue until one does "
         f"(start one: {start}); still waiting…"
@@ -186,64 +189,108 @@ def follow_task(
     *,
     explain_waits: bool = True,
 ) -> TaskState:
-    """Fold the task's events as they are recorded, until it is over. With
-    ``explain_waits`` (other processes' daemons do the work), a step that waits for a
-    role no daemon hosts (the submit, for a conductor; a dispatch, for its agent) is
-    explained once on stderr, while still waiting (a daemon may start later)."""
+    """``follow_tasks`` of one task."""
+    states = follow_tasks(bridge, [task_id], on_event, timeout_s, explain_waits=explain_waits)
+    return states[task_id]
+
+
+def follow_tasks(
+    bridge: Bridge,
+    task_ids: list[str],
+    on_event: Callable[[Event], None],
+    timeout_s: float | None,
+    *,
+    explain_waits: bool = True,
+) -> dict[str, TaskState]:
+    """Fold the tasks' events as they are recorded, all at once, until every one is over
+    (``on_event`` gets each event as it comes). With ``explain_waits`` (other processes'
+    daemons do the work), a step that waits for a role no daemon hosts (the submit, for a
+    conductor; a dispatch, for its agent) is explained once on stderr, while still waiting
+    (a daemon may start later)."""
     inbox: queue.Queue[Event] = queue.Queue()
-
-    async def tail() -> None:
-        position = 1
-        while True:
-            try:
-                reading = bridge.log.read(
-                    start_seq=position, subject=subjects.task_events(task_id), follow=True
-                )
-                async with contextlib.aclosing(reading):
-                    async for seq, event in reading:  # a following read ends only here
-                        position = seq + 1
-                        if ends_task(event):
-                            break
-                        inbox.put(event)
-                # The read is closed (its consumer deleted) before the last event is handed
-                # over: once the caller has it, nothing of this follow is left running.
-                inbox.put(event)
-                return
-            except TimeoutError:
-                continue  # a busy machine answered a request late: pick up where we were
-            except nats.errors.Error as exc:
-                # A restarting server: pick up again where we were.
-                log.warning("following %s: %r", task_id, exc)
-                await asyncio.sleep(0.5)
-
-    pump = bridge.spawn(tail())
-    state = TaskState(task_id)
-    started = moved = time.monotonic()
+    pumps = [bridge.spawn(_tail(bridge, task_id, inbox)) for task_id in task_ids]
+    states = {task_id: TaskState(task_id) for task_id in task_ids}
+    started = looked = time.monotonic()
+    moved = dict.fromkeys(task_ids, started)  # when each task last moved
     deadline = None if timeout_s is None else started + timeout_s
-    hinted: set[str] = set()  # what the task waited on when a hint was considered
+    hinted: set[tuple[str, str]] = set()  # (task, what it waited on) when a hint was considered
     try:
-        while state.terminal is None:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                raise WaitTimeout(f"task {task_id} did not finish within {timeout_s:g}s")
-            try:
-                event = inbox.get(timeout=min(wait, 0.5) if wait is not None else 0.5)
-            except queue.Empty:
+        while unfinished := [s for s in states.values() if s.terminal is None]:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                ids = _listed([s.task_id for s in unfinished])
+                many = "s" * (len(unfinished) > 1)
+                raise WaitTimeout(f"task{many} {ids} did not finish within {timeout_s:g}s")
+            wait = 0.5 if deadline is None else min(deadline - now, 0.5)
+            with contextlib.suppress(queue.Empty):
+                event = inbox.get(timeout=wait)
+                apply(states[event.task_id], event)
+                moved[event.task_id] = time.monotonic()
+                on_event(event)
+            if time.monotonic() - looked < 0.5:
+                continue
+            looked = time.monotonic()
+            for pump in pumps:
                 if pump.done():
                     pump.result()  # the log could not be read: raise why
-                waited = time.monotonic() - moved
-                waiting = waiting_on(state) if explain_waits else None
-                if waiting and waiting[0] not in hinted and waited >= UNTAKEN_HINT_AFTER_S:
-                    hinted.add(waiting[0])
-                    if hint := unhosted_hint(bridge, state, waiting[1], waited):
-                        print(f"kernelflow: {hint}", file=sys.stderr, flush=True)
-                continue
-            apply(state, event)
-            moved = time.monotonic()
-            on_event(event)
+            if explain_waits:
+                _explain_waits(bridge, unfinished, moved, hinted, named=len(task_ids) > 1)
     finally:
-        pump.cancel()
-    return state
+        for pump in pumps:
+            pump.cancel()
+    return states
+
+
+async def _tail(bridge: Bridge, task_id: str, inbox: queue.Queue[Event]) -> None:
+    """Put the task's events in ``inbox`` as they are recorded, through its end."""
+    position = 1
+    while True:
+        try:
+            reading = bridge.log.read(
+                start_seq=position, subject=subjects.task_events(task_id), follow=True
+            )
+            async with contextlib.aclosing(reading):
+                async for seq, event in reading:  # a following read ends only here
+                    position = seq + 1
+                    if ends_task(event):
+                        break
+                    inbox.put(event)
+            # The read is closed (its subscription gone) before the last event is handed
+            # over: once the caller has it, nothing of this follow is left running.
+            inbox.put(event)
+            return
+        except TimeoutError:
+            continue  # a busy machine answered a request late: pick up where we were
+        except nats.errors.Error as exc:
+            # A restarting server: pick up again where we were.
+            log.warning("following %s: %r", task_id, exc)
+            await asyncio.sleep(0.5)
+
+
+def _explain_waits(
+    bridge: Bridge,
+    unfinished: list[TaskState],
+    moved: dict[str, float],
+    hinted: set[tuple[str, str]],
+    *,
+    named: bool,
+) -> None:
+    """Say on stderr, once per waiting step, why tasks that have not moved for
+    ``UNTAKEN_HINT_AFTER_S`` wait, if no daemon hosts the role they wait for: one line per
+    role, however many tasks wait for it (the samples of one submit)."""
+    now = time.monotonic()
+    by_role: dict[str, list[TaskState]] = {}
+    for state in unfinished:
+        waiting = waiting_on(state)
+        if waiting is None or (state.task_id, waiting[0]) in hinted:
+            continue
+        if now - moved[state.task_id] >= UNTAKEN_HINT_AFTER_S:
+            hinted.add((state.task_id, waiting[0]))
+            by_role.setdefault(waiting[1], []).append(state)
+    for role, states in by_role.items():
+        waited = min(now - moved[s.task_id] for s in states)
+        if hint := unhosted_hint(bridge, states, role, waited, named=named):
+            print(f"kernelflow: {hint}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- giving up

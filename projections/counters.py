@@ -5,12 +5,16 @@ The conductor enforces ``limitation_info`` from exactly these numbers:
 - ``consecutive``: how many times the most recent agent ran in a row (``single_agent``);
 - ``sequences``: for each configured pattern, how many back-to-back copies of it end the
   history (``sequences.<name>.max_repeats``).
+
+``counters_at_decisions`` gives them as they stood at each of a task's decisions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from kernelflow.events.model import AgentDispatched, ConductorDecided, Event
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,18 @@ def repeat_counters(
         last_agent_run=run,
         sequences={name: _tail_repeats(history, p) for name, p in sequences.items()},
     )
+
+
+def counters_at_decisions(
+    events: Iterable[Event], sequences: Mapping[str, Sequence[str]]
+) -> list[tuple[ConductorDecided, RepeatCounters]]:
+    """Each conductor decision of a task with the counters it was decided on: those of
+    the agents dispatched before it."""
+    history: list[str] = []
+    decisions: list[tuple[ConductorDecided, RepeatCounters]] = []
+    for event in events:
+        if isinstance(event, AgentDispatched):
+            history.append(event.agent)
+        elif isinstance(event, ConductorDecided):
+            decisions.append((event, repeat_counters(history, sequences)))
+    return decisions

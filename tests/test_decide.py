@@ -8,20 +8,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelflow.actors.decide import Append, AskLLM, Idle, plan_next
+from kernelflow.actors.prompts import conductor_messages
+from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     AgentDispatched,
     ChatMessage,
+    ConductorDecided,
     Event,
     LLMCalled,
     OutputParsed,
     ParseFailed,
+    RemovedOption,
     TaskSubmitted,
     VerificationCompleted,
     VerificationReport,
 )
+from kernelflow.projections.counters import counters_at_decisions
 from kernelflow.projections.task_state import CONDUCTOR, fold
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
 from kernelflow.workflows.loader import load_workflow
+from tests.conftest import EXAMPLES
 
 T = "t-sim"
 
@@ -39,15 +45,20 @@ def submitted(workflow: str) -> TaskSubmitted:
     )
 
 
+FIX_IT = '{"decision": "coder", "error_and_suggestion": "fix it"}'
+
+
 def simulate(
     workflow: str,
     verdicts: list[bool],
     parse_ok: list[bool] | None = None,
-    conductor_says: str = '{"decision": "coder", "error_and_suggestion": "fix it"}',
+    conductor_says: str | list[str] = FIX_IT,
 ) -> list[Event]:
-    """Run a task to its end with scripted agent outcomes, appending what plan_next says."""
+    """Run a task to its end with scripted agent outcomes, appending what plan_next says.
+    The conductor's LLM answers ``conductor_says`` every time, or each of a list in turn."""
     wf, _ = load_workflow(workflow)
     events: list[Event] = []
+    answers = [conductor_says] if isinstance(conductor_says, str) else list(conductor_says)
 
     def record(event: Event) -> None:
         events.append(msgspec.structs.replace(event, seq=len(events) + 1))
@@ -67,7 +78,7 @@ def simulate(
                     provider="test",
                     model="m",
                     messages=[ChatMessage(role="user", content="?")],
-                    response_text=conductor_says,
+                    response_text=answers.pop(0) if len(answers) > 1 else answers[0],
                 )
             )
         elif fold(T, events).terminal is not None:
@@ -136,7 +147,105 @@ def test_max_step_ends_a_task_that_never_passes() -> None:
     state = fold(T, simulate("coder_only", []))
     assert state.step == 15  # coder_only's max_step
     assert state.finished is not None and state.finished.status == "failed"
-    assert state.decisions[-1].mode == "limit"
+    last = state.decisions[-1]
+    assert last.mode == "limit" and "max_step 15 reached (15 agents ran)" in last.reason
+    assert last.removed == [RemovedOption(agent="verifier", limit="max_step", count=15, maximum=15)]
+
+
+def test_a_decision_recorded_before_removals_were_recorded_decodes_with_none() -> None:
+    old = (
+        b'{"kind":"conductor_decided","v":1,"task_id":"t","seq":4,"at":1.0,"cause":"t:3",'
+        b'"after_agent":"coder","options":["verifier"],"mode":"auto","chosen":"verifier",'
+        b'"reason":"the only option","suggestion":""}'
+    )
+    decided = decode_event(old)
+    assert isinstance(decided, ConductorDecided) and decided.removed == []
+    removed = RemovedOption(agent="coder", limit="sequence", count=3, maximum=3, sequence="cv")
+    new = msgspec.structs.replace(decided, removed=[removed])
+    assert decode_event(encode(new)) == new
+
+
+def dispatches(events: list[Event]) -> list[AgentDispatched]:
+    return [e for e in events if isinstance(e, AgentDispatched)]
+
+
+def test_an_unparseable_coder_answer_reruns_the_coder_in_default() -> None:
+    """The coder does not list itself in default: its retry is the rule's, not an edge's.
+    The verifier sees code, and the retry is asked with the suggestion the coder had."""
+    events = simulate("default", [False, True], parse_ok=[True, True, False, True])
+    state = fold(T, events)
+    assert state.history == ["designer", "coder", "verifier", "coder", "coder", "verifier"]
+    assert [d.mode for d in state.decisions] == [
+        "auto",
+        "auto",
+        "auto",
+        "llm",
+        "retry",
+        "auto",
+        "auto",
+    ]
+    assert len(state.verifications) == 2 and state.finished.status == "success"  # type: ignore[union-attr]
+    assert [d.suggestion for d in dispatches(events)][3:5] == ["fix it", "fix it"]
+
+
+def test_a_retry_the_limits_forbid_is_named_and_routing_goes_on() -> None:
+    """coder_only's coder may run 3 times in a row (the default limit)."""
+    events = simulate("coder_only", [True], parse_ok=[False, False, False])
+    state = fold(T, events)
+    assert state.history == ["coder", "coder", "coder", "verifier"]
+    routed = state.decisions[3]
+    assert (routed.mode, routed.chosen) == ("limit", "verifier")
+    assert routed.removed == [
+        RemovedOption(agent="coder", limit="single_agent", count=3, maximum=3)
+    ]
+    assert routed.reason == (
+        "output failed to parse, not retried: "
+        "coder ran 3 times in a row (single_agent limit 3); the only option left"
+    )
+    at_decisions = counters_at_decisions(events, {})
+    assert [c.step for _, c in at_decisions] == [0, 1, 2, 3, 4]
+    assert at_decisions[3][1].consecutive("coder") == 3
+
+
+def test_a_rejected_answer_suggests_nothing_to_the_fallback_agent() -> None:
+    rejected = '{"decision": "deploy", "error_and_suggestion": "ship it as is"}'
+    events = simulate("default", [False, True], conductor_says=rejected)
+    state = fold(T, events)
+    fallback = state.decisions[3]
+    assert (fallback.mode, fallback.chosen, fallback.suggestion) == ("fallback", "coder", "")
+    assert dispatches(events)[3].suggestion == ""
+
+
+def test_a_verified_kernel_goes_on_to_the_optimizer_when_the_conductor_chooses() -> None:
+    """Seed 001's extension example, with the verifier under mandatory analysis: the
+    conductor's LLM may hand a passed kernel on; never back to the agent that wrote it.
+    In default, a pass still finishes with no conductor call."""
+    answers = [
+        '{"decision": "optimizer", "error_and_suggestion": "widen the blocks"}',
+        '{"decision": "verifier", "error_and_suggestion": ""}',
+        '{"decision": "finish", "error_and_suggestion": ""}',
+    ]
+    workflow = str(EXAMPLES / "workflows" / "default_with_optimizer.yaml")
+    events = simulate(workflow, [True, True], conductor_says=answers)
+    state = fold(T, events)
+    assert state.history == ["designer", "coder", "verifier", "optimizer", "verifier"]
+    after_passes = [d for d in state.decisions if d.after_agent == "verifier"]
+    assert [(d.options, d.chosen, d.mode) for d in after_passes] == [
+        (["finish", "optimizer"], "optimizer", "llm"),
+        (["finish", "coder"], "finish", "llm"),
+    ]
+    assert state.dispatches[3].event.suggestion == "widen the blocks"
+    assert state.finished is not None and state.finished.status == "success"
+    # The conductor's prompt says what finishing and handing on a passed kernel mean.
+    first_pass = next(i for i, e in enumerate(events) if isinstance(e, VerificationCompleted))
+    wf, _ = load_workflow(workflow)
+    asked = conductor_messages(
+        fold(T, events[: first_pass + 1]), wf, ("finish", "optimizer"), "verifier"
+    )
+    assert "The kernel passed: `finish` ends the task with it" in asked[-1].content
+    default = fold(T, simulate("default", [True]))
+    assert default.finished is not None and default.finished.status == "success"
+    assert not default.conductor_calls
 
 
 @settings(max_examples=60, deadline=None)

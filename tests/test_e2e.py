@@ -8,11 +8,13 @@ import asyncio
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -30,6 +32,7 @@ from kernelflow.nats_server import find_nats_server
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import follow_task
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.daemons import wait_for_line
 
 NOWHERE = "nats://127.0.0.1:9"  # nothing listens there
 EXAMPLE_NAMES = ["relu", "row_softmax", "sum_rows"]
@@ -74,6 +77,15 @@ def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path)
 
     text = run_cli("replay", "--task", result["task_id"], env=env)
     assert "final_answer" in text.stdout and "✗" in text.stdout and "✓" in text.stdout
+
+    # `status TASK_ID` shows the kernel it ended with, not only with --json.
+    status = run_cli("status", result["task_id"], env=env)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1:3] == [
+        "verifications: mismatch → pass",
+        f"final code ({len(result['final_code'].splitlines())} lines):",
+    ]
+    assert status.stdout.endswith(result["final_code"].rstrip() + "\n")
 
 
 def test_task_file_that_is_not_python_is_rejected(tmp_path: Path) -> None:
@@ -152,6 +164,8 @@ def test_unknown_workflow_lists_the_available_ones(tmp_path: Path) -> None:
             ["submit", "examples/tasks/relu.py", "--workflow", "x", "--nats-url", NOWHERE],
             "unknown workflow",
         ),
+        (["cancel", "t1", "--timeout", "0", "--nats-url", NOWHERE], "--timeout 0"),
+        (["connection", "--role", "reader", "--nats-url", NOWHERE], "with a URL, use --creds"),
     ],
 )
 def test_bad_invocations_say_what_is_wrong(args: list[str], message: str, tmp_path: Path) -> None:
@@ -201,13 +215,39 @@ def test_output_into_a_closed_pipe_ends_quietly() -> None:
     assert run.stderr == ""
 
 
-def test_waiting_on_a_task_no_daemon_takes_says_why(private_nats: str) -> None:
-    run = run_cli(
-        "submit", "examples/tasks/relu.py", "--wait", "--timeout", "8", "--nats-url", private_nats
+def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str) -> None:
+    """With no daemon: ``submit --wait`` says why nothing moves (once for all its samples),
+    ``status`` says a task not in the log may be queued, and ``cancel`` gives up when told."""
+    unknown = run_cli("status", "queued-1", "--nats-url", private_nats)
+    assert unknown.returncode == 2
+    assert unknown.stderr == (
+        "kernelflow: no task queued-1: not in the log, and no submit waits in the queue\n"
     )
+
+    run = run_cli(
+        "submit", "examples/tasks/relu.py", "--samples", "2", "--task-id", "queued", "--wait",
+        "--timeout", "8", "--nats-url", private_nats,
+    )  # fmt: skip
     assert run.returncode == 3  # still waited until --timeout: a daemon may start meanwhile
-    assert "not taken after 5s: no daemon answered" in run.stderr
-    assert "kernelflow daemon" in run.stderr and "Traceback" not in run.stderr
+    assert [line for line in run.stderr.splitlines() if "not taken" in line] == [
+        "kernelflow: tasks queued-1, queued-2 not taken after 5s: no daemon answered. It waits "
+        "in the queue until one does (start one: kernelflow daemon); still waiting…"
+    ]
+    assert run.stderr.endswith("kernelflow: tasks queued-1, queued-2 did not finish within 8s\n")
+    assert "Traceback" not in run.stderr
+
+    queued = run_cli("status", "queued-2", "--nats-url", private_nats)
+    assert queued.returncode == 3, queued.stderr
+    assert queued.stderr == (
+        "kernelflow: task queued-2 is not in the log yet: 2 submit(s) wait in the queue for a "
+        "conductor (no daemon answered); if it is one of them, it starts when a daemon takes it\n"
+    )
+
+    started = time.monotonic()
+    cancel = run_cli("cancel", "queued-1", "--timeout", "2", "--nats-url", private_nats)
+    assert cancel.returncode == 3
+    assert cancel.stderr.startswith("kernelflow: no answer after 2s: no daemon answered."), cancel
+    assert time.monotonic() - started < 2 + 4  # a Python start, a 1 s ping: not 5 s more
 
 
 @pytest.fixture
@@ -266,22 +306,96 @@ def test_malformed_command_is_answered_and_daemon_keeps_working(
     assert state.verifications[0].report.verdict == "compile_error"
 
 
-def test_the_readme_publisher_example_runs_as_written(daemon: Bridge, nats_url: str) -> None:
-    """The README's Python example of publishing a task from one's own program, run as it
-    is printed there (only the server's URL differs): the daemon accepts the task."""
+@pytest.fixture
+def embedded_daemon(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """``kernelflow daemon`` on the embedded server of a fresh data dir, as a user starts
+    it; yields the environment that names that data dir."""
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    log = tmp_path / "daemon.log"
+    with log.open("ab") as out:
+        daemon = subprocess.Popen(
+            [*KERNELFLOW, "daemon", "--llm", "scripted:examples/scripted/relu.yaml"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_line(log, "daemon started")
+        yield env
+    finally:
+        daemon.send_signal(signal.SIGINT)
+        daemon.wait(timeout=60)
+
+
+def test_the_readme_publisher_example_runs_as_written(embedded_daemon: dict[str, str]) -> None:
+    """The README's way of publishing a task from one's own program, run as it is printed
+    there: its shell line (``kernelflow connection``), then its Python program, against the
+    embedded server, which lets in only holders of the data dir's keys."""
     readme = (REPO / "README.md").read_text()
     section = readme.split("### Publishing tasks from your own program", 1)[1]
+    shell = section.split("```sh\n", 1)[1].split("```", 1)[0]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    assert '"nats://127.0.0.1:4222"' in example
-    example = example.replace("nats://127.0.0.1:4222", nats_url)
+    bin_dir = str(Path(sys.executable).parent)  # where `kernelflow` and `python` are
+    env = embedded_daemon | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "EXAMPLE": example}
     run = subprocess.run(
-        [sys.executable, "-c", example], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["bash", "-ec", shell + 'python -c "$EXAMPLE"'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert run.returncode == 0, run.stderr
     answer = json.loads(ast.literal_eval(run.stdout.strip()))
     assert answer == {"ok": True, "task_id": "my-relu-1"}
-    state = _wait_until_over(daemon, "my-relu-1")
-    assert state.finished is not None and state.finished.status == "success"
+
+    deadline = time.monotonic() + 120
+    while True:  # the task is in the log once a conductor took it, and over a little later
+        status = run_cli("status", "my-relu-1", "--json", env=embedded_daemon)
+        if status.returncode == 0 and json.loads(status.stdout)["status"] != "running":
+            break
+        assert time.monotonic() < deadline, status.stdout + status.stderr
+        time.sleep(0.5)
+    assert json.loads(status.stdout)["status"] == "success"
+
+    # What the shell line set: the publisher's key, the only one the program was given.
+    connection = run_cli("connection", "--json", env=embedded_daemon)
+    publisher = Path(embedded_daemon["KF_DATA_DIR"]) / "nats" / "auth" / "publisher.nk"
+    assert json.loads(connection.stdout)["creds"] == str(publisher)
+
+
+def test_connection_without_a_running_server_says_so(tmp_path: Path) -> None:
+    run = run_cli("connection", env=cli_env(KF_DATA_DIR=str(tmp_path)))
+    assert run.returncode == 1
+    assert run.stderr.startswith("kernelflow: no embedded NATS server runs for the data dir")
+    assert len(run.stderr.splitlines()) == 1 and run.stdout == ""
+
+
+def test_samples_are_followed_side_by_side_and_summed_up(daemon: Bridge, nats_url: str) -> None:
+    task_id = f"s-{uuid.uuid4().hex[:8]}"
+    run = run_cli(
+        "submit", "examples/tasks/relu.py", "--samples", "2", "--task-id", task_id, "--wait",
+        "--group", f"g-{task_id}", "--timeout", "120", "--nats-url", nats_url,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    ids = [f"{task_id}-1", f"{task_id}-2"]
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ids
+    blank = lines.index("")
+    followed = lines[2:blank]
+    for sample in ids:  # every line says whose it is, and each sample ran to its end
+        assert f"[{sample}] finished: success — verification passed" in followed
+    assert all(line.startswith((f"[{ids[0]}] ", f"[{ids[1]}] ")) for line in followed)
+    assert [line.split() for line in lines[blank + 1 :]] == [
+        ["task", "status", "steps", "verifications", "reason"],
+        *(
+            [sample, "success", "5", "mismatch", "→", "pass", "verification", "passed"]
+            for sample in ids
+        ),
+        ["group", f"g-{task_id}:", "2", "of", "2", "samples", "succeeded"],
+    ]
 
 
 def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> None:

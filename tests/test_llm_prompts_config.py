@@ -18,11 +18,12 @@ from kernelflow.events.model import (
     ConductorDecided,
     Event,
     LLMCalled,
+    OutputParsed,
     TaskSubmitted,
     Usage,
 )
 from kernelflow.projections.task_state import fold
-from kernelflow.workflows.loader import load_workflow
+from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
 
 WORKFLOW, WORKFLOW_YAML = load_workflow("default")
@@ -202,3 +203,37 @@ def test_per_agent_flags_and_workflow_prompts_reach_the_recorded_calls(
     assert designer.messages[1].content.startswith('Sketch a kernel for:\n"""Elementwise ReLU')
     bad = run_cli("run", "examples/tasks/relu.py", "--agent-temperature", "coder=hot")
     assert bad.returncode == 2 and "'hot' is not float" in bad.stderr
+
+
+FREE_TEXT = """
+agent_info:
+  designer:
+    possible_next_agent: [coder]
+  coder:
+    possible_next_agent: [verifier]
+  verifier:
+    possible_next_agent: [finish, coder]
+start_agent: designer
+limitation_info:
+  required:
+    max_step: 20
+"""
+
+
+def test_free_text_agents_are_asked_for_plain_text_and_their_design_reaches_the_coder() -> None:
+    workflow = parse_workflow(FREE_TEXT, "free")
+    design = "Use one program per block of 1024 elements.\n```python\nBLOCK = 1024\n```"
+    state = fold(
+        "t1",
+        events(
+            "triton",
+            OutputParsed(
+                task_id="t1", seq=3, agent="designer", dispatch_id="t1:d1",
+                fields={"answer": design, "code": "BLOCK = 1024\n"},
+            ),
+            AgentDispatched(task_id="t1", seq=4, agent="coder", step=2, dispatch_id="t1:d2"),
+        ),
+    )  # fmt: skip
+    user = agent_messages(state, workflow, "coder")[-1].content
+    assert "Answer in plain text" in user and "JSON object" not in user
+    assert "one program per block of 1024 elements" in user  # the whole design, prose too

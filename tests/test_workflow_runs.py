@@ -13,9 +13,16 @@ import pytest
 import yaml
 
 from kernelflow.events import subjects
-from kernelflow.events.model import TaskCancelled
+from kernelflow.events.model import AgentDispatched, ConductorDecided, TaskCancelled
 from tests.conftest import EXAMPLES, REPO, run_cli
-from tests.daemons import slow_script, start_daemon, stream_messages, submit, wait_until_over
+from tests.daemons import (
+    slow_script,
+    start_daemon,
+    stream_messages,
+    submit,
+    task_events,
+    wait_until_over,
+)
 
 RELU = "examples/tasks/relu.py"
 
@@ -101,6 +108,22 @@ def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
         "max_repeats": 3,
     }
     assert view["consecutive"]["verifier"]["runs"] == 1
+    # ...and as they stood at each decision: the start, then after each of the 5 agents.
+    decisions = view["decisions"]
+    assert [(d["after_agent"], d["chosen"], d["step"]) for d in decisions] == [
+        ("", "designer", 0),
+        ("designer", "coder", 1),
+        ("coder", "verifier", 2),
+        ("verifier", "coder", 3),
+        ("coder", "verifier", 4),
+        ("verifier", "finish", 5),
+    ]
+    assert [d["sequences"]["coder_verifier"] for d in decisions] == [0, 0, 0, 1, 0, 2]
+    assert decisions[2]["consecutive"]["coder"] == 1 and not decisions[2]["removed"]
+    text = run_cli(
+        "replay", "--task", result["task_id"], "--view", "counters", "--nats-url", nats_url
+    )
+    assert "after coder" in text.stdout and "coder_verifier 2/3" in text.stdout
 
 
 def test_verifier_only_checks_existing_code(nats_url: str, tmp_path: Path) -> None:
@@ -132,6 +155,60 @@ def test_custom_agent_workflow(nats_url: str, tmp_path: Path) -> None:
     assert result["status"] == "success"
     assert history(result["task_id"], nats_url) == ["coder", "optimizer", "verifier"]
     assert "BLOCK_SIZE = 4096" in result["final_code"]  # the optimizer's rewrite was verified
+
+
+def test_the_seed_optimizer_example_hands_a_verified_kernel_to_the_optimizer(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Seed 001's extension example (verifier → [finish, coder, optimizer]), the verifier
+    under mandatory analysis: the conductor sends the kernel the coder got right on to the
+    optimizer, whose faster rewrite is verified and kept."""
+    result = run_json(
+        RELU,
+        "--workflow",
+        "examples/workflows/default_with_optimizer.yaml",
+        "--llm",
+        "scripted:examples/scripted/relu_default_with_optimizer.yaml",
+        nats_url=nats_url,
+        tmp_path=tmp_path,
+    )
+    assert (result["status"], result["verifications"]) == ("success", ["pass", "pass"])
+    assert history(result["task_id"], nats_url) == [
+        "designer",
+        "coder",
+        "verifier",
+        "optimizer",
+        "verifier",
+    ]
+    assert "BLOCK_SIZE = 4096" in result["final_code"]
+    decided = [
+        (e.options, e.chosen, e.mode)
+        for e in task_events(nats_url, result["task_id"])
+        if isinstance(e, ConductorDecided) and e.after_agent == "verifier"
+    ]
+    assert decided == [
+        (["finish", "optimizer"], "optimizer", "llm"),
+        (["finish", "coder"], "finish", "llm"),  # never back to the agent that wrote it
+    ]
+
+
+def test_an_unparseable_coder_answer_reruns_the_coder(nats_url: str, tmp_path: Path) -> None:
+    """In default the coder does not list itself; its answer with no code reruns it with
+    the conductor's suggestion, and the verifier only ever sees code."""
+    script = relu_script()
+    buggy, fixed = script["coder"]
+    script["coder"] = [buggy, {"text": "The grid needs `triton.cdiv`; I will fix it."}, fixed]
+    path = tmp_path / "no_code_once.yaml"
+    path.write_text(yaml.safe_dump(script))
+    result = run_json(RELU, "--llm", f"scripted:{path}", nats_url=nats_url, tmp_path=tmp_path)
+    assert (result["status"], result["verifications"]) == ("success", ["mismatch", "pass"])
+    events = task_events(nats_url, result["task_id"])
+    coders = [e for e in events if isinstance(e, AgentDispatched) and e.agent == "coder"]
+    assert [e.step for e in coders] == [2, 4, 5]
+    suggestion = json.loads(script["conductor"][0]["text"])["error_and_suggestion"]
+    assert [e.suggestion for e in coders] == ["", suggestion, suggestion]
+    [retry] = [e for e in events if isinstance(e, ConductorDecided) and e.mode == "retry"]
+    assert (retry.after_agent, retry.chosen) == ("coder", "coder")
 
 
 @pytest.mark.parametrize("workflow", ["custom_optimizer.yaml", "default_with_optimizer.yaml"])

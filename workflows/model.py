@@ -9,6 +9,12 @@ FINISH = "finish"
 VERIFIER = "verifier"  # the one agent that is a program, not an LLM
 DEFAULT_SINGLE_AGENT_LIMIT = 3
 DEFAULT_AGENT_KIND = "llm"  # one LLM call, its answer parsed: what designer/coder are
+CODE_FIELD = "code"  # the output field the verifier checks
+# An agent without ``output_format`` (seed 001 makes it optional) answers in free text:
+# its whole answer is its ``answer`` field, and the last fenced code block in it its
+# ``code`` field; one that may hand over to the verifier must give such a block
+# (kernelflow.workflows.parsing).
+ANSWER_FIELD = "answer"
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class AgentSpec:
     name: str
     possible_next: tuple[str, ...]
     parser_name: str | None = None
+    # None declared: a free-text answer (see ANSWER_FIELD).
     output_fields: tuple[OutputField, ...] = ()
     # How the agent works (``agent_kind``: llm, react, tool, coding or a plugin's kind),
     # the tools it may call and its kind's settings (``agent_config``), checked against the

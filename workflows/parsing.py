@@ -4,6 +4,11 @@ Accepted shapes, tried in order: a JSON object (bare or in a fenced block) holdi
 fields; ``<field>…</field>`` tagged sections; and, for an agent with a single string field,
 the last fenced code block. Types and mandatory fields are then checked, and a failure
 says precisely what was wrong, because the reason is fed back to the agent on retry.
+
+An agent that declares no fields (no ``output_format``) answers in free text: the whole
+answer is its ``answer`` field, and the last fenced code block in it, if any, its ``code``
+field, the one the verifier checks. An answer without one fails to parse where the agent
+may hand over to the verifier, which would otherwise check nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from kernelflow.workflows.model import AgentSpec
+from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, VERIFIER, AgentSpec
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _TYPES: dict[str, type | tuple[type, ...]] = {
@@ -34,7 +39,7 @@ def parse_output(spec: AgentSpec, text: str, *, whole_answer: bool = False) -> d
     final answer), an agent with one string field takes the whole text as that field when
     nothing more structured is found."""
     if not spec.output_fields:
-        return {}
+        return _free_text(spec, text)
     names = {f.name for f in spec.output_fields}
     found = _from_json(text, names) or _from_tags(text, names) or _from_fence(spec, text)
     if not found and whole_answer and _single_str_field(spec) and text.strip():
@@ -59,6 +64,27 @@ def parse_output(spec: AgentSpec, text: str, *, whole_answer: bool = False) -> d
             raise ParseError(f"mandatory field {f.name!r} is empty")
         fields[f.name] = value
     return fields
+
+
+def _free_text(spec: AgentSpec, text: str) -> dict[str, Any]:
+    answer = text.strip()
+    if not answer:
+        raise ParseError("the answer is empty")
+    fields: dict[str, Any] = {ANSWER_FIELD: answer}
+    blocks = _code_blocks(text)
+    if blocks:
+        fields[CODE_FIELD] = blocks[-1]
+    elif VERIFIER in spec.possible_next:
+        raise ParseError(
+            "no code found: give the complete module as one fenced code block "
+            "(```python ... ```); the last one in your answer is what gets verified"
+        )
+    return fields
+
+
+def _code_blocks(text: str) -> list[str]:
+    """The bodies of the fenced blocks that hold code, not a JSON answer."""
+    return [body for lang, body in _FENCE.findall(text) if lang.lower() != "json"]
 
 
 def _from_json(text: str, names: set[str]) -> dict[str, Any] | None:
@@ -95,5 +121,5 @@ def _single_str_field(spec: AgentSpec) -> bool:
 def _from_fence(spec: AgentSpec, text: str) -> dict[str, Any] | None:
     if not _single_str_field(spec):
         return None
-    blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() != "json"]
+    blocks = _code_blocks(text)
     return {spec.output_fields[0].name: blocks[-1]} if blocks else None

@@ -1,12 +1,25 @@
 """The conductor's routing rules, as pure functions of the workflow and the task's history.
 
 After an agent finishes (seed 001; docs/architecture.md, "Routing"):
-1. its output failed to parse and it may follow itself (within limits) → run it again;
-2. options = ``possible_next_agent`` minus agents made illegal by limits;
-3. after the verifier, a pass goes to ``finish`` and a failure removes ``finish``;
-4. no option → finish; one option not under mandatory analysis → take it; otherwise the
-   conductor's LLM chooses among the options.
-An agent that could not work at all (provider down, no responses left) ends the task.
+
+1. An agent that could not work at all (provider down, no responses left) ends the task.
+2. The limits remove agents: every agent once ``max_step`` agents ran; an agent that ran
+   its ``single_agent`` limit in a row (default 3); the first agent of a ``sequences``
+   pattern that ended the history ``max_repeats`` times back to back. Each removal is
+   recorded on the decision with its limit and the counts that reached it.
+3. Output that failed to parse reruns the same agent, whether or not it lists itself in
+   ``possible_next_agent`` (seed 001: "retry the current agent"), unless a limit removed
+   it; then it is routed like any other result, the retry named among the removed options.
+4. After the verifier, a failure removes ``finish``. A pass finishes, except when the
+   verifier is in ``mandatory_llm_analysis`` and one of its next agents other than
+   ``finish`` and the kernel's author (the agent whose code passed) is left by the limits:
+   then the conductor's LLM chooses among ``finish`` (first, so that a fallback finishes)
+   and those agents. A passed kernel never goes back to its author: the predefined
+   ``default`` (verifier → [finish, coder], the coder wrote the kernel) finishes on a pass
+   with no LLM call, while seed 001's optimizer example (verifier → [finish, coder,
+   optimizer]) may send a kernel the coder got right on to the optimizer.
+5. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
+   → take it; otherwise the conductor's LLM chooses among the options.
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from kernelflow.events.model import RemovedOption
 from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
 
 
@@ -28,17 +42,21 @@ class Outcome:
     parse_failed: bool = False
     agent_failed: bool = False
     verification_passed: bool | None = None
+    # The agent whose code the verifier checked (None: the code submitted with the task).
+    code_author: str | None = None
 
 
 @dataclass(frozen=True)
 class Route:
-    """What the conductor does next. ``ask_llm`` means: choose among ``options``."""
+    """What the conductor does next. ``ask_llm`` means: choose among ``options``.
+    ``removed``: the agents the limits took out of this decision."""
 
     action: Literal["run", "finish", "ask_llm"]
     mode: Literal["auto", "retry", "limit"]
     options: tuple[str, ...]
     chosen: str | None
     reason: str
+    removed: tuple[RemovedOption, ...] = ()
 
 
 class Counters(Protocol):
@@ -52,53 +70,132 @@ class Counters(Protocol):
     def sequence_repeats(self, name: str) -> int: ...
 
 
-def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, str]:
-    """Agents the limits forbid to run next, each with the limit that forbids it."""
+def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedOption]:
+    """Agents the limits forbid to run next, each with the limit that forbids it (the
+    first that applies, in the order max_step, single_agent, sequences)."""
     if counters.step >= workflow.max_step:
-        return {a: f"max_step {workflow.max_step} reached" for a in workflow.agents}
-    illegal: dict[str, str] = {}
+        return {
+            a: RemovedOption(
+                agent=a, limit="max_step", count=counters.step, maximum=workflow.max_step
+            )
+            for a in workflow.agents
+        }
+    illegal: dict[str, RemovedOption] = {}
     for agent in workflow.agents:
-        limit = workflow.single_agent_limit(agent)
-        if counters.consecutive(agent) >= limit:
-            illegal[agent] = f"{agent} ran {limit} times in a row (single_agent limit)"
+        limit, runs = workflow.single_agent_limit(agent), counters.consecutive(agent)
+        if runs >= limit:
+            illegal[agent] = RemovedOption(
+                agent=agent, limit="single_agent", count=runs, maximum=limit
+            )
     for seq in workflow.sequences:
-        if counters.sequence_repeats(seq.name) >= seq.max_repeats:
+        repeats = counters.sequence_repeats(seq.name)
+        if repeats >= seq.max_repeats:
             illegal.setdefault(
                 seq.pattern[0],
-                f"sequence {seq.name} repeated {seq.max_repeats} times (max_repeats)",
+                RemovedOption(
+                    agent=seq.pattern[0],
+                    limit="sequence",
+                    count=repeats,
+                    maximum=seq.max_repeats,
+                    sequence=seq.name,
+                ),
             )
     return illegal
 
 
+def removal_text(removed: RemovedOption) -> str:
+    """Why a limit removed an agent, in words."""
+    if removed.limit == "max_step":
+        return f"max_step {removed.maximum} reached ({removed.count} agents ran)"
+    if removed.limit == "single_agent":
+        return (
+            f"{removed.agent} ran {removed.count} times in a row "
+            f"(single_agent limit {removed.maximum})"
+        )
+    if removed.limit == "sequence":
+        return (
+            f"sequence {removed.sequence} repeated {removed.count} times back to back "
+            f"(max_repeats {removed.maximum}): no {removed.agent}"
+        )
+    return f"{removed.agent}: {removed.limit} {removed.count} of {removed.maximum}"
+
+
 def route(workflow: Workflow, counters: Counters, outcome: Outcome) -> Route:
     """Decide what follows ``outcome``, given the counters of every agent run so far."""
+    agent = outcome.agent
     if outcome.agent_failed:
-        return Route("finish", "auto", (), FINISH, f"{outcome.agent} could not complete its work")
-    spec = workflow.agents[outcome.agent]
+        return Route("finish", "auto", (), FINISH, f"{agent} could not complete its work")
     illegal = illegal_agents(workflow, counters)
-    if (
-        outcome.parse_failed
-        and outcome.agent in spec.possible_next
-        and outcome.agent not in illegal
-    ):
-        return Route(
-            "run", "retry", (outcome.agent,), outcome.agent, "output failed to parse; retrying"
+    if outcome.parse_failed:
+        if agent not in illegal:
+            return Route("run", "retry", (agent,), agent, "output failed to parse; retrying")
+        return _choose(
+            workflow,
+            agent,
+            list(workflow.agents[agent].possible_next),
+            illegal,
+            retry_removed=illegal[agent],
         )
-    if outcome.agent == VERIFIER and outcome.verification_passed:
-        return Route("finish", "auto", (FINISH,), FINISH, "verification passed")
+    if agent == VERIFIER and outcome.verification_passed:
+        return _after_a_pass(workflow, illegal, outcome.code_author)
+    candidates = list(workflow.agents[agent].possible_next)
+    if agent == VERIFIER and FINISH in candidates:
+        candidates.remove(FINISH)  # a failed verification may not end the task as done
+    return _choose(workflow, agent, candidates, illegal)
 
-    options = [a for a in spec.possible_next if a not in illegal]
-    removed = [illegal[a] for a in spec.possible_next if a in illegal]
-    if outcome.agent == VERIFIER and FINISH in options:
-        options.remove(FINISH)  # a failed verification may not end the task as done
+
+def _choose(
+    workflow: Workflow,
+    after: str,
+    candidates: list[str],
+    illegal: dict[str, RemovedOption],
+    retry_removed: RemovedOption | None = None,
+) -> Route:
+    """Rules 2 and 5: the candidates the limits leave, and who picks among them."""
+    removed = [retry_removed] if retry_removed is not None else []
+    removed += [illegal[a] for a in candidates if a in illegal and illegal[a] not in removed]
+    options = [a for a in candidates if a not in illegal]
+    mode: Literal["auto", "limit"] = "limit" if removed else "auto"
+    why = _why(removed)
+    head = "output failed to parse, not retried: " if retry_removed is not None else ""
     if not options:
-        reason = "; ".join(removed) if removed else f"no agent may follow {outcome.agent}"
-        return Route("finish", "limit" if removed else "auto", (), FINISH, reason)
-    if len(options) == 1 and outcome.agent not in workflow.mandatory_llm_analysis:
+        reason = head + (why or f"no agent may follow {after}")
+        return Route("finish", mode, (), FINISH, reason, tuple(removed))
+    if len(options) == 1 and after not in workflow.mandatory_llm_analysis:
         only = options[0]
         action: Literal["run", "finish"] = "finish" if only == FINISH else "run"
-        return Route(action, "auto", (only,), only, "the only option")
-    return Route("ask_llm", "auto", tuple(options), None, "the conductor's LLM chooses")
+        reason = f"{head}{why}; the only option left" if why else "the only option"
+        return Route(action, mode, (only,), only, reason, tuple(removed))
+    return Route(
+        "ask_llm", mode, tuple(options), None, "the conductor's LLM chooses", tuple(removed)
+    )
+
+
+def _after_a_pass(
+    workflow: Workflow, illegal: dict[str, RemovedOption], author: str | None
+) -> Route:
+    """Rule 4 for a pass: finish, or let the conductor's LLM hand the kernel on."""
+    if VERIFIER not in workflow.mandatory_llm_analysis:
+        return Route("finish", "auto", (FINISH,), FINISH, "verification passed")
+    onward = [a for a in workflow.agents[VERIFIER].possible_next if a not in (FINISH, author)]
+    removed = tuple(illegal[a] for a in onward if a in illegal)
+    options = [a for a in onward if a not in illegal]
+    if not options:
+        why = f"; nothing else may follow: {_why(removed)}" if removed else ""
+        mode: Literal["auto", "limit"] = "limit" if removed else "auto"
+        return Route("finish", mode, (FINISH,), FINISH, "verification passed" + why, removed)
+    return Route(
+        "ask_llm",
+        "limit" if removed else "auto",
+        (FINISH, *options),
+        None,
+        "verification passed; the conductor's LLM chooses whether to hand it on",
+        removed,
+    )
+
+
+def _why(removed: Sequence[RemovedOption]) -> str:
+    return "; ".join(dict.fromkeys(removal_text(r) for r in removed))
 
 
 @dataclass(frozen=True)

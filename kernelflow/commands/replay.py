@@ -14,7 +14,7 @@ from kernelflow.actors.worker import workflow_of
 from kernelflow.commands.options import add_source_options
 from kernelflow.events.model import Event, QuarantinedEvent
 from kernelflow.offline.sources import source_for
-from kernelflow.projections.counters import repeat_counters
+from kernelflow.projections.counters import counters_at_decisions, repeat_counters
 from kernelflow.projections.metrics import MetricsProjection, projection_metrics
 from kernelflow.projections.report import agent_rows, tool_rows
 from kernelflow.projections.task_state import fold
@@ -68,7 +68,12 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         if state.submitted is None:
             raise UsageError(f"task {args.task} was never accepted: no workflow to count for")
         workflow = workflow_of(state)
-        cview = counters_view(repeat_counters(state.history, workflow.sequence_patterns), workflow)
+        patterns = workflow.sequence_patterns
+        cview = counters_view(
+            repeat_counters(state.history, patterns),
+            workflow,
+            counters_at_decisions(events, patterns),
+        )
         print(json.dumps(cview, indent=2) if args.json else counters_text(cview))
         return 0
     trajectory = build_trajectory(args.task, events)

@@ -12,7 +12,12 @@ from kernelflow.actors.kinds.check import check_agents
 from kernelflow.events.codec import MalformedMessage, checked_command
 from kernelflow.events.model import Command, SubmitTask
 from kernelflow.usage import UsageError
-from kernelflow.workflows.loader import WorkflowError, parse_workflow, resolve_workflow
+from kernelflow.workflows.loader import (
+    WorkflowError,
+    check_candidate,
+    parse_workflow,
+    resolve_workflow,
+)
 
 
 def add_task_options(p: argparse.ArgumentParser) -> None:
@@ -44,7 +49,9 @@ def submit_command(args: argparse.Namespace) -> SubmitTask:
     try:
         workflow_name, workflow_yaml = resolve_workflow(args.workflow)
         # Refuse it here, before anything is published: structure, kinds, tools.
-        check_agents(parse_workflow(workflow_yaml, workflow_name, source=args.workflow))
+        workflow = parse_workflow(workflow_yaml, workflow_name, source=args.workflow)
+        check_agents(workflow)
+        check_candidate(workflow, has_candidate=bool(getattr(args, "candidate", None)))
     except WorkflowError as exc:
         raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None

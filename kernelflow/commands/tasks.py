@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.readmodel import NoAnswer, query_status, status_rows
 from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
@@ -23,7 +24,7 @@ from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_
 from kernelflow.progress import for_terminal
 from kernelflow.projections.task_state import fold
 from kernelflow.render import describe, summary, unknown_kinds_note
-from kernelflow.runtime import UNTAKEN_HINT_AFTER_S, connected, follow_task, no_host, request_reply
+from kernelflow.runtime import UNTAKEN_HINT_AFTER_S, connected, follow_tasks, no_host, request_reply
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError, WaitTimeout, exit_code_for
 
@@ -72,19 +73,38 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
             for i in range(1, args.samples + 1)
         ]
         refuse_unpublishable(commands[-1], "submit these samples")  # the longest id
-    codes = []
+    task_ids = [c.task_id or "" for c in commands]
     with connected(settings) as bridge:
         for c in commands:
             bridge.call(bridge.log.publish_command(c, subjects.SUBMIT))
             print(c.task_id, flush=True)
         if not args.wait:
             return EXIT_OK
-        for c in commands:
-            state = follow_task(
-                bridge, c.task_id or "", lambda e: print(describe(e), flush=True), args.timeout
-            )
-            codes.append(exit_code_for(summary(state)["status"]))
-    return max(codes)
+        # Samples run side by side: each line says whose it is.
+        label = (lambda e: f"[{e.task_id}] ") if len(commands) > 1 else (lambda e: "")
+        states = follow_tasks(
+            bridge, task_ids, lambda e: print(label(e) + describe(e), flush=True), args.timeout
+        )
+    rows = [summary(states[t]) for t in task_ids]
+    if len(rows) > 1:
+        print()
+        print(samples_table(rows, commands[0].group_id or ""))
+    return max(exit_code_for(row["status"]) for row in rows)
+
+
+def samples_table(rows: list[dict[str, Any]], group: str) -> str:
+    """The outcome of each sample of one submit, and of the group."""
+    width = max(len("task"), *(len(row["task_id"]) for row in rows))
+    lines = [f"{'task':<{width}}  {'status':<10} {'steps':>5}  {'verifications':<24} reason"]
+    for row in rows:
+        checks = " → ".join(row["verifications"]) or "none"
+        lines.append(
+            f"{row['task_id']:<{width}}  {row['status']:<10} {row['steps']:>5}  {checks:<24} "
+            f"{row['reason'] or ''}"
+        )
+    succeeded = sum(row["status"] == "success" for row in rows)
+    lines.append(f"group {group}: {succeeded} of {len(rows)} samples succeeded")
+    return "\n".join(lines)
 
 
 def say_waiting(instance: str, position: int, end: int) -> None:
@@ -103,7 +123,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             if note := history.quarantine.note():
                 print(note, file=sys.stderr)
             if not history.events:
-                raise UsageError(f"no task {args.task_id} in the log")
+                raise not_in_the_log(bridge, args.task_id)
             rows = [summary(fold(args.task_id, history.events))]
             if note := unknown_kinds_note(history.events):
                 print(note, file=sys.stderr)
@@ -119,28 +139,60 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 say_quarantined(log_source)
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
-    else:
-        for row in rows:
-            reason = row["reason"] or ""
-            print(f"{row['task_id']:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
+        return EXIT_OK
+    for row in rows:
+        reason = row["reason"] or ""
+        print(f"{row['task_id']:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
+    if args.task_id:
+        print(task_details(rows[0]))
     return EXIT_OK
 
 
+def task_details(row: dict[str, Any]) -> str:
+    """What ``status TASK_ID`` shows under the task's line: its verifications, and the
+    final code in full (the kernel the task ended with)."""
+    checks = " → ".join(row["verifications"]) or "none"
+    code = row["final_code"]
+    if not code:
+        return f"verifications: {checks}\nfinal code: none"
+    return f"verifications: {checks}\nfinal code ({len(code.splitlines())} lines):\n{code.rstrip()}"
+
+
+def not_in_the_log(bridge: Bridge, task_id: str) -> Exception:
+    """What ``status`` says of a task with no events: queued, maybe, when submits wait in
+    the command stream (a work queue that a publisher may count but not read: which
+    submits wait there is not known here)."""
+    info = bridge.call(bridge.log.jetstream.stream_info(subjects.COMMANDS_STREAM, subjects.SUBMIT))
+    queued = (info.state.subjects or {}).get(subjects.SUBMIT, 0)
+    if not queued:
+        return UsageError(f"no task {task_id}: not in the log, and no submit waits in the queue")
+    why = no_host(bridge, CONDUCTOR_ROLE) or "a daemon is up: it takes them in turn"
+    # Exit 3, as a cancel that waits for a conductor: not done yet, not wrong.
+    return WaitTimeout(
+        f"task {task_id} is not in the log yet: {queued} submit(s) wait in the queue for a "
+        f"conductor ({why}); if it is one of them, it starts when a daemon takes it"
+    )
+
+
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g}: expected seconds > 0")
     command = CancelTask(task_id=args.task_id, reason=args.reason)
     refuse_unpublishable(command, "cancel this task")
     with connected(settings) as bridge:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
+        first_look = min(UNTAKEN_HINT_AFTER_S, args.timeout)
         try:
-            answer = asked.result(timeout=min(UNTAKEN_HINT_AFTER_S, args.timeout))
+            answer = asked.result(timeout=first_look)
         except concurrent.futures.TimeoutError:
             if (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
                 # Waiting longer cannot help; the cancel stays queued for the next daemon.
                 raise WaitTimeout(
-                    f"no answer after {UNTAKEN_HINT_AFTER_S:g}s: {why}. The cancel waits in the "
-                    "queue and applies when a daemon starts (kernelflow daemon)"
+                    f"no answer after {first_look:g}s: {why}. The cancel waits in the queue "
+                    "and applies when a daemon starts (kernelflow daemon)"
                 ) from None
-            answer = asked.result(timeout=args.timeout + 5)
+            # A conductor is up: the request gives up itself at --timeout (then None).
+            answer = asked.result(timeout=args.timeout - first_look + 5)
         finally:
             asked.cancel()
     if answer is None:

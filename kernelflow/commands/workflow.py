@@ -10,6 +10,7 @@ from kernelflow.render import workflow_text
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_OK, UsageError
 from kernelflow.workflows.loader import WorkflowError, load_workflow
+from kernelflow.workflows.model import VERIFIER
 
 
 def register(subparsers: Any) -> None:
@@ -27,6 +28,9 @@ def cmd_workflow(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(str(exc)) from exc
     if args.action == "validate":
         print(f"{args.workflow}: ok ({len(workflow.agents)} agents, max_step {workflow.max_step})")
+        if workflow.start_agent == VERIFIER:
+            # Such a task is refused without code to check: say so before it is submitted.
+            print(f"{args.workflow}: starts with the verifier: submit it with --candidate FILE")
     else:
         print(workflow_text(workflow))
     return EXIT_OK
