@@ -42,6 +42,8 @@ T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
 # How long the first connection's failures go unsaid: most starts are over by then.
 _QUIET_S = 1.0
+# How long a give-up waits for the lost connection to close before it gives up anyway.
+_GIVE_UP_CLOSE_S = 2.0
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -264,9 +266,16 @@ class Bridge:
         await asyncio.sleep(after_s)
         self.lost = NatsLost(f"lost NATS at {shown} for {after_s:g}s; giving up")
         self._closing = True
-        await self.nc.close()  # every call waiting on NATS fails now, instead of hanging
-        if self._on_give_up is not None:
-            self._on_give_up()
+        try:
+            # Every call waiting on NATS fails now, instead of hanging. nats-py's close
+            # flushes what was buffered while reconnecting into the dead connection, and
+            # that fails (or waits): the give-up must not depend on it.
+            await asyncio.wait_for(self.nc.close(), _GIVE_UP_CLOSE_S)
+        except Exception as exc:
+            log.info("closing the lost NATS connection: %r", exc)
+        finally:
+            if self._on_give_up is not None:
+                self._on_give_up()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if not self._thread.is_alive():
