@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier,test]'
+	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier,test,verl]'
+	$(BIN)/pip install --quiet -c constraints/cpu.txt --no-deps verl==0.9.1
 	touch $@
 
 # The main job: one example task end to end on the embedded NATS, no API key needed.

@@ -17,6 +17,7 @@ Prompt tasks (rollouts) use ``task.system.txt`` / ``task.txt``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
@@ -24,8 +25,15 @@ from pathlib import Path
 from string import Template
 
 from kernelflow.actors.backends import UnknownBackend, backend
-from kernelflow.events.model import ChatMessage, OutputParsed, ParseFailed, VerificationCompleted
+from kernelflow.events.model import (
+    ChatMessage,
+    OutputParsed,
+    ParseFailed,
+    TaskSubmitted,
+    VerificationCompleted,
+)
 from kernelflow.projections.task_state import TaskState
+from kernelflow.projections.verl_format import dataset_row
 from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
@@ -76,13 +84,14 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
     assert submitted is not None
     spec = workflow.agents[agent]
     if submitted.prompt is not None:  # a prompt task (rollouts): no kernel, no DSL
+        earlier, prompt = _dataset_turns(submitted)
         system = _agent_template(spec, "system", "task.system.txt").safe_substitute()
         user = _agent_template(spec, "user", "task.txt").safe_substitute(
-            prompt=submitted.prompt.strip(),
+            prompt=prompt.strip(),
             feedback=_feedback_section(state, agent),
             output_format=_format_section(spec),
         )
-        return _messages(system, user)
+        return _messages(system, user, earlier)
     static = _backend_notes(submitted.backend)
     system = _agent_template(spec, "system", "coder.system.txt").safe_substitute(static)
     user = _agent_template(spec, "user", "coder.txt").safe_substitute(
@@ -162,9 +171,25 @@ def judge_messages(state: TaskState) -> list[ChatMessage]:
     return _messages(system, user)
 
 
-def _messages(system: str, user: str) -> list[ChatMessage]:
+def _messages(system: str, user: str, earlier: Sequence[ChatMessage] = ()) -> list[ChatMessage]:
     messages = [ChatMessage(role="system", content=system.strip())] if system.strip() else []
-    return [*messages, ChatMessage(role="user", content=user.strip() + "\n")]
+    return [*messages, *earlier, ChatMessage(role="user", content=user.strip() + "\n")]
+
+
+def _dataset_turns(submitted: TaskSubmitted) -> tuple[list[ChatMessage], str]:
+    """A prompt task's conversation so far and its last turn: a multi-turn chat prompt from
+    a verl-format dataset stays turns, as its rows give them (the system message is the
+    solver's system prompt already); any other prompt is one turn."""
+    assert submitted.prompt is not None
+    row = dataset_row(submitted)
+    turns = [m for m in row.prompt if m.get("role") != "system"] if row is not None else []
+    if len(turns) < 2 or any(
+        m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str)
+        for m in turns
+    ):
+        return [], submitted.prompt
+    earlier = [ChatMessage(role=m["role"], content=m["content"]) for m in turns[:-1]]
+    return earlier, turns[-1]["content"]
 
 
 def _design_section(state: TaskState) -> str:

@@ -7,6 +7,12 @@ Flow-GRPO export work on rollouts unchanged. The N rollouts of one prompt share 
 id (GRPO's ``rollout.n``). Rewards are the task's reward functions (``exact_match`` and
 ``numeric_match`` by default, ``judge`` for an LLM judge), recorded when it finishes.
 
+A verl-format dataset row (a chat ``prompt``, ``data_source``, ``ability``,
+``reward_model``, ``extra_info``) is recorded with its rollouts as it was read
+(``kernelflow.projections.verl_format``), so ``export grpo --mode verl`` gives it back.
+Its system message becomes the solver's system prompt (the agent kind's instructions
+follow it); the other messages are the task's prompt text, joined.
+
 Python API::
 
     from kernelflow.rollout import Rollout, RolloutConfig
@@ -40,6 +46,7 @@ from kernelflow.events.model import Event, SubmitTask
 from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.projections.trajectory import Trajectory, build_trajectory
+from kernelflow.projections.verl_format import DATASET_ROW, DatasetRow, encode_dataset_row
 from kernelflow.runtime import cancel_abandoned, connected, noting_other_tasks, stopped_after
 from kernelflow.settings import Settings
 
@@ -56,6 +63,12 @@ class PromptItem:
     reference: str | None = None
     files: dict[str, str] = field(default_factory=dict)
     id: str | None = None
+    system: str | None = None  # the solver's system prompt (a dataset's system message)
+    row: DatasetRow | None = None  # the verl-format row it came from, recorded as read
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {DATASET_ROW: encode_dataset_row(self.row)} if self.row is not None else {}
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,8 @@ class RolloutConfig:
     llm: str | None = None  # provider spec; None: the configured default
     deadline_s: float | None = None  # per rollout
 
-    def workflow_yaml(self) -> str:
+    def workflow_yaml(self, system: str | None = None) -> str:
+        """The rollout workflow; ``system`` replaces the solver's system prompt."""
         agent: dict[str, Any] = {
             "agent_kind": self.agent_type,
             "possible_next_agent": ["finish"],
@@ -95,6 +109,9 @@ class RolloutConfig:
         }
         if self.tools:
             agent["tools"] = list(self.tools)
+        if system is not None and system.strip():
+            # A template: its own "$" must not read as a placeholder.
+            agent["prompt"] = {"system": system.replace("$", "$$")}
         if self.agent_type != "llm":
             agent["agent_config"] = {
                 "max_steps": self.max_steps,
@@ -113,32 +130,43 @@ def load_dataset(
     path: Path, prompt_key: str = "prompt", answer_key: str | None = None
 ) -> list[PromptItem]:
     """Prompts from a ``.jsonl`` or ``.parquet`` file. A prompt is a string or a list of
-    chat messages (verl's format); the reference answer is ``answer_key``, else the first
-    of ``answer``, ``reference``, ``ground_truth``, ``reward_model.ground_truth``."""
-    rows = _read_rows(path)
-    items = []
-    for i, row in enumerate(rows):
-        where = f"{path}: row {i + 1}"
-        if not isinstance(row, dict) or prompt_key not in row:
-            raise DatasetError(f"{where}: no {prompt_key!r} field")
-        reference = _reference(row, answer_key, where)
-        files = row.get("files") or {}
-        if not isinstance(files, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
-        ):
-            raise DatasetError(f"{where}: 'files' must map paths to text")
-        row_id = row.get("id", row.get("uid"))
-        items.append(
-            PromptItem(
-                prompt=_prompt_text(row[prompt_key], where),
-                reference=reference,
-                files=files,
-                id=None if row_id is None else str(row_id),
-            )
-        )
+    chat messages (verl's format: a system message becomes the solver's system prompt,
+    the others its prompt text); the reference answer is ``answer_key``, else the first of
+    ``answer``, ``reference``, ``ground_truth``, ``reward_model.ground_truth``. A row with
+    chat messages or verl's other fields is kept, as read, to be recorded."""
+    items = [
+        prompt_item(row, f"{path}: row {i + 1}", prompt_key, answer_key)
+        for i, row in enumerate(_read_rows(path))
+    ]
     if not items:
         raise DatasetError(f"{path}: the dataset is empty")
     return items
+
+
+def prompt_item(
+    row: Any, where: str, prompt_key: str = "prompt", answer_key: str | None = None
+) -> PromptItem:
+    """One dataset row (``load_dataset``'s rules) as a prompt; DatasetError says what is
+    wrong with it, naming ``where`` it is."""
+    if not isinstance(row, dict) or prompt_key not in row:
+        raise DatasetError(f"{where}: no {prompt_key!r} field")
+    reference = _reference(row, answer_key, where)
+    files = row.get("files") or {}
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        raise DatasetError(f"{where}: 'files' must map paths to text")
+    row_id = row.get("id", row.get("uid"))
+    messages = _messages(row[prompt_key], where)
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    return PromptItem(
+        prompt=_prompt_text(messages, where),
+        reference=reference,
+        files=files,
+        id=None if row_id is None else str(row_id),
+        system=system or None,
+        row=_verl_row(row, row[prompt_key], messages, where),
+    )
 
 
 def _read_rows(path: Path) -> list[Any]:
@@ -165,28 +193,73 @@ def _read_rows(path: Path) -> list[Any]:
     return rows
 
 
-def _prompt_text(value: Any, where: str) -> str:
+def _messages(value: Any, where: str) -> list[dict[str, Any]]:
+    """The prompt as chat messages (text: one user message)."""
     if isinstance(value, str) and value.strip():
+        return [{"role": "user", "content": value}]
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in value
+        )
+    ):
         return value
-    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
-        contents = [str(m.get("content", "")) for m in value if m.get("role") != "system"]
-        if any(c.strip() for c in contents):
-            return "\n\n".join(contents)
-    raise DatasetError(f"{where}: the prompt must be text or a list of chat messages")
+    raise DatasetError(
+        f"{where}: the prompt must be text or a list of chat messages with text "
+        "'role' and 'content'"
+    )
+
+
+def _prompt_text(messages: list[dict[str, Any]], where: str) -> str:
+    contents = [m["content"] for m in messages if m["role"] != "system"]
+    if any(c.strip() for c in contents):
+        return "\n\n".join(contents)
+    raise DatasetError(f"{where}: the prompt has no message but the system's")
+
+
+def _verl_row(
+    row: dict[str, Any], raw_prompt: Any, messages: list[dict[str, Any]], where: str
+) -> DatasetRow | None:
+    """The row to record: one in verl's format (chat messages, or verl's other fields)."""
+    verl_keys = ("data_source", "ability", "reward_model", "extra_info")
+    if isinstance(raw_prompt, str) and all(row.get(k) is None for k in verl_keys):
+        return None
+    for key in ("reward_model", "extra_info"):
+        if row.get(key) is not None and not isinstance(row[key], dict):
+            raise DatasetError(f"{where}: {key!r} must be an object")
+    for key in ("data_source", "ability"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise DatasetError(f"{where}: {key!r} must be text")
+    return DatasetRow(
+        prompt=[dict(m) for m in messages],
+        data_source=row.get("data_source"),
+        ability=row.get("ability"),
+        reward_model=row.get("reward_model"),
+        extra_info=row.get("extra_info"),
+    )
 
 
 def _reference(row: dict[str, Any], key: str | None, where: str) -> str | None:
     if key is not None:
         if key not in row:
             raise DatasetError(f"{where}: no {key!r} field")
-        return None if row[key] is None else str(row[key])
+        return None if row[key] is None else _text(row[key])
     for name in ("answer", "reference", "ground_truth"):
         if row.get(name) is not None:
-            return str(row[name])
+            return _text(row[name])
     model = row.get("reward_model")
     if isinstance(model, dict) and model.get("ground_truth") is not None:
-        return str(model["ground_truth"])
+        return _text(model["ground_truth"])
     return None
+
+
+def _text(value: Any) -> str:
+    """A reference answer as text (JSON for a list or an object)."""
+    return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
 def rollout_complete(state: TaskState) -> bool:
@@ -225,11 +298,11 @@ class Rollout:
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         run = uuid.uuid4().hex[:10]
-        workflow = self.config.workflow_yaml()
         out = []
         for i, raw in enumerate(prompts):
             item = raw if isinstance(raw, PromptItem) else PromptItem(prompt=raw)
             name = item.id or f"p{i}"
+            workflow = self.config.workflow_yaml(item.system)
             for k in range(n):
                 command = SubmitTask(
                     task_id=f"ro-{run}-{i}-{k}",
@@ -243,7 +316,12 @@ class Rollout:
                     group_id=f"{run}-p{i}",
                     rewards=list(self.config.rewards),
                     deadline_s=self.config.deadline_s,
-                    metadata={"rollout": run, "prompt_index": str(i), "sample": str(k)},
+                    metadata={
+                        "rollout": run,
+                        "prompt_index": str(i),
+                        "sample": str(k),
+                        **item.metadata,
+                    },
                 )
                 # What a daemon would refuse (a deadline <= 0) is refused here instead.
                 checked_command(command)

@@ -1,17 +1,20 @@
 """Flow-GRPO training samples (seed 002), folded from the log in two passes.
 
-One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent) of a task that
-ended. Every turn of a rollout (task) carries the rollout's outcome reward; its advantage
-is normalised within the rollout's group (the tasks submitted together with one
-``group_id``; verl's ``uid``).
+One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent; never the judge's,
+which grades the rollout) of a task that ended. Every turn of a rollout (task) carries the
+rollout's outcome reward; its advantage is normalised within the rollout's group (the
+tasks submitted together with one ``group_id``; verl's ``uid``).
 
 Two streaming passes keep memory bounded by the number of tasks, not the size of the log:
 
 1. ``MetricsProjection`` (``kernelflow.projections.metrics``) gives every task's status, group,
-   verdicts and recorded rewards, and how many trainable turns it has. ``RewardTable``
-   turns that into a reward per task (the recorded ``RewardAssigned`` value of the chosen
-   function when there is one, else the same function computed from the task's outcome)
-   and ``group_stats`` into one mean/std per group.
+   verdicts and recorded rewards, and how many trainable turns it has; ``RewardFacts``
+   which reward function is the task's own (its first: ``binary@1`` for a kernel task,
+   the first of ``rollout --reward`` for a prompt task) and a prompt task's answer and
+   reference. ``RewardTable`` turns that into a reward per task (the recorded
+   ``RewardAssigned`` value of the chosen function — by default the task's own — when
+   there is one, else the same function computed from the task's outcome) and
+   ``group_stats`` into one mean/std per group.
 2. ``SampleBuilder`` reads the log again (up to where pass 1 stopped), holds the turns of
    unfinished tasks only, and emits a task's samples when its terminal event arrives: in
    the order tasks ended, turns in the order they happened. Same log → same samples.
@@ -19,9 +22,11 @@ Two streaming passes keep memory bounded by the number of tasks, not the size of
 Advantage ``A = (r - mean) / (std + ε)`` (or ``r - mean`` without std, Dr.GRPO) where
 mean and std (sample std, ddof = 1, as verl) are taken over the group's rollouts
 (``normalize="trajectory"``) or over all its turns (``normalize="turn"``, AgentFlow's
-choice: a rollout with more turns weighs more). Groups of one rollout and groups whose
-rewards are all equal have no signal: ``singleton`` / ``zero_variance`` say whether to keep
-them with advantage 0 or drop them. Drops are counted by reason.
+choice: a rollout with more turns weighs more; verl's own estimator over the rows). Groups
+whose rewards are all equal have no signal (advantage 0, or dropped). A group of one
+rollout gets advantage 0 (``singleton="keep"``, the default), is dropped, or gets what
+verl's ``compute_grpo_outcome_advantage`` gives a lone value (``"raw"``: mean 0, std 1, so
+about the reward itself). Drops are counted by reason.
 """
 
 from __future__ import annotations
@@ -44,42 +49,51 @@ from kernelflow.events.model import (
     OutputParsed,
     ParseFailed,
     RewardAssigned,
+    TaskCancelled,
     TaskFinished,
+    TaskRejected,
     TaskSubmitted,
     ToolCalled,
     VerificationCompleted,
 )
+from kernelflow.projections import verl_format
 from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.metrics import TaskMetrics
-from kernelflow.projections.rewards import DEFAULT_REWARD, RewardFn, get_reward
-
-DATA_SOURCE = "kernelflow"
-ABILITY = "kernel_generation"
+from kernelflow.projections.rewards import DEFAULT_REWARD, RewardFn, get_reward, rewards_for
+from kernelflow.projections.task_state import JUDGE
 
 Normalize = Literal["trajectory", "turn"]
 KeepOrDrop = Literal["keep", "drop"]
+Singleton = Literal["keep", "drop", "raw"]
 Overlong = Literal["truncate", "drop"]
 
 
 @dataclass(frozen=True)
 class GrpoOptions:
     agents: frozenset[str] | None = None  # None: every agent that called an LLM
-    reward: str = DEFAULT_REWARD
+    reward: str | None = None  # None: each task's own reward function, as recorded
     normalize: Normalize = "trajectory"
     scale_std: bool = True  # False: Dr.GRPO (no division by the std)
     epsilon: float = 1e-6
-    singleton: KeepOrDrop = "keep"  # groups of one rollout: advantage 0, or drop
+    singleton: Singleton = "keep"  # groups of one rollout: advantage 0, drop, or verl's
     zero_variance: KeepOrDrop = "keep"  # groups whose rewards are all equal
     max_prompt_chars: int | None = None
     max_response_chars: int | None = None
+    max_prompt_tokens: int | None = None
+    max_response_tokens: int | None = None
     overlong: Overlong = "truncate"
 
     def wants(self, agent: str) -> bool:
-        return self.agents is None or agent in self.agents
+        """A trainable turn: any chosen agent's, never the judge's (it grades the rollout)."""
+        return agent != JUDGE and (self.agents is None or agent in self.agents)
+
+    def reward_fn(self, task_reward: str | None = None) -> RewardFn:
+        """The chosen function, else the task's own (``task_reward``), else the default."""
+        return get_reward(self.reward or task_reward or DEFAULT_REWARD)
 
     @property
-    def reward_fn(self) -> RewardFn:
-        return get_reward(self.reward)
+    def reward_label(self) -> str:
+        return self.reward_fn().key if self.reward else "recorded"
 
 
 class DropCounts(msgspec.Struct, kw_only=True):
@@ -97,12 +111,51 @@ class DropCounts(msgspec.Struct, kw_only=True):
 # --------------------------------------------------------------------------- pass 1
 
 
+@dataclass(frozen=True, slots=True)
+class TaskReward:
+    """What pass 1 needs of a task beyond its metrics: its own reward function and, for a
+    prompt task, the answer and reference its rewards compare."""
+
+    own: str  # "name@version" of the task's first reward function
+    prompt: bool
+    reference: str | None = None
+    answer: str | None = None
+
+
+class RewardFacts:
+    """Pass 1's fold beside the metrics: a ``TaskReward`` per task."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskReward] = {}
+
+    def apply(self, position: int, event: Event) -> bool:
+        handler = _FACTS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        return True
+
+    def _submitted(self, event: TaskSubmitted) -> None:
+        self.tasks[event.task_id] = TaskReward(
+            own=rewards_for(event)[0].key,
+            prompt=event.prompt is not None,
+            reference=event.reference_answer,
+        )
+
+    def _finished(self, event: TaskFinished) -> None:
+        known = self.tasks.get(event.task_id)
+        if known is not None and known.prompt:
+            self.tasks[event.task_id] = TaskReward(
+                known.own, True, known.reference, event.final_answer
+            )
+
+
 # Slotted: the reward table holds one per task of the log through pass 2.
 @dataclass(frozen=True, slots=True)
 class RolloutReward:
     task_id: str
     group_id: str
     reward: float
+    reward_fn: str  # "name@version"
     source: Literal["recorded", "computed"]
     turns: int  # trainable turns
     ended: bool
@@ -112,14 +165,25 @@ def trainable_turns(t: TaskMetrics, options: GrpoOptions) -> int:
     return sum(n for agent, n in t.llm_calls_by_agent.items() if options.wants(agent))
 
 
-def rollout_reward(t: TaskMetrics, options: GrpoOptions) -> RolloutReward:
-    fn = options.reward_fn
-    recorded = t.rewards.get(fn.key)
+def rollout_reward(
+    t: TaskMetrics, options: GrpoOptions, facts: TaskReward | None = None
+) -> RolloutReward:
+    """The task's reward by the chosen function (default: its own, ``facts.own``; without
+    facts, the first it recorded): recorded when it was, else computed."""
+    fn = options.reward_fn(facts.own if facts is not None else next(iter(t.rewards), None))
+    value = t.rewards.get(fn.key)
+    source: Literal["recorded", "computed"] = "recorded"
+    if value is None:
+        inputs = t.reward_input()
+        if facts is not None and facts.prompt:
+            inputs = msgspec.structs.replace(inputs, answer=facts.answer, reference=facts.reference)
+        value, source = fn(inputs), "computed"
     return RolloutReward(
         task_id=t.task_id,
         group_id=t.group_id or t.task_id,
-        reward=recorded if recorded is not None else fn(t.reward_input()),
-        source="recorded" if recorded is not None else "computed",
+        reward=value,
+        reward_fn=fn.key,
+        source=source,
         turns=trainable_turns(t, options),
         ended=t.ended,
     )
@@ -135,13 +199,16 @@ class GroupStats:
     verdict: Literal["ok", "singleton", "zero_variance"]
 
     def advantage(self, reward: float, options: GrpoOptions) -> float:
-        if self.verdict != "ok":
+        mean, std = self.mean, self.std
+        if self.verdict == "singleton" and options.singleton == "raw" and self.values == 1:
+            mean, std = 0.0, 1.0  # verl's compute_grpo_outcome_advantage for a lone value
+        elif self.verdict != "ok":
             return 0.0
-        centred = reward - self.mean
+        centred = reward - mean
         if not options.scale_std:
             return centred
-        assert self.std is not None
-        return centred / (self.std + options.epsilon)
+        assert std is not None
+        return centred / (std + options.epsilon)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -187,9 +254,14 @@ class RewardTable:
 
     @classmethod
     def from_tasks(
-        cls, tasks: Iterable[TaskMetrics], options: GrpoOptions, end_position: int
+        cls,
+        tasks: Iterable[TaskMetrics],
+        options: GrpoOptions,
+        end_position: int,
+        facts: dict[str, TaskReward] | None = None,
     ) -> RewardTable:
-        rollouts = {t.task_id: rollout_reward(t, options) for t in tasks}
+        known = facts or {}
+        rollouts = {t.task_id: rollout_reward(t, options, known.get(t.task_id)) for t in tasks}
         return cls(options, rollouts, group_stats(rollouts.values(), options), end_position)
 
     def reward_sources(self) -> dict[str, int]:
@@ -199,6 +271,14 @@ class RewardTable:
                 counts[r.source] = counts.get(r.source, 0) + 1
         return dict(sorted(counts.items()))
 
+    def reward_fns(self) -> dict[str, int]:
+        """How many ended rollouts each reward function scored."""
+        counts: dict[str, int] = {}
+        for r in self.rollouts.values():
+            if r.ended:
+                counts[r.reward_fn] = counts.get(r.reward_fn, 0) + 1
+        return dict(sorted(counts.items()))
+
 
 # --------------------------------------------------------------------------- pass 2
 
@@ -206,6 +286,11 @@ class RewardTable:
 class Message(msgspec.Struct, frozen=True):
     role: str
     content: str
+
+
+class RewardModel(msgspec.Struct, frozen=True):
+    style: str
+    ground_truth: str
 
 
 class GrpoSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -232,8 +317,18 @@ class GrpoSample(msgspec.Struct, frozen=True, kw_only=True):
     provider: str
     workflow: str
     task_name: str
-    data_source: str = DATA_SOURCE
+    data_source: str
     truncated: bool = False
+    # verl's per-token view of the turn: 1 for each response token (all of them are the
+    # policy's), None where the server returned no token ids.
+    response_mask: list[int] | None = None
+    token_ids_recorded: bool = False
+    # Lengths in tokens: of the recorded ids, else as the provider counted them.
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    ability: str = ""
+    reward_model: RewardModel | None = None
+    extra_info: dict[str, Any] = {}
 
 
 def _truncate_prompt(messages: list[Message], limit: int) -> list[Message]:
@@ -251,10 +346,52 @@ def _truncate_prompt(messages: list[Message], limit: int) -> list[Message]:
     return out
 
 
+def prompt_token_count(call: LLMCalled) -> int:
+    if call.prompt_token_ids is not None:
+        return len(call.prompt_token_ids)
+    u = call.usage
+    return u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+
+
+def response_token_count(call: LLMCalled) -> int:
+    return len(call.token_ids) if call.token_ids is not None else call.usage.output_tokens
+
+
 @dataclass
 class _OpenTask:
     submitted: TaskSubmitted | None = None
     turns: list[LLMCalled] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TaskColumns:
+    """The columns every turn of a task shares (verl's dataset fields among them)."""
+
+    workflow: str = ""
+    task_name: str = ""
+    data_source: str = ""
+    ability: str = ""
+    reward_model: RewardModel | None = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, sub: TaskSubmitted | None, rollout: RolloutReward) -> TaskColumns:
+        if sub is None:
+            return cls()
+        row = verl_format.dataset_row(sub)
+        truth = verl_format.reward_model(sub, row)
+        rewards = [f.key for f in rewards_for(sub)]
+        return cls(
+            workflow=sub.workflow_name,
+            task_name=sub.task_name,
+            data_source=verl_format.data_source(sub, row),
+            ability=verl_format.ability(sub, row),
+            reward_model=RewardModel(
+                str(truth.get("style", "rule")),
+                verl_format.ground_truth_text(truth["ground_truth"]),
+            ),
+            extra_info={"kernelflow": verl_format.kernelflow_info(sub, rollout.reward_fn, rewards)},
+        )
 
 
 class SampleBuilder:
@@ -266,6 +403,7 @@ class SampleBuilder:
         self.emit = emit
         self.drops = DropCounts()
         self.samples = 0
+        self.with_token_ids = 0  # samples whose token ids the server returned
         self._open: dict[str, _OpenTask] = {}
         self._done: set[str] = set()
 
@@ -308,15 +446,28 @@ class SampleBuilder:
         if task is not None and task.turns:
             self._emit_task(event.task_id, task, event)
 
+    def _too_long(self, call: LLMCalled) -> str | None:
+        """Token limits only drop: text cannot be cut to a token count without the
+        tokenizer, nor token ids to match a cut text."""
+        o = self.options
+        if o.max_prompt_tokens is not None and prompt_token_count(call) > o.max_prompt_tokens:
+            return "prompt_too_long"
+        if o.max_response_tokens is not None and response_token_count(call) > o.max_response_tokens:
+            return "response_too_long"
+        return None
+
     def _emit_task(self, task_id: str, task: _OpenTask, end: Event) -> None:
         o = self.options
         rollout = self.table.rollouts[task_id]
         group = self.table.groups[rollout.group_id]
         advantage = group.advantage(rollout.reward, o)
         status = end.status if isinstance(end, TaskFinished) else end.kind.removeprefix("task_")
-        sub = task.submitted
+        columns = TaskColumns.of(task.submitted, rollout)
         index = 0
         for call in task.turns:
+            if (too_long := self._too_long(call)) is not None:
+                setattr(self.drops, too_long, getattr(self.drops, too_long) + 1)
+                continue
             prompt = [Message(m.role, m.content) for m in call.messages]
             response = call.response_text
             token_ids, logprobs = call.token_ids, call.logprobs
@@ -357,17 +508,26 @@ class SampleBuilder:
                     response_logprobs=logprobs,
                     reward=rollout.reward,
                     advantage=advantage,
-                    reward_fn=o.reward_fn.key,
+                    reward_fn=rollout.reward_fn,
                     reward_source=rollout.source,
                     status=status,
                     model=call.model,
                     provider=call.provider,
-                    workflow=sub.workflow_name if sub else "",
-                    task_name=sub.task_name if sub else "",
+                    workflow=columns.workflow,
+                    task_name=columns.task_name,
+                    data_source=columns.data_source,
                     truncated=truncated,
+                    response_mask=[1] * len(token_ids) if token_ids is not None else None,
+                    token_ids_recorded=token_ids is not None,
+                    prompt_tokens=prompt_token_count(call),
+                    response_tokens=response_token_count(call),
+                    ability=columns.ability,
+                    reward_model=columns.reward_model,
+                    extra_info=columns.extra_info,
                 )
             )
             self.samples += 1
+            self.with_token_ids += token_ids is not None
             index += 1
 
     def finish(self) -> DropCounts:
@@ -382,90 +542,9 @@ def _chars(messages: list[ChatMessage]) -> int:
     return sum(len(m.content) for m in messages)
 
 
-# --------------------------------------------------------------------------- verl prompts
-
-
-class RewardModel(msgspec.Struct, frozen=True):
-    style: str
-    ground_truth: str
-
-
-class VerlPrompt(msgspec.Struct, frozen=True, kw_only=True):
-    """A row of verl's prompt dataset (online RL): one per distinct task."""
-
-    data_source: str
-    prompt: list[Message]
-    ability: str
-    reward_model: RewardModel
-    extra_info: dict[str, Any]
-
-
-class PromptCollector:
-    """One verl prompt row per distinct (task source, backend, workflow), in the order
-    tasks were first submitted. The prompt is the first trainable LLM turn's messages
-    (what the policy is asked first); without one, the task source as a user message."""
-
-    def __init__(self, options: GrpoOptions, emit: Callable[[VerlPrompt], None]) -> None:
-        self.options = options
-        self.emit = emit
-        self._pending: dict[str, TaskSubmitted] = {}
-        self._seen: set[tuple[str, str, str]] = set()
-        self.rows = 0
-
-    def _key(self, s: TaskSubmitted) -> tuple[str, str, str]:
-        return (s.task_source, s.backend, s.workflow_name)
-
-    def apply(self, position: int, event: Event) -> bool:
-        handler = _PROMPT_PASS.get(type(event))
-        if handler is not None:
-            handler(self, event)
-        return True
-
-    def _submitted(self, event: TaskSubmitted) -> None:
-        if self._key(event) not in self._seen:
-            self._seen.add(self._key(event))
-            self._pending[event.task_id] = event
-
-    def _llm_called(self, event: LLMCalled) -> None:
-        if self.options.wants(event.agent):
-            sub = self._pending.pop(event.task_id, None)
-            if sub is not None:
-                self._row(sub, [Message(m.role, m.content) for m in event.messages])
-
-    def _ended(self, event: Event) -> None:
-        sub = self._pending.pop(event.task_id, None)
-        if sub is not None:
-            self._row(sub, [Message("user", sub.task_source)])
-
-    def finish(self) -> None:
-        for sub in list(self._pending.values()):
-            self._row(sub, [Message("user", sub.task_source)])
-        self._pending.clear()
-
-    def _row(self, sub: TaskSubmitted, prompt: list[Message]) -> None:
-        self.emit(
-            VerlPrompt(
-                data_source=f"{DATA_SOURCE}/{sub.backend}",
-                prompt=prompt,
-                ability=ABILITY,
-                reward_model=RewardModel(style="rule", ground_truth=sub.task_source),
-                extra_info={
-                    "index": self.rows,
-                    "task_id": sub.task_id,
-                    "task_name": sub.task_name,
-                    "group_id": sub.group_id,
-                    "workflow": sub.workflow_name,
-                    "backend": sub.backend,
-                    "reward_fn": self.options.reward_fn.key,
-                },
-            )
-        )
-        self.rows += 1
-
-
-# Both passes read the trainable turns (LLM calls) of tasks, from their submission to their
-# end; what the agents made of a turn, and the rewards, come from pass 1's metrics.
-_NOT_TURNS = (
+# The sample pass reads the trainable turns (LLM calls) of tasks, from their submission to
+# their end; what the agents made of a turn, and the rewards, come from pass 1's metrics.
+NOT_TURNS: tuple[type[Event], ...] = (
     AgentDispatched,
     ToolCalled,
     OutputParsed,
@@ -482,14 +561,10 @@ _SAMPLE_PASS: dict[type[Event], Callable[[SampleBuilder, Any], None]] = handler_
         LLMCalled: SampleBuilder._llm_called,
         **{t: SampleBuilder._ended for t in TERMINAL_EVENTS},
     },
-    ignored=_NOT_TURNS,
+    ignored=NOT_TURNS,
 )
-_PROMPT_PASS: dict[type[Event], Callable[[PromptCollector, Any], None]] = handler_table(
-    "flow_grpo verl prompts",
-    {
-        TaskSubmitted: PromptCollector._submitted,
-        LLMCalled: PromptCollector._llm_called,
-        **{t: PromptCollector._ended for t in TERMINAL_EVENTS},
-    },
-    ignored=_NOT_TURNS,
+_FACTS: dict[type[Event], Callable[[RewardFacts, Any], None]] = handler_table(
+    "flow_grpo reward facts",
+    {TaskSubmitted: RewardFacts._submitted, TaskFinished: RewardFacts._finished},
+    ignored=(*NOT_TURNS, LLMCalled, TaskCancelled, TaskRejected),
 )

@@ -1,13 +1,24 @@
-"""``kernelflow report``: run metrics as terminal tables (pure: strings in, strings out)."""
+"""``kernelflow report``: run metrics as terminal tables (pure: strings in, strings out).
+
+"finished" and "correct" are two columns: a task *finished* when it ended with status
+``success`` (its workflow got to the end: a kernel passed, an answer was given); it is
+*correct* when its own reward (its first reward function: ``binary@1`` for a kernel,
+the first of ``rollout --reward`` for a prompt) is positive, as recorded (computed the same
+way when a log has none recorded). For kernels the two agree; for prompt rollouts a
+finished task may well have the wrong answer.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
 from kernelflow.projections.metrics import RunMetrics, TaskMetrics
+
+OWN_REWARD = GrpoOptions()  # each task scored by its own reward function
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -34,13 +45,37 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def task_rows(tasks: Sequence[TaskMetrics]) -> str:
+def correct_by_reward(
+    tasks: Iterable[TaskMetrics], facts: Mapping[str, TaskReward] | None = None
+) -> dict[str, bool]:
+    """Ended task id → whether its own reward is positive (``facts``: each task's own
+    reward function; without them, the first it recorded)."""
+    known = facts or {}
+    return {
+        t.task_id: rollout_reward(t, OWN_REWARD, known.get(t.task_id)).reward > 0
+        for t in tasks
+        if t.ended
+    }
+
+
+def correct_rate(tasks: Iterable[TaskMetrics], correct: Mapping[str, bool]) -> float | None:
+    ended = [t.task_id for t in tasks if t.ended]
+    return sum(correct.get(t, False) for t in ended) / len(ended) if ended else None
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def task_rows(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool] | None = None) -> str:
+    judged = correct if correct is not None else correct_by_reward(tasks)
     rows = [
         [
             t.task_id,
             t.task_name,
             t.workflow,
             t.status,
+            _yes_no(judged.get(t.task_id)),
             t.steps,
             t.llm_calls,
             t.total_tokens,
@@ -56,6 +91,7 @@ def task_rows(tasks: Sequence[TaskMetrics]) -> str:
         "name",
         "workflow",
         "status",
+        "correct",
         "steps",
         "llm",
         "tokens",
@@ -67,15 +103,31 @@ def task_rows(tasks: Sequence[TaskMetrics]) -> str:
     return table(headers, rows)
 
 
-def summary_rows(metrics: dict[str, RunMetrics]) -> str:
+def summary_rows(
+    metrics: dict[str, RunMetrics], correct_rates: Mapping[str, float | None] | None = None
+) -> str:
+    """One row per scope: ``finished`` = status success, ``correct`` = own reward > 0 (both
+    over the tasks that ended); ``correct_rates`` by scope name."""
     fast_keys = next(iter(metrics.values())).fast_p.keys() if metrics else []
-    headers = ["scope", "tasks", "ended", "correct", *fast_keys, "geomean_x", "steps", "wall_s"]
+    headers = [
+        "scope",
+        "tasks",
+        "ended",
+        "finished",
+        "correct",
+        *fast_keys,
+        "geomean_x",
+        "steps",
+        "wall_s",
+    ]
+    rates = correct_rates or {}
     rows = [
         [
             name,
             m.tasks,
             m.ended,
             _pct(m.correctness_rate),
+            _pct(rates.get(name)),
             *(_pct(m.fast_p[k]) for k in fast_keys),
             m.geomean_speedup,
             m.mean_steps,
@@ -134,15 +186,32 @@ def tool_rows(m: RunMetrics) -> str:
     return table(["tool", "calls", "ok", "failed", "ok%", "truncated", "mean_s"], rows)
 
 
+def _scope_rates(
+    tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]
+) -> dict[str, float | None]:
+    rates = {"all": correct_rate(tasks, correct)}
+    for workflow in sorted({t.workflow or "?" for t in tasks}):
+        scoped = [t for t in tasks if (t.workflow or "?") == workflow]
+        rates[f"workflow {workflow}"] = correct_rate(scoped, correct)
+    return rates
+
+
 def report_text(
-    overall: RunMetrics, per_workflow: dict[str, RunMetrics], tasks: Sequence[TaskMetrics]
+    overall: RunMetrics,
+    per_workflow: dict[str, RunMetrics],
+    tasks: Sequence[TaskMetrics],
+    facts: Mapping[str, TaskReward] | None = None,
 ) -> str:
+    correct = correct_by_reward(tasks, facts)
     parts = [
         "Tasks",
-        task_rows(tasks),
+        task_rows(tasks, correct),
         "",
-        "Summary (rates over tasks that ended)",
-        summary_rows({"all": overall, **{f"workflow {k}": v for k, v in per_workflow.items()}}),
+        "Summary (rates over tasks that ended; finished: status success, correct: own reward > 0)",
+        summary_rows(
+            {"all": overall, **{f"workflow {k}": v for k, v in per_workflow.items()}},
+            _scope_rates(tasks, correct),
+        ),
         "",
         "Verdicts: "
         + (", ".join(f"{k} {v}" for k, v in overall.verdicts.items()) or "none")
@@ -164,13 +233,32 @@ def report_text(
 
 
 def report_json(
-    overall: RunMetrics, per_workflow: dict[str, RunMetrics], tasks: Sequence[TaskMetrics]
+    overall: RunMetrics,
+    per_workflow: dict[str, RunMetrics],
+    tasks: Sequence[TaskMetrics],
+    facts: Mapping[str, TaskReward] | None = None,
 ) -> dict[str, Any]:
+    """``correctness_rate`` (kept for readers of older reports) and ``finished_rate`` are
+    the share that ended with status success; ``correct_rate`` the share whose own reward
+    is positive."""
+    correct = correct_by_reward(tasks, facts)
+    rates = _scope_rates(tasks, correct)
+
+    def scope(name: str, m: RunMetrics) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(m)
+        out.update(finished_rate=m.correctness_rate, correct_rate=rates.get(name))
+        return out
+
     return {
-        "overall": msgspec.to_builtins(overall),
-        "per_workflow": {k: msgspec.to_builtins(v) for k, v in per_workflow.items()},
+        "overall": scope("all", overall),
+        "per_workflow": {k: scope(f"workflow {k}", v) for k, v in per_workflow.items()},
         "tasks": [
-            {**msgspec.to_builtins(t), "wall_s": t.wall_s, "total_tokens": t.total_tokens}
+            {
+                **msgspec.to_builtins(t),
+                "wall_s": t.wall_s,
+                "total_tokens": t.total_tokens,
+                "correct": correct.get(t.task_id),
+            }
             for t in sorted(tasks, key=lambda t: t.task_id)
         ],
     }

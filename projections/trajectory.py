@@ -1,17 +1,23 @@
 """Trajectories in the AgenticRollout format (seed 003 §5), rebuilt from a task's events.
 
 Mapping: the submitted task is the first ``observation``; every conductor decision is a
-``thought`` (its LLM exchange attached when it asked one); every LLM agent turn is an
-``action`` (tool_name = the agent, tool_args = its parsed output); every tool call an
-agent made is an ``action`` (tool_name = the tool, tool_args = its arguments) followed by
-its ``action_result``; a parse failure and every verification are ``action_result``
-steps; the end of the task is the ``final_answer`` (with the judge's exchange, if one
-judged it), and the recorded rewards set ``final_reward`` (the task's first reward
-function) and ``metadata["rewards"]``.
+``thought`` (its LLM exchange attached when it asked one); every LLM turn of an agent is an
+``action`` with no ``tool_name`` (``metadata["agent"]`` says whose; its parsed output is
+``metadata["output"]``); every tool call an agent made is an ``action`` (``tool_name`` =
+the tool, ``tool_args`` = its arguments) followed by its ``action_result``
+(``tool_result`` = what the tool returned; None when it failed, ``metadata`` says why); a
+parse failure and every verification (``tool_result`` = the verifier's report) are
+``action_result`` steps; the end of the task is the ``final_answer`` (with the judge's
+exchange, if one judged it). The recorded rewards set ``metadata["rewards"]``, and the
+task's own (first) reward function sets ``final_reward`` and scores the final answer:
+its ``reward_score``, and ``is_correct`` = reward > 0 (before a reward is recorded a
+kernel is correct when its last verification passed; an answer is not yet known).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +41,7 @@ from kernelflow.events.model import (
     ToolCalled,
     VerificationCompleted,
 )
+from kernelflow.projections import verl_format
 from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.rewards import rewards_for
 from kernelflow.projections.task_state import CONDUCTOR, JUDGE
@@ -84,14 +91,35 @@ class Trajectory:
     def add_step(self, step: TrajectoryStep) -> None:
         self.steps.append(step)
 
-    def get_messages(self) -> list[dict[str, str]]:
-        """The trajectory as chat messages: observations and results are the user's
-        turns, thoughts, actions and the final answer the assistant's."""
-        user = {StepType.OBSERVATION, StepType.ACTION_RESULT}
-        return [
-            {"role": "user" if s.step_type in user else "assistant", "content": s.content}
-            for s in self.steps
-        ]
+    def get_messages(self) -> list[dict[str, Any]]:
+        """The trajectory as one chat: the task is the user's first message, every LLM
+        turn of an agent an assistant message (with its native ``tool_calls``, OpenAI's
+        shape), and what answered it the next message: a native tool call's result as a
+        ``tool`` message, anything else (a text tool call's ``Observation``, a
+        verification, a parse failure) as the user's, consecutive ones joined. The
+        conductor's routing, the judge and the final answer (already the last reply) are
+        not part of the conversation."""
+        messages: list[dict[str, Any]] = []
+        native: set[str] = set()
+        for s in self.steps:
+            if s.step_type == StepType.OBSERVATION:
+                _say(messages, "user", s.content)
+            elif s.step_type == StepType.ACTION and s.tool_name is None:
+                reply: dict[str, Any] = {"role": "assistant", "content": s.content}
+                calls = s.metadata.get("tool_calls") or []
+                if calls:
+                    reply["tool_calls"] = [_openai_call(c) for c in calls]
+                    native.update(str(c.get("id")) for c in calls)
+                messages.append(reply)
+            elif s.step_type == StepType.ACTION_RESULT:
+                call_id = s.metadata.get("call_id")
+                if call_id is not None and call_id in native:
+                    messages.append({"role": "tool", "content": s.content, "tool_call_id": call_id})
+                elif call_id is not None:
+                    _say(messages, "user", f"Observation ({s.tool_name}): {s.content}")
+                else:
+                    _say(messages, "user", s.content)
+        return messages
 
     def get_final_response(self) -> str:
         for step in reversed(self.steps):
@@ -100,10 +128,14 @@ class Trajectory:
         return ""
 
     def get_tool_calls(self) -> list[TrajectoryStep]:
+        """The tool calls the agents made (an agent's own LLM turns are not tool calls)."""
         return [s for s in self.steps if s.step_type == StepType.ACTION and s.tool_name]
 
     def get_total_reward(self) -> float:
-        return sum(s.reward_score or 0.0 for s in self.steps)
+        """The sum of the steps' reward scores (a built trajectory scores its final answer
+        with ``final_reward``); ``final_reward`` when no step has a score."""
+        scores = [s.reward_score for s in self.steps if s.reward_score is not None]
+        return math.fsum(scores) if scores else (self.final_reward or 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +157,22 @@ class Trajectory:
             final_reward=data.get("final_reward"),
             total_tokens=data.get("total_tokens", 0),
         )
+
+
+def _say(messages: list[dict[str, Any]], role: str, content: str) -> None:
+    """Append a message, joining it to the previous one when that is the same role's."""
+    if messages and messages[-1]["role"] == role and "tool_calls" not in messages[-1]:
+        messages[-1]["content"] += "\n" + content
+    else:
+        messages.append({"role": role, "content": content})
+
+
+def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call.get("id"),
+        "type": "function",
+        "function": {"name": call.get("name"), "arguments": json.dumps(call.get("args", {}))},
+    }
 
 
 def _llm_metadata(call: LLMCalled) -> dict[str, Any]:
@@ -159,16 +207,19 @@ class _Builder:
         self.t = t
         self.steps = t.steps
         self.pending_conductor_call: LLMCalled | None = None
-        self.last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its action step
+        self.last_action: dict[str, TrajectoryStep] = {}  # dispatch id → its last LLM turn
         self.primary_reward = ""
+        self.final: TrajectoryStep | None = None
 
     def submitted(self, e: TaskSubmitted) -> None:
+        row = verl_format.dataset_row(e)
         self.t.metadata.update(
             task_name=e.task_name,
             workflow=e.workflow_name,
             backend=e.backend,
             group_id=e.group_id,
             submitted_at=e.at,
+            data_source=verl_format.data_source(e, row),
         )
         self.primary_reward = rewards_for(e)[0].name
         content = e.prompt if e.prompt is not None else e.task_source
@@ -187,15 +238,17 @@ class _Builder:
             t.steps[-1].metadata["judge"] = meta
             return
         meta["agent"], meta["dispatch_id"] = e.agent, e.dispatch_id
-        step = TrajectoryStep(
-            StepType.ACTION, e.response_text, meta, tool_name=e.agent, log_probs=e.logprobs
-        )
+        if e.tool_calls:
+            meta["tool_calls"] = msgspec.to_builtins(e.tool_calls)
+        # The agent's own turn: an action, but no tool's (its tool calls are steps of
+        # their own), so ``tool_name`` stays None.
+        step = TrajectoryStep(StepType.ACTION, e.response_text, meta, log_probs=e.logprobs)
         self.last_action[e.dispatch_id] = step
         self.steps.append(step)
 
     def parsed(self, e: OutputParsed) -> None:
         if (acted := self.last_action.get(e.dispatch_id)) is not None:
-            acted.tool_args = dict(e.fields)
+            acted.metadata["output"] = dict(e.fields)
 
     def failed(self, e: ParseFailed | AgentFailed) -> None:
         reason = e.reason if isinstance(e, ParseFailed) else e.error
@@ -204,7 +257,6 @@ class _Builder:
                 StepType.ACTION_RESULT,
                 reason,
                 {"event": e.event_id, "at": e.at, "agent": e.agent, "kind": e.kind},
-                tool_name=e.agent,
                 is_correct=False,
             )
         )
@@ -239,13 +291,15 @@ class _Builder:
                 tool_args=dict(e.args),
             )
         )
+        outcome = {"ok": e.ok, "error": e.error, "truncated": e.truncated}
         self.steps.append(
             TrajectoryStep(
                 StepType.ACTION_RESULT,
                 e.output,
-                {**where, "duration_s": e.duration_s},
+                {**where, **outcome, "duration_s": e.duration_s},
                 tool_name=e.tool,
-                tool_result={"ok": e.ok, "error": e.error, "truncated": e.truncated},
+                # What the tool gave back (what the agent was shown); nothing when it failed.
+                tool_result=e.output if e.ok else None,
                 is_correct=e.ok,
             )
         )
@@ -254,6 +308,13 @@ class _Builder:
         self.t.metadata.setdefault("rewards", {})[e.reward_fn] = e.value
         if e.reward_fn == self.primary_reward:
             self.t.final_reward = e.value
+            self._score_final()
+
+    def _score_final(self) -> None:
+        """The task's own (first) reward scores its final answer: correct when positive."""
+        if self.final is not None and self.t.final_reward is not None:
+            self.final.reward_score = self.t.final_reward
+            self.final.is_correct = self.t.final_reward > 0
 
     def decided(self, e: ConductorDecided) -> None:
         meta = {
@@ -275,21 +336,25 @@ class _Builder:
         t = self.t
         t.is_completed = True
         t.metadata["finished_at"] = e.at
+        correct: bool | None = False
         if isinstance(e, TaskFinished):
             t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
             content = e.final_answer or e.final_code or e.reason
-            correct = e.status == "success"
+            if e.final_answer is not None:
+                correct = None  # an answer is right or wrong by its reward, recorded next
+            else:
+                correct = e.status == "success" and e.verdict == "pass"
         else:
             t.metadata["status"] = "rejected" if isinstance(e, TaskRejected) else "cancelled"
-            content, correct = e.reason, False
-        self.steps.append(
-            TrajectoryStep(
-                StepType.FINAL_ANSWER,
-                content,
-                {"event": e.event_id, "at": e.at, "reason": e.reason},
-                is_correct=correct,
-            )
+            content = e.reason
+        self.final = TrajectoryStep(
+            StepType.FINAL_ANSWER,
+            content,
+            {"event": e.event_id, "at": e.at, "reason": e.reason},
+            is_correct=correct,
         )
+        self.steps.append(self.final)
+        self._score_final()
 
 
 _Builder.HANDLERS = handler_table(

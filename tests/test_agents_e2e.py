@@ -73,7 +73,7 @@ def test_react_coder_checks_and_fixes_its_kernel_before_the_verifier(
     assert [s.step_type for s in tool_steps] == [StepType.ACTION, StepType.ACTION_RESULT] * 2
     # A check that finds a bug is a failed call: the coder sees it as an error.
     assert [s.is_correct for s in tool_steps[1::2]] == [False, True]
-    assert tool_steps[3].tool_result == {"ok": True, "error": "", "truncated": False}
+    assert tool_steps[3].tool_result == checks[1].output and tool_steps[3].metadata["ok"]
 
 
 def test_rollout_scores_a_dataset_and_exports_flow_grpo_samples(
@@ -93,15 +93,16 @@ def test_rollout_scores_a_dataset_and_exports_flow_grpo_samples(
         prompts, n=2, on_progress=lambda p: seen.append(p.done)
     )
     assert len(trajectories) == 8 and seen[-1] == 8
-    # The scripted model always answers 42: right for three prompts, wrong for 2**10.
+    # The scripted model's samples take turns: the first of each group uses the calculator
+    # and answers 42 (right for three prompts, wrong for 2**10), the second guesses 41.
     rewards = [t.final_reward for t in trajectories]
-    assert rewards == [1.0] * 6 + [0.0] * 2
+    assert rewards == [1.0, 0.0] * 3 + [0.0] * 2
     assert all(t.metadata["rewards"]["numeric_match"] == t.final_reward for t in trajectories)
     first = trajectories[0]
     assert first.steps[0].content == "What is 6 times 7?"
     assert first.get_final_response() == "42"
     calls = [(c.tool_name, c.tool_args) for c in first.get_tool_calls()]
-    assert calls[1] == ("calculator", {"expression": "6 * 7"})  # between the solver's turns
+    assert calls == [("calculator", {"expression": "6 * 7"})]  # the solver's turns are not
     assert [json.loads(line)["request_id"] for line in out.read_text().splitlines()] == [
         t.request_id for t in trajectories
     ]
@@ -116,11 +117,11 @@ def test_rollout_scores_a_dataset_and_exports_flow_grpo_samples(
     assert exported.returncode == 0, exported.stderr
     table = pq.read_table(dataset).to_pylist()
     assert {row["agent"] for row in table} == {"solver"}
-    assert len(table) == 16  # two LLM turns per rollout
+    assert len(table) == 12  # two LLM turns per rollout that used the calculator, one else
     by_group: dict[str, set[float]] = {}
     for row in table:
         by_group.setdefault(row["group_id"], set()).add(row["reward"])
-    assert sorted(min(v) for v in by_group.values()) == [0.0, 1.0, 1.0, 1.0]
+    assert sorted(max(v) for v in by_group.values()) == [0.0, 1.0, 1.0, 1.0]
 
 
 def test_rollout_cli_with_native_tool_calls_and_an_llm_judge(

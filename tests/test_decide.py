@@ -274,7 +274,9 @@ def test_trajectory_of_a_run_round_trips() -> None:
     t = build_trajectory(T, events)
     assert t.steps[0].step_type == StepType.OBSERVATION
     assert t.steps[-1].step_type == StepType.FINAL_ANSWER and t.steps[-1].is_correct
-    assert [s.tool_name for s in t.get_tool_calls()] == ["designer", "coder", "coder"]
+    assert t.get_tool_calls() == []  # the agents' own LLM turns are not tool calls
+    agents = [s.metadata["agent"] for s in t.steps if s.step_type == StepType.ACTION]
+    assert agents == ["designer", "coder", "coder"]
     assert t.is_completed and t.metadata["status"] == "success"
     assert Trajectory.from_dict(t.to_dict()) == t
     assert t.get_messages()[0]["role"] == "user"

@@ -63,7 +63,7 @@ def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path)
     assert replay.returncode == 0, replay.stderr
     trajectory = json.loads(replay.stdout)
     worked = [s for s in trajectory["steps"] if s["step_type"] in ("action", "action_result")]
-    assert [s["tool_name"] for s in worked] == [
+    assert [s["tool_name"] or s["metadata"]["agent"] for s in worked] == [
         "designer",
         "coder",
         "verifier",

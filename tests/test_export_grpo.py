@@ -1,5 +1,6 @@
 """Golden test on a log produced by real runs: a daemon, a grouped ``submit --samples 3``
-of the ReLU example (scripted LLM), then the dataset, the report and replay."""
+of the ReLU example (scripted LLM), then the datasets (samples, verl prompts, SFT), the
+report and replay."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ COLUMNS = [
     "task_name",
     "data_source",
     "truncated",
+    "response_mask",
+    "token_ids_recorded",
+    "prompt_tokens",
+    "response_tokens",
+    "ability",
+    "reward_model",
+    "extra_info",
 ]
 
 
@@ -102,9 +110,21 @@ def test_grpo_dataset_of_a_grouped_run(
         assert all(r["response"] for r in turns)
     # Three successes: equal rewards, no learning signal, advantage 0.
     assert {r["advantage"] for r in rows} == {0.0}
+    # The task's own reward, as recorded; verl's fields of the task; no token ids (the
+    # scripted model returns none) and the export says so.
+    assert {(r["reward_fn"], r["reward_source"]) for r in rows} == {("binary@1", "recorded")}
+    assert {(r["data_source"], r["ability"]) for r in rows} == {
+        ("kernelflow/triton", "kernel_generation")
+    }
+    assert all("class Model" in r["reward_model"]["ground_truth"] for r in rows)
+    assert {r["extra_info"]["kernelflow"]["kind"] for r in rows} == {"kernel"}
+    assert not any(r["token_ids_recorded"] or r["response_mask"] for r in rows)
+    assert all(r["prompt_tokens"] > 0 and r["response_tokens"] > 0 for r in rows)
     meta = json.loads((tmp_path / "a.parquet.meta.json").read_text())
     assert meta["groups"] == 1 and meta["groups_zero_variance"] == 1 and meta["rows"] == 12
     assert meta["llm_calls_by_agent"] == {"coder": 6, "conductor": 3, "designer": 3}
+    assert meta["options"]["reward"] == "recorded" and meta["reward_fns"] == {"binary@1": 3}
+    assert meta["token_ids"]["rows_without"] == 12 and "only when" in meta["token_ids"]["note"]
 
     jl1, jl2 = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
     for out in (jl1, jl2):
@@ -150,7 +170,7 @@ def test_grpo_dataset_of_a_grouped_run(
     )
 
 
-def test_verl_prompts_report_and_replay(
+def test_verl_prompts_sft_report_and_replay(
     run_log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     verl = tmp_path / "verl.parquet"
@@ -161,12 +181,31 @@ def test_verl_prompts_report_and_replay(
     assert row["data_source"] == "kernelflow/triton"
     assert row["reward_model"]["style"] == "rule"
     assert "class Model" in row["reward_model"]["ground_truth"]
-    assert row["extra_info"]["group_id"] == GROUP and row["prompt"][0]["content"]
+    assert row["extra_info"]["index"] == 0
+    assert row["extra_info"]["kernelflow"]["group_id"] == GROUP
+    # The coder's prompt (it writes the kernel, with the designer's sketch), not the
+    # designer's.
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert "## Design to implement" in row["prompt"][1]["content"]
 
+    sft = tmp_path / "sft.parquet"
+    assert cli("export", "grpo", "--mode", "sft", "--out", str(sft), "--nats-url", run_log) == 0
+    conversations = pq.read_table(sft).to_pylist()
+    # Every dispatch of the three successful rollouts: designer, coder, conductor, coder.
+    assert len(conversations) == 12 and {c["correct"] for c in conversations} == {True}
+    assert all(c["messages"][-1]["role"] == "assistant" for c in conversations)
+    assert all(c["messages"][0]["role"] == "system" for c in conversations)
     capsys.readouterr()
+    assert cli("export", "grpo", "--keep", "all", "--out", str(sft), "--nats-url", run_log) == 2
+    assert "--keep: only for --mode sft" in capsys.readouterr().err
+
     assert cli("report", "--nats-url", run_log) == 0
     text = capsys.readouterr().out
-    assert "relu-1" in text and "100.0%" in text and "mismatch pass" in text
+    assert "relu-1" in text and "mismatch pass" in text
+    lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
+    assert lines["scope"][:5] == ["scope", "tasks", "ended", "finished", "correct"]
+    assert lines["all"][:5] == ["all", "3", "3", "100.0%", "100.0%"]
+    assert lines["relu-1"][3:5] == ["success", "yes"]
 
     exported = tmp_path / "log.jsonl"
     assert cli("log", "export", "--out", str(exported), "--nats-url", run_log) == 0

@@ -23,6 +23,7 @@ from kernelflow.events.model import (
     Usage,
 )
 from kernelflow.projections.task_state import fold
+from kernelflow.projections.verl_format import DATASET_ROW, DatasetRow, encode_dataset_row
 from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
 
@@ -237,3 +238,28 @@ def test_free_text_agents_are_asked_for_plain_text_and_their_design_reaches_the_
     user = agent_messages(state, workflow, "coder")[-1].content
     assert "Answer in plain text" in user and "JSON object" not in user
     assert "one program per block of 1024 elements" in user  # the whole design, prose too
+
+
+def test_a_multi_turn_dataset_prompt_reaches_the_model_as_turns() -> None:
+    row = DatasetRow(
+        prompt=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "What is 6 times 7?"},
+            {"role": "assistant", "content": "41"},
+            {"role": "user", "content": "Check again."},
+        ],
+        data_source="arith",
+    )
+    submitted = TaskSubmitted(
+        task_id="p1", seq=1, task_name="p", task_source="", workflow_name="rollout",
+        workflow_yaml=WORKFLOW_YAML, backend="triton", group_id="g",
+        prompt="What is 6 times 7?\n\n41\n\nCheck again.",
+        metadata={DATASET_ROW: encode_dataset_row(row)},
+    )  # fmt: skip
+    state = fold("p1", [submitted])
+    solver = "agent_info:\n  solver:\n    possible_next_agent: [finish]\nstart_agent: solver\n"
+    solver += "limitation_info:\n  required:\n    max_step: 4\n"
+    messages = agent_messages(state, parse_workflow(solver, "solver"), "solver")
+    assert [m.role for m in messages] == ["system", "user", "assistant", "user"]
+    assert [m.content for m in messages[1:3]] == ["What is 6 times 7?", "41"]
+    assert "Check again." in messages[3].content and "41" not in messages[3].content

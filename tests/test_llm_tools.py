@@ -317,7 +317,10 @@ def test_scripted_tool_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ("{tool_calls: [{name: f, arguments: {}}]}", "coder[0].tool_calls[0]: unknown key 'arg"),
         ("{tool_calls: {name: f}}", "coder[0].tool_calls: must be a list"),
         ("{tool_calls: [{name: f, id: 7}]}", "coder[0].tool_calls[0].id: must be a string"),
-        ("{latency_s: 1}", "coder[0]: must be a string or a mapping with 'text' or 'tool_calls'"),
+        (
+            "{latency_s: 1}",
+            "coder[0]: must be a string or a mapping with 'text', 'tool_calls' or 'choices'",
+        ),
     ],
 )
 def test_scripted_tool_call_errors_name_the_file_and_entry(

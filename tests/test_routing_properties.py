@@ -158,7 +158,7 @@ def test_a_parse_failure_reruns_its_agent_while_the_limits_allow(
 
 @settings(max_examples=300, deadline=None)
 @given(workflows(with_verifier=True), st.data())
-def test_a_pass_finishes_unless_the_analysed_verifier_may_hand_the_kernel_on(
+def test_a_pass_finishes_unless_the_verifier_may_hand_the_kernel_on(
     wf: Workflow, data: st.DataObject
 ) -> None:
     history = data.draw(histories(wf, last=VERIFIER))
@@ -173,7 +173,7 @@ def test_a_pass_finishes_unless_the_analysed_verifier_may_hand_the_kernel_on(
         for a in wf.agents[VERIFIER].possible_next
         if a not in (FINISH, author) and legal(wf, history, a)
     ]
-    if VERIFIER not in wf.mandatory_llm_analysis or not onward:
+    if not onward:
         assert (r.action, r.chosen, r.options) == ("finish", FINISH, (FINISH,))
     else:  # finish first: a conductor LLM that cannot answer keeps the passed kernel
         assert (r.action, r.options) == ("ask_llm", (FINISH, *onward))
@@ -192,9 +192,7 @@ def test_every_option_a_limit_excludes_is_named_with_its_counts(
     if outcome.agent_failed:
         considered: set[str] = set()
     elif outcome.verification_passed:
-        analysed = VERIFIER in wf.mandatory_llm_analysis
         considered = set(wf.agents[VERIFIER].possible_next) - {FINISH, outcome.code_author}
-        considered = considered if analysed else set()
     elif r.mode == "retry":
         considered = {agent}
     else:

@@ -47,7 +47,8 @@ def run_json(*args: str, nats_url: str, tmp_path: Path) -> dict:  # type: ignore
 def history(task_id: str, nats_url: str) -> list[str]:
     replay = run_cli("replay", "--task", task_id, "--json", "--nats-url", nats_url)
     steps = json.loads(replay.stdout)["steps"]
-    return [s["tool_name"] for s in steps if s["step_type"] in ("action", "action_result")]
+    worked = [s for s in steps if s["step_type"] in ("action", "action_result")]
+    return [s["tool_name"] or s["metadata"]["agent"] for s in worked]
 
 
 def test_coder_only(nats_url: str, tmp_path: Path) -> None:
@@ -66,10 +67,11 @@ def test_coder_only(nats_url: str, tmp_path: Path) -> None:
 
 def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
     script = relu_script()
-    # Every hand-over in this workflow has two options, so the conductor's LLM decides each.
+    # Every hand-over in this workflow has two options, so the conductor's LLM decides each,
+    # the pass too: finish, or another round from the designer.
     script["conductor"] = [
         {"text": json.dumps({"decision": d, "error_and_suggestion": "go on"})}
-        for d in ("coder", "verifier", "coder", "verifier")
+        for d in ("coder", "verifier", "coder", "verifier", "finish")
     ]
     path = tmp_path / "connect_all.yaml"
     path.write_text(yaml.safe_dump(script))
@@ -90,6 +92,15 @@ def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
         "coder",
         "verifier",
     ]
+    decisions = [
+        e for e in task_events(nats_url, result["task_id"]) if isinstance(e, ConductorDecided)
+    ]
+    after_pass = decisions[-1]
+    assert (after_pass.mode, after_pass.options, after_pass.chosen) == (
+        "llm",
+        ["finish", "designer"],
+        "finish",
+    )
     counters = run_cli(
         "replay",
         "--task",

@@ -10,14 +10,15 @@ After an agent finishes (seed 001; docs/architecture.md, "Routing"):
 3. Output that failed to parse reruns the same agent, whether or not it lists itself in
    ``possible_next_agent`` (seed 001: "retry the current agent"), unless a limit removed
    it; then it is routed like any other result, the retry named among the removed options.
-4. After the verifier, a failure removes ``finish``. A pass finishes, except when the
-   verifier is in ``mandatory_llm_analysis`` and one of its next agents other than
-   ``finish`` and the kernel's author (the agent whose code passed) is left by the limits:
-   then the conductor's LLM chooses among ``finish`` (first, so that a fallback finishes)
-   and those agents. A passed kernel never goes back to its author: the predefined
-   ``default`` (verifier → [finish, coder], the coder wrote the kernel) finishes on a pass
-   with no LLM call, while seed 001's optimizer example (verifier → [finish, coder,
-   optimizer]) may send a kernel the coder got right on to the optimizer.
+4. After the verifier, a failure removes ``finish``. A pass never goes back to the
+   kernel's author (the agent whose code passed): it finishes when no other of the
+   verifier's next agents is left by the limits, and otherwise the conductor's LLM chooses
+   among ``finish`` (first, so that a fallback finishes) and those agents (seed 001: several
+   options, an LLM decision). So the predefined ``default`` (verifier → [finish, coder],
+   the coder wrote the kernel) finishes on a pass with no LLM call, while seed 001's
+   optimizer example (verifier → [finish, coder, optimizer]) may send a kernel the coder got
+   right on to the optimizer, and ``conductor_connect_all`` may send it back to the
+   designer for another round.
 5. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
    → take it; otherwise the conductor's LLM chooses among the options.
 """
@@ -175,8 +176,6 @@ def _after_a_pass(
     workflow: Workflow, illegal: dict[str, RemovedOption], author: str | None
 ) -> Route:
     """Rule 4 for a pass: finish, or let the conductor's LLM hand the kernel on."""
-    if VERIFIER not in workflow.mandatory_llm_analysis:
-        return Route("finish", "auto", (FINISH,), FINISH, "verification passed")
     onward = [a for a in workflow.agents[VERIFIER].possible_next if a not in (FINISH, author)]
     removed = tuple(illegal[a] for a in onward if a in illegal)
     options = [a for a in onward if a not in illegal]

@@ -11,15 +11,25 @@ File format (YAML)::
           - name: read_file
             args: {path: kernel.py}
             id: call_a   # optional; default call_<call index>_<n>
+    solver:
+      - choices:         # the samples of a group answer differently: one of these each
+          - "Final Answer: 42"
+          - {text: "Final Answer: 41", latency_s: 0.1}
 
 A task's n-th call of an agent gets entry n, so every task replays the same script and a
-call repeated after a crash gets the same answer (and the same tool call ids).
+call repeated after a crash gets the same answer (and the same tool call ids). An entry
+with ``choices`` (entries as above) gives sample k of a group ``choices[k % len(choices)]``,
+k being the number that ends the task id (``kernelflow rollout`` names its tasks
+``ro-<run>-<prompt>-<k>`` from k = 0, ``submit --samples N`` ``<id>-1`` … ``<id>-N``); a
+task id that ends in no number picks by a hash of the id. Still deterministic per task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +48,25 @@ class ScriptedEntry:
     latency_s: float = 0.0
     # An empty id is given its default when the call is answered (it needs the call index).
     tool_calls: tuple[ToolUse, ...] = ()
+    # The samples of a group pick one of these instead (see ``sample_index``).
+    choices: tuple[ScriptedEntry, ...] = ()
+
+    def for_task(self, task_id: str) -> ScriptedEntry:
+        if not self.choices:
+            return self
+        return self.choices[sample_index(task_id) % len(self.choices)]
+
+
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+def sample_index(task_id: str) -> int:
+    """Which sample of its group a task is: the number its id ends with, else a stable
+    hash of the id."""
+    match = _TRAILING_NUMBER.search(task_id)
+    if match:
+        return int(match.group(1))
+    return int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:4], "big")
 
 
 class ScriptError(ValueError):
@@ -64,9 +93,11 @@ def load_script(path: Path) -> dict[str, list[ScriptedEntry]]:
 def _entry(path: Path, where: str, raw: object) -> ScriptedEntry:
     if isinstance(raw, str):
         return ScriptedEntry(raw)
+    if isinstance(raw, dict) and "choices" in raw:
+        return _choices(path, where, raw)
     if not isinstance(raw, dict) or not ("text" in raw or "tool_calls" in raw):
         raise ScriptError(
-            f"{path}: {where}: must be a string or a mapping with 'text' or 'tool_calls'"
+            f"{path}: {where}: must be a string or a mapping with 'text', 'tool_calls' or 'choices'"
         )
     text = raw.get("text", "")
     if not isinstance(text, str):
@@ -81,6 +112,18 @@ def _entry(path: Path, where: str, raw: object) -> ScriptedEntry:
         _tool_call(path, f"{where}.tool_calls[{n}]", call) for n, call in enumerate(calls)
     )
     return ScriptedEntry(text, float(latency), tool_calls)
+
+
+def _choices(path: Path, where: str, raw: dict[object, object]) -> ScriptedEntry:
+    choices = raw["choices"]
+    if len(raw) != 1 or not isinstance(choices, list) or not choices:
+        raise ScriptError(
+            f"{path}: {where}: 'choices' must be a non-empty list of responses, alone in its entry"
+        )
+    picked = [_entry(path, f"{where}.choices[{n}]", c) for n, c in enumerate(choices)]
+    if any(p.choices for p in picked):
+        raise ScriptError(f"{path}: {where}: a choice cannot have choices of its own")
+    return ScriptedEntry("", choices=tuple(picked))
 
 
 def _tool_call(path: Path, where: str, raw: object) -> ToolUse:
@@ -113,7 +156,7 @@ class ScriptedProvider:
                 f"scripted responses for agent {request.agent!r} exhausted: {self.path} has "
                 f"{len(entries)}, this is call {request.call_index + 1}"
             )
-        entry = entries[request.call_index]
+        entry = entries[request.call_index].for_task(request.task_id)
         started = time.monotonic()
         if entry.latency_s:
             await asyncio.sleep(entry.latency_s)

@@ -7,8 +7,15 @@ import json
 from typing import Any
 
 from kernelflow.commands.options import add_source_options
-from kernelflow.offline.sources import metrics_of, source_for
-from kernelflow.projections.metrics import DEFAULT_FAST_P, by_workflow, projection_metrics
+from kernelflow.events.model import Event
+from kernelflow.offline.sources import Source, source_for
+from kernelflow.projections.flow_grpo import RewardFacts
+from kernelflow.projections.metrics import (
+    DEFAULT_FAST_P,
+    MetricsProjection,
+    by_workflow,
+    projection_metrics,
+)
 from kernelflow.projections.report import report_json, report_text
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
@@ -33,17 +40,29 @@ def parse_floats(text: str, what: str) -> tuple[float, ...]:
         raise UsageError(f"{what} {text!r}: expected comma-separated numbers") from exc
 
 
+def _fold(source: Source) -> tuple[MetricsProjection, RewardFacts]:
+    """The metrics, and which reward function is each task's own (what "correct" is by)."""
+    projection, facts = MetricsProjection(), RewardFacts()
+
+    def both(position: int, event: Event) -> None:
+        projection.apply(position, event)
+        facts.apply(position, event)
+
+    source.feed(both)
+    return projection, facts
+
+
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     fast_ps = parse_floats(args.fast_p, "--fast-p")
     with source_for(args, settings) as source:
-        projection = metrics_of(source)
+        projection, facts = _fold(source)
     tasks = list(projection.tasks.values())
     overall = projection_metrics(projection, fast_ps)
     per_workflow = by_workflow(tasks, fast_ps)
     if args.json:
-        print(json.dumps(report_json(overall, per_workflow, tasks), indent=2))
+        print(json.dumps(report_json(overall, per_workflow, tasks, facts.tasks), indent=2))
     elif not tasks:
         print("no tasks in the log")
     else:
-        print(report_text(overall, per_workflow, tasks))
+        print(report_text(overall, per_workflow, tasks, facts.tasks))
     return 0

@@ -105,8 +105,10 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
             print(f"mean {name}: {mean:.3f}")
         if "trajectories_path" in result:
             print(f"trajectories: {result['trajectories_path']}")
-        primary = config.rewards[0].split("@")[0]
-        print(f"dataset: kernelflow export grpo --reward {primary} --out rollouts.parquet")
+        print(
+            "datasets: kernelflow export grpo --out rollouts.parquet (per-turn samples; "
+            "--mode verl: verl's prompts, --mode sft: verl's SFT conversations)"
+        )
     unfinished = sum(v for k, v in result["statuses"].items() if k in ("rejected", "unfinished"))
     return EXIT_FAILED if unfinished else EXIT_OK
 
@@ -119,7 +121,12 @@ def register(subparsers: Any) -> None:
         description="Each rollout is a task in the log: export it with `kernelflow export "
         "grpo`. Exit 0 when every rollout finished, 1 when some were rejected, 2 on bad input.",
     )
-    p.add_argument("--dataset", required=True, help=".jsonl or .parquet with a prompt per row")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help=".jsonl or .parquet with a prompt per row (text, or chat messages with verl's "
+        "data_source, ability, reward_model, extra_info: kept with the rollouts)",
+    )
     p.add_argument("--prompt-key", default="prompt", help="the prompt's field (default prompt)")
     p.add_argument(
         "--answer-key",
