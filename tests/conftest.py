@@ -8,9 +8,13 @@ keys, and tests/test_nats_security.py runs its roles on such a server."""
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,8 +55,18 @@ def event_log(nats_url: str) -> Iterator[EventLog]:
     loop.close()
 
 
+@functools.cache
+def _own_data_dir() -> str:
+    """A data dir of this test process's own: a command run without one must not share
+    the user's (nor another test process's, under ``pytest -n``) embedded server."""
+    path = tempfile.mkdtemp(prefix="kf-test-data-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KF_")}
+    env["KF_DATA_DIR"] = _own_data_dir()
     env.update(extra)
     return env
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.commands.options import (
     LLM_HELP,
@@ -21,9 +22,10 @@ from kernelflow.commands.submission import add_task_options, submit_command
 from kernelflow.events import subjects
 from kernelflow.events.model import Event, SubmitTask
 from kernelflow.offline.files import atomic_output
-from kernelflow.projections.task_state import TaskState
+from kernelflow.projections.task_state import TaskState, fold
 from kernelflow.projections.trajectory import build_trajectory
 from kernelflow.render import describe, summary
+from kernelflow.rollout import rollout_complete
 from kernelflow.runtime import (
     cancel_abandoned,
     connected,
@@ -80,14 +82,25 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 )
                 cancel_abandoned(bridge, [command.task_id or ""], reason)
                 raise
-        # Read back once the daemon stopped: what follows the finish (its rewards) is in.
-        events = list(bridge.call(bridge.log.read_task(state.task_id)).events)
+        events = read_back(bridge, state.task_id)
     result = summary(state) | write_outputs(state, Path(args.out), events)
     if args.json:
         print(json.dumps(result))
     else:
         print_summary(result)
     return exit_code_for(result["status"])
+
+
+def read_back(bridge: Bridge, task_id: str, wait_s: float = 10.0) -> list[Event]:
+    """The task's events once what follows its finish (its rewards) is in: the daemon
+    stopped, but a reward it was appending as the finish arrived may still be on its way
+    (a loaded machine), and the trajectory written now must be the one the log replays."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        events = list(bridge.call(bridge.log.read_task(task_id)).events)
+        if rollout_complete(fold(task_id, events)) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.1)
 
 
 def roles_for(command: SubmitTask) -> tuple[str, ...]:
