@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier,test,verl]'
+	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier,test,verl,report,observability,ui]'
 	$(BIN)/pip install --quiet -c constraints/cpu.txt --no-deps verl==0.9.1
 	touch $@
 
@@ -17,8 +17,9 @@ $(BIN)/.installed: pyproject.toml constraints/cpu.txt
 demo: $(BIN)/.installed
 	$(BIN)/kernelflow run examples/tasks/relu.py --llm scripted:examples/scripted/relu.yaml
 
+# Three test processes on two cores: most tests wait on servers and subprocesses.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 3
 
 # mypy cannot follow the editable install's import hook, so it checks the package through a
 # tree of links laid out as the wheel installs it (kernelflow/events -> events/, ...).

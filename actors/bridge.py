@@ -34,7 +34,7 @@ from kernelflow.actors.connection import (
     safe_url,
     server_urls,
 )
-from kernelflow.events.log import EventLog, StreamSettings
+from kernelflow.events.log import EventLog, StreamSettings, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.events.pull import cancel_and_wait
 
@@ -123,7 +123,7 @@ class Bridge:
         self,
         nats_url: str,
         streams: StreamSettings | None = None,
-        after_append: Callable[[Event], None] | None = None,
+        after_append: Callable[[Event, TaskHistory], None] | None = None,
         auth: ClientAuth | None = None,
         give_up_s: float | None = None,
         on_give_up: Callable[[], None] | None = None,

@@ -290,6 +290,7 @@ class Conductor(Worker):
             reference_answer=command.reference_answer,
             files=command.files,
             rewards=command.rewards,
+            prior_kernels=command.prior_kernels,
         )
         size, limit = len(encode(submitted)), self.bridge.nc.max_payload - _HEADROOM_BYTES
         if size > limit:  # the server would refuse to record it, on every delivery

@@ -142,6 +142,18 @@ class _Pool:
             self.puller.credit_changed()
 
 
+@dataclass(frozen=True)
+class PoolLoad:
+    """One feed's pool as the loop sees it now (a daemon's metrics)."""
+
+    role: str
+    stream: str
+    consumer: str
+    actors: int
+    busy: int  # actors holding a message
+    waiting: int  # messages taken while every actor was busy, waiting for one
+
+
 @dataclass(eq=False)
 class _Held:
     """A message handed to an actor (None: worked on by the loop) and not settled yet."""
@@ -165,6 +177,22 @@ class Daemon:
         self._background: set[asyncio.Task[None]] = set()
         self._held: set[_Held] = set()
         self._heartbeat: asyncio.Task[None] | None = None
+
+    def pool_loads(self) -> list[PoolLoad]:
+        """Each feed's actors, how many are busy, how many messages wait for one. On the
+        bridge loop, which owns the pools."""
+        return [
+            PoolLoad(
+                feed.role,
+                feed.stream,
+                feed.durable,
+                len(pool.actors),
+                len(pool.actors) - pool.idle.qsize(),
+                len(pool.waiting),
+            )
+            for feed in self._feeds()
+            if (pool := self._pools.get(feed.durable)) is not None
+        ]
 
     # ------------------------------------------------------------------ lifecycle
 

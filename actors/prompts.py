@@ -29,6 +29,7 @@ from kernelflow.events.model import (
     ChatMessage,
     OutputParsed,
     ParseFailed,
+    PriorKernel,
     TaskSubmitted,
     VerificationCompleted,
 )
@@ -94,10 +95,16 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         return _messages(system, user, earlier)
     static = _backend_notes(submitted.backend)
     system = _agent_template(spec, "system", "coder.system.txt").safe_substitute(static)
-    user = _agent_template(spec, "user", "coder.txt").safe_substitute(
+    template = _agent_template(spec, "user", "coder.txt")
+    prior = _prior_kernels_section(submitted.prior_kernels)
+    design = _design_section(state)
+    if "prior_kernels" not in template.template:  # a template of one's own from before it
+        design, prior = design + prior, ""
+    user = template.safe_substitute(
         static,
         task_source=submitted.task_source.strip(),
-        design=_design_section(state),
+        design=design,
+        prior_kernels=prior,
         feedback=_feedback_section(state, agent),
         output_format=_format_section(spec),
     )
@@ -200,6 +207,29 @@ def _design_section(state: TaskState) -> str:
     if not text:
         return ""
     return f"\n## Design to implement\n```\n{text}\n```\n"
+
+
+def _prior_kernels_section(kernels: Sequence[PriorKernel]) -> str:
+    """A search's parent (the kernel to improve) and inspirations (others to learn from),
+    each with what the verifier said of it."""
+    parts = []
+    for k in kernels:
+        title = "Kernel to improve" if k.role == "parent" else "Another kernel to learn from"
+        measured = f", {k.speedup:.2f}x the baseline" if k.speedup is not None else ""
+        if k.candidate_ms is not None:
+            measured += f", {k.candidate_ms:.4g} ms"
+        feedback = k.feedback.strip()[:MAX_ERROR_CHARS]
+        parts.append(
+            f"## {title} ({k.verdict}{measured})\n```python\n{k.code.strip()}\n```\n"
+            + (f"Verifier feedback:\n```\n{feedback}\n```\n" if feedback else "")
+        )
+    if not parts:
+        return ""
+    intro = (
+        "\nEarlier attempts of this search, with the verifier's verdicts: write a correct "
+        "kernel that is faster than them.\n"
+    )
+    return intro + "\n".join(parts)
 
 
 def _feedback_section(state: TaskState, agent: str) -> str:

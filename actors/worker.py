@@ -27,6 +27,10 @@ from kernelflow.workflows.model import Workflow
 Settlement = Literal["ack", "nak", "soon"]
 # Which stream a job came from: publishers' commands or the event log.
 Source = Literal["command", "event"]
+# How work that failed on its last delivery is recorded: the start of the error an agent's
+# dispatch fails with (a decision ends its task with "conductor " and it). Metrics count
+# give-ups by it.
+GAVE_UP = "gave up after "
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Worker(pykka.ThreadingActor):
             return "nak"
         self.log.error("%s failed on %s for the last time\n%s", *failed)
         # Recorded for good: whatever the exception says of a credential is left out.
-        error = scrub(f"gave up after {job.deliveries} attempts: {type(exc).__name__}: {exc}")
+        error = scrub(f"{GAVE_UP}{job.deliveries} attempts: {type(exc).__name__}: {exc}")
         try:
             self.give_up(job, error)
         except Exception:

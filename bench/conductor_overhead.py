@@ -46,16 +46,24 @@ before, 1.2-2.8 ms after).
 Rounds. Each round runs on a fresh nats-server and daemon, and the summary gives the median
 over rounds: one round's p99 is its 8th-worst decision of 800, so a single stall of the
 machine moves it (on a shared 2-core VM, rounds of the same code range from 5 to 70 ms).
+
+Metrics (``--metrics``). Each round also runs with the daemon's Prometheus metrics on, as
+``kernelflow daemon --metrics-port`` has them (every appended event counted on the bridge
+loop, the live gauges, the HTTP server), scraped every ``SCRAPE_EVERY_S`` seconds: a
+busier scrape than Prometheus' default. The two runs of a round take turns going first.
+The summary compares the daemon's CPU per task, off and on (target: on <= 1.10 x off).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import socket
 import statistics
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +78,11 @@ from kernelflow.events import subjects
 from kernelflow.events.model import ConductorDecided, SubmitTask, VerificationReport
 from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections.task_state import fold
+from kernelflow.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 LLM_CALLS_PER_TASK = 2  # designer and coder; a passing verification needs no LLM decision
+SCRAPE_EVERY_S = 5.0
 
 
 class NoopVerifier(Verifier):
@@ -129,15 +139,46 @@ class Round:
     cpu_s: float
     cpu_by_group_s: dict[str, float]
     latencies_ms: list[float]
+    metrics: bool = False
 
     @property
     def p99(self) -> float:
         return quantile(self.latencies_ms, 0.99)
 
 
-def one_round(tasks: int, delay: float, workdir: Path) -> Round:
+def metrics_telemetry(roles: tuple[str, ...]) -> tuple[Telemetry, int]:
+    """The daemon's metrics as ``kernelflow daemon --metrics-port`` has them, served on a
+    free loopback port."""
+    from kernelflow.actors.telemetry.metrics import DaemonMetrics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics = DaemonMetrics(roles)
+    return Telemetry(metrics=metrics, server=metrics.serve("127.0.0.1", port)), port
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def scraping(port: int, stop: threading.Event) -> threading.Thread:
+    """Scrape the daemon every ``SCRAPE_EVERY_S`` seconds until ``stop``."""
+
+    def scrape_until_stopped() -> None:
+        while not stop.wait(SCRAPE_EVERY_S):
+            scrape(port)
+
+    thread = threading.Thread(target=scrape_until_stopped, name="bench-scraper", daemon=True)
+    thread.start()
+    return thread
+
+
+def one_round(tasks: int, delay: float, workdir: Path, metrics: bool = False) -> Round:
     """A fresh nats-server and daemon; ``tasks`` tasks submitted at once, timed until the
-    last one finished, and every decision's latency read back from the log."""
+    last one finished, and every decision's latency read back from the log. ``metrics``:
+    with the daemon's metrics on, scraped as the round runs."""
     script = yaml.safe_load((REPO / "examples/scripted/relu.yaml").read_text())
     for agent in ("designer", "coder"):
         for entry in script[agent]:
@@ -147,16 +188,20 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
     task_source = (REPO / "examples/tasks/relu.py").read_text()
 
     kernelflow.actors.daemon.Verifier = NoopVerifier  # type: ignore[misc]
+    telemetry, port = metrics_telemetry(DaemonConfig().roles) if metrics else (Telemetry(), 0)
+    stop_scraping = threading.Event()
     with EmbeddedNats(workdir / "nats") as server:
-        bridge = Bridge(server.url).start()
+        bridge = Bridge(server.url, after_append=telemetry.after_append).start()
         config = DaemonConfig(
             llm=ScriptedProvider(script_path),
             # Every task may be waiting on the LLM at once: one agent actor per task. A
             # conductor mostly waits on the log's round trips: size the pool for the
             # burst of decisions, not for the cores.
             pool_sizes={"designer": tasks, "coder": tasks, "conductor": 32, "verifier": 8},
+            on_job=telemetry.on_job,
         )
         daemon = Daemon(bridge, config).start()
+        telemetry.watch(bridge, daemon, None, "bench")
         ids = [f"bench-{i}" for i in range(tasks)]
         finished = threading.Semaphore(0)
         bridge.call(
@@ -164,6 +209,8 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
         )
         started, cpu_started = time.perf_counter(), time.process_time()
         groups_started = cpu_by_group()
+        if metrics:
+            scraping(port, stop_scraping)
         for task_id in ids:
             command = SubmitTask(task_id=task_id, task_source=task_source, task_name="relu")
             bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
@@ -172,6 +219,10 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
         total = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         groups = {g: s - groups_started.get(g, 0.0) for g, s in cpu_by_group().items()}
+        stop_scraping.set()
+        if metrics:  # the metrics saw every task: they were on, and right
+            success = 'kernelflow_tasks_finished_total{status="success"}'
+            assert f"{success} {float(tasks)}" in scrape(port), "the metrics missed tasks"
         latencies = []
         for task_id in ids:
             events = bridge.call(bridge.log.read_task(task_id)).events
@@ -181,36 +232,22 @@ def one_round(tasks: int, delay: float, workdir: Path) -> Round:
                     latencies.append((event.at - before.at) * 1000)
         daemon.stop()
         bridge.stop()
-    return Round(total, cpu, groups, latencies)
+    telemetry.close()
+    return Round(total, cpu, groups, latencies, metrics)
 
 
-def main(tasks: int, delay: float, runs: int) -> None:
+def main(tasks: int, delay: float, runs: int, metrics: bool = False) -> None:
     ideal = delay * LLM_CALLS_PER_TASK
     print(f"{tasks} tasks at once, LLM delay {delay * 1000:.0f} ms, no-op verifier, {runs} rounds")
     print(f"ideal: {ideal:.3f} s (delay x {LLM_CALLS_PER_TASK} LLM calls per task)")
-    rounds = []
+    rounds, with_metrics = [], []
     for i in range(runs):
-        with tempfile.TemporaryDirectory(prefix="kf-bench-") as workdir:
-            r = one_round(tasks, delay, Path(workdir))
-        rounds.append(r)
-        # Python runs the daemon's work on one core at a time (the GIL): a run cannot take
-        # less than the CPU it needs, whatever the delay.
-        print(
-            f"  round {i + 1}: total {r.total_s:6.3f} s  ratio {r.total_s / ideal:5.2f}  "
-            f"daemon CPU {r.cpu_s / tasks * 1000:4.1f} ms/task  decision latency over "
-            f"{len(r.latencies_ms)} decisions: p50 {statistics.median(r.latencies_ms):5.1f} ms"
-            f"  p99 {r.p99:6.1f} ms",
-            flush=True,
-        )
-        if r.cpu_by_group_s:
-            print(
-                "    CPU by thread: "
-                + ", ".join(
-                    f"{g} {s:.2f} s"
-                    for g, s in sorted(r.cpu_by_group_s.items(), key=lambda gs: -gs[1])
-                ),
-                flush=True,
-            )
+        # With metrics, each round runs twice, off and on, taking turns going first.
+        for on in ((False, True) if i % 2 == 0 else (True, False)) if metrics else (False,):
+            with tempfile.TemporaryDirectory(prefix="kf-bench-") as workdir:
+                r = one_round(tasks, delay, Path(workdir), on)
+            (with_metrics if on else rounds).append(r)
+            print_round(i, r, tasks, ideal)
     # One round's p99 is the ~8th-worst of 800 decisions: a single stall of the machine
     # moves it. The median over rounds is the figure to compare.
     ratio = statistics.median(r.total_s / ideal for r in rounds)
@@ -221,6 +258,38 @@ def main(tasks: int, delay: float, runs: int) -> None:
         + ", ".join(f"{r.p99:.1f}" for r in rounds)
         + ")"
     )
+    if with_metrics:
+        off = statistics.median(r.cpu_s / tasks * 1000 for r in rounds)
+        on = statistics.median(r.cpu_s / tasks * 1000 for r in with_metrics)
+        # Each round's pair ran back to back: its ratio is spared the machine's drift.
+        paired = [m.cpu_s / r.cpu_s for r, m in zip(rounds, with_metrics, strict=True)]
+        print(
+            f"metrics:  daemon CPU per task, median {off:4.2f} ms off, {on:4.2f} ms on: "
+            f"on/off {on / off:4.2f}; per round "
+            + ", ".join(f"{p:.2f}" for p in paired)
+            + f", median {statistics.median(paired):4.2f}  (target <= 1.10)"
+        )
+
+
+def print_round(i: int, r: Round, tasks: int, ideal: float) -> None:
+    # Python runs the daemon's work on one core at a time (the GIL): a run cannot take
+    # less than the CPU it needs, whatever the delay.
+    print(
+        f"  round {i + 1}{' metrics on ' if r.metrics else ''}: total {r.total_s:6.3f} s  "
+        f"ratio {r.total_s / ideal:5.2f}  "
+        f"daemon CPU {r.cpu_s / tasks * 1000:4.1f} ms/task  decision latency over "
+        f"{len(r.latencies_ms)} decisions: p50 {statistics.median(r.latencies_ms):5.1f} ms"
+        f"  p99 {r.p99:6.1f} ms",
+        flush=True,
+    )
+    if r.cpu_by_group_s:
+        print(
+            "    CPU by thread: "
+            + ", ".join(
+                f"{g} {s:.2f} s" for g, s in sorted(r.cpu_by_group_s.items(), key=lambda gs: -gs[1])
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
@@ -230,5 +299,10 @@ if __name__ == "__main__":
         "--delay", type=float, default=2.0, help="LLM answer delay, seconds (see above)"
     )
     parser.add_argument("--runs", type=int, default=5, help="rounds, each on a fresh daemon")
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="run each round also with the daemon's metrics on, and compare CPU per task",
+    )
     args = parser.parse_args()
-    main(args.tasks, args.delay, args.runs)
+    main(args.tasks, args.delay, args.runs, args.metrics)

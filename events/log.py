@@ -7,9 +7,9 @@ Invariants (what every caller may rely on):
   reloads and decides again (optimistic concurrency on the task's subjects);
 - each event has the deterministic ``Nats-Msg-Id`` ``<task_id>:<seq>``, so a re-sent
   publish is recognised by the server and never recorded twice;
-- nothing is appended after a task's terminal event but the rewards that score it
-  (callers check the fold; see ``kernelflow.projections.task_state`` and
-  ``kernelflow.projections.rewards``);
+- nothing is appended after a task's terminal event but the rewards that score it and
+  later checks of its kernel (``KernelReverified``); callers check the fold (see
+  ``kernelflow.projections.task_state`` and ``kernelflow.projections.rewards``);
 - the events of one append are recorded one after the other, each with the checks above
   (the next one's check needs the stream sequence of the one before), so a crash in the
   middle leaves a history that is merely shorter: its writer's trigger is redelivered and
@@ -143,7 +143,7 @@ class EventLog:
         self,
         nc: NATS,
         settings: StreamSettings | None = None,
-        after_append: Callable[[Event], None] | None = None,
+        after_append: Callable[[Event, TaskHistory], None] | None = None,
     ) -> None:
         # Not thread-safe: use one EventLog from one event loop (the bridge's); only
         # ``remembered`` may be called from any thread.
@@ -152,7 +152,8 @@ class EventLog:
         self._settings = settings or StreamSettings()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
         self._ended: RecentIds[str] = RecentIds(self._settings.ended_tasks)
-        # Called with each event once it is recorded (fault injection in tests).
+        # Called on the loop with each event once it is recorded, and its task's history
+        # through it (fault injection in tests, a daemon's metrics and traces): keep it cheap.
         self._after_append = after_append
         self._replies = Replies(nc)
         self.scanner = Scanner(nc, self._replies)
@@ -257,7 +258,7 @@ class EventLog:
             TaskHistory(before.task_id, (*before.events, event), seq, before.quarantine), ended
         )
         if self._after_append is not None:
-            self._after_append(event)
+            self._after_append(event, after)
         return after
 
     async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:

@@ -55,6 +55,20 @@ class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     v: int = SCHEMA_VERSION
 
 
+class PriorKernel(msgspec.Struct, frozen=True, kw_only=True):
+    """A kernel an earlier task of a search wrote, shown to this task's coder: a ``parent``
+    to improve, or an ``inspiration`` to learn from (``kernelflow.search``). Recorded with
+    the task, so its prompt never depends on reading another task."""
+
+    task_id: str
+    role: Literal["parent", "inspiration"]
+    code: str
+    verdict: str
+    speedup: float | None = None
+    feedback: str = ""  # what the verifier told its author
+    candidate_ms: float | None = None  # its median time on a GPU
+
+
 class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     """Submit a reference PyTorch model (KernelBench format) to be turned into a kernel.
 
@@ -88,6 +102,8 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # Reward functions to record when the task finishes (``name@version``); empty: the
     # defaults for the kind of task.
     rewards: list[str] = []
+    # Kernels of earlier tasks the coder builds on (a search's parents and inspirations).
+    prior_kernels: list[PriorKernel] = []
 
 
 class CancelTask(Command, tag="cancel_task", frozen=True, kw_only=True):
@@ -146,6 +162,15 @@ class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     baseline: str = "eager"  # what the speedup is measured against: "eager" | "compile"
     reps: int = 0
     flags: list[str] = []  # plausibility flags, e.g. "speedup above 10x: re-timed"
+    # 95 % confidence interval of each median ([low, high], ms; distribution-free, from
+    # the order statistics of the rounds); empty in reports that predate it.
+    candidate_ci_ms: list[float] = []
+    baseline_ci_ms: list[float] = []
+    rounds: int = 0  # timed rounds per side (each a batch of ``reps`` calls)
+    warmup: int = 0  # calls per side before the first round
+    # The speedup over each baseline timed ("eager"; "compile" too when asked for).
+    speedups: dict[str, float] = {}
+    method: str = ""  # how the times were taken, in words
 
 
 class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,6 +193,12 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
     feedback: str = ""
     timing: TimingStats | None = None
     shapes: list[dict[str, int]] = []  # the size overrides each checked shape set used
+    # Which verifier judged: its version (``VERIFIER_VERSION``; 0: recorded before
+    # versions were) and the anti-cheat checks it had on.
+    verifier_version: int = 0
+    checks: list[str] = []
+    # The device's name, its driver, and the versions of python, torch, triton, CUDA.
+    environment: dict[str, str] = {}
 
     @property
     def passed(self) -> bool:
@@ -213,6 +244,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     reference_answer: str | None = None
     files: dict[str, str] = {}
     rewards: list[str] = []
+    prior_kernels: list[PriorKernel] = []
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):
@@ -349,6 +381,19 @@ class RewardAssigned(Event, tag="reward_assigned", frozen=True, kw_only=True):
     inputs: dict[str, Any] = {}
 
 
+class KernelReverified(Event, tag="kernel_reverified", frozen=True, kw_only=True):
+    """The kernel a task ended with, checked again by a newer verifier
+    (``kernelflow reverify``), after the task's end. What happened stays recorded as it
+    was; verdicts, rewards, datasets and reports take the newest check of a task's kernel
+    unless asked for an older verifier version. ``kernel_of`` is the id of the event whose
+    code was checked (the task's ``TaskFinished``)."""
+
+    kernel_of: str
+    report: VerificationReport
+    previous_verdict: str | None = None
+    previous_version: int = 0
+
+
 class UnknownEvent(Event, tag="__unknown__", frozen=True, kw_only=True):
     """An event of a kind this version of kernelflow does not know, written by a newer one.
 
@@ -399,6 +444,7 @@ AnyEvent = (
     | VerificationCompleted
     | ConductorDecided
     | RewardAssigned
+    | KernelReverified
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__

@@ -18,6 +18,7 @@ from kernelflow.actors.bridge import NatsUnreachable
 from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
 from kernelflow.commands import (
     agents,
+    bench,
     connection,
     creds,
     daemon,
@@ -26,10 +27,12 @@ from kernelflow.commands import (
     log,
     replay,
     report,
+    reverify,
     rollout,
     run,
     schema,
     tasks,
+    ui,
     verify,
     workflow,
 )
@@ -59,11 +62,14 @@ COMMANDS = (
     replay,
     export,
     report,
+    reverify,
     rollout,
+    bench,
     agents,
     health,
     creds,
     connection,
+    ui,
 )
 
 

@@ -29,7 +29,7 @@ from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
 from kernelflow.actors.worker import Job, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
-from kernelflow.events.log import StreamSettings
+from kernelflow.events.log import StreamSettings, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
@@ -50,23 +50,46 @@ ABANDONED_STOP_WAIT_S = 2.0
 # --------------------------------------------------------------------------- wiring
 
 
+AppendHook = Callable[[Event, TaskHistory], None]
+
+
 @contextlib.contextmanager
-def connected(settings: Settings, on_give_up: Callable[[], None] | None = None) -> Iterator[Bridge]:
+def connected(
+    settings: Settings,
+    on_give_up: Callable[[], None] | None = None,
+    after_append: AppendHook | None = None,
+) -> Iterator[Bridge]:
     """A bridge to the NATS of ``settings``. With ``on_give_up`` (a daemon), the give-up
     bound applies at start (no server answers) and later (the connection stays lost),
-    after which ``on_give_up`` is called."""
+    after which ``on_give_up`` is called. ``after_append`` sees each event this process
+    records (a daemon's telemetry), on the bridge loop."""
     with settings.nats() as (url, auth):
         streams = StreamSettings(replicas=settings.replicas)
-        crash = crash_after(os.environ.get(FAULT_ENV))
+        hook = _with_failpoint(after_append)
         give_up_s = settings.nats_give_up_s if on_give_up is not None else None
         bridge = Bridge(
-            url, streams, after_append=crash, auth=auth, give_up_s=give_up_s, on_give_up=on_give_up
+            url, streams, after_append=hook, auth=auth, give_up_s=give_up_s, on_give_up=on_give_up
         )
         bridge.start(timeout_s=give_up_s if on_give_up is not None else 30.0)
         try:
             yield bridge
         finally:
             bridge.stop()
+
+
+def _with_failpoint(observe: AppendHook | None) -> AppendHook | None:
+    """``observe``, then the fault tests' failpoint (``KF_FAULT_CRASH_AFTER``) if it is set:
+    the crash comes last, so that nothing runs after it."""
+    crash = crash_after(os.environ.get(FAULT_ENV))
+    if crash is None:
+        return observe
+
+    def then_crash(event: Event, history: TaskHistory) -> None:
+        if observe is not None:
+            observe(event, history)
+        crash(event)
+
+    return then_crash
 
 
 def start_daemon(
@@ -93,7 +116,9 @@ def start_daemon(
         pool_sizes=pools,
         ack_wait_s=settings.ack_wait_s,
         llm=llm,
-        verifier=VerifierConfig(timeout_s=settings.verify_timeout_s),
+        verifier=VerifierConfig(
+            timeout_s=settings.verify_timeout_s, compare_compile=settings.compare_compile
+        ),
         gpus=settings.gpus,
         on_job=on_job,
     )

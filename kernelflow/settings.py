@@ -20,6 +20,9 @@ class SettingsError(ValueError):
     pass
 
 
+DEFAULT_UI_PORT = 8321  # kernelflow ui's (KF_UI_PORT, --port)
+
+
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None:
@@ -75,6 +78,18 @@ def parse_give_up(raw: str, source: str) -> float | None:
     return value or None
 
 
+def parse_port(raw: str, source: str) -> int:
+    """A TCP port to listen on, 1-65535."""
+    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
+        raise SettingsError(f"{source}={raw!r}: expected a port number, 1-65535")
+    return int(raw)
+
+
+def _env_port(name: str) -> int | None:
+    raw = os.environ.get(name)
+    return parse_port(raw, name) if raw else None
+
+
 def _env_path(name: str) -> Path | None:
     raw = os.environ.get(name)
     return Path(raw) if raw else None
@@ -124,14 +139,25 @@ class Settings:
     verify_timeout_s: float = field(
         default_factory=lambda: _env_seconds("KF_VERIFY_TIMEOUT", 300.0)
     )
+    # On a GPU, time torch.compile of the reference too (a second baseline; bench does).
+    compare_compile: bool = field(default_factory=lambda: _env_bool("KF_COMPARE_COMPILE"))
     # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
     gpus: tuple[str, ...] = field(default_factory=_env_gpus)
+    # Where a daemon serves its Prometheus metrics (/metrics); None: it serves none. The
+    # address it listens on: every interface by default, as a container's port must.
+    metrics_port: int | None = field(default_factory=lambda: _env_port("KF_METRICS_PORT"))
+    metrics_host: str = field(
+        default_factory=lambda: os.environ.get("KF_METRICS_HOST") or "0.0.0.0"
+    )
     # Run candidates (and the tools' commands) even where the sandbox cannot isolate them
     # (no network namespace, or no namespaces at all): they can then reach the network.
     # Off: refused, verdict unsupported. The sandbox reads it from the environment itself.
     sandbox_allow_network: bool = field(
         default_factory=lambda: _env_bool("KF_SANDBOX_ALLOW_NETWORK")
     )
+    # Where ``kernelflow ui`` serves the dashboard: this machine only by default.
+    ui_host: str = field(default_factory=lambda: os.environ.get("KF_UI_HOST") or "127.0.0.1")
+    ui_port: int = field(default_factory=lambda: _env_port("KF_UI_PORT") or DEFAULT_UI_PORT)
 
     @property
     def nats_store(self) -> Path:

@@ -45,6 +45,7 @@ from kernelflow.events.model import (
     ChatMessage,
     ConductorDecided,
     Event,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     ParseFailed,
@@ -82,6 +83,9 @@ class GrpoOptions:
     max_prompt_tokens: int | None = None
     max_response_tokens: int | None = None
     overlong: Overlong = "truncate"
+    # Kernels judged by the newest check by a verifier no newer than this (rewards are
+    # then computed, not read); None: the newest check, and the rewards recorded with it.
+    verifier_version: int | None = None
 
     def wants(self, agent: str) -> bool:
         """A trainable turn: any chosen agent's, never the judge's (it grades the rollout)."""
@@ -171,10 +175,10 @@ def rollout_reward(
     """The task's reward by the chosen function (default: its own, ``facts.own``; without
     facts, the first it recorded): recorded when it was, else computed."""
     fn = options.reward_fn(facts.own if facts is not None else next(iter(t.rewards), None))
-    value = t.rewards.get(fn.key)
+    value = t.rewards.get(fn.key) if options.verifier_version is None else None
     source: Literal["recorded", "computed"] = "recorded"
     if value is None:
-        inputs = t.reward_input()
+        inputs = t.outcome(options.verifier_version)
         if facts is not None and facts.prompt:
             inputs = msgspec.structs.replace(inputs, answer=facts.answer, reference=facts.reference)
         value, source = fn(inputs), "computed"
@@ -553,6 +557,7 @@ NOT_TURNS: tuple[type[Event], ...] = (
     VerificationCompleted,
     ConductorDecided,
     RewardAssigned,
+    KernelReverified,
 )
 _SAMPLE_PASS: dict[type[Event], Callable[[SampleBuilder, Any], None]] = handler_table(
     "flow_grpo samples",

@@ -12,9 +12,15 @@ nothing else.
 ``run_metrics`` summarises a set of tasks. Definitions (all over tasks that *ended*:
 finished, cancelled or rejected; running tasks are only counted):
 
-- correctness rate: tasks whose last verification passed (status ``success``) / ended;
+- a task's outcome is that of the kernel it ended with, by the newest check of it: the
+  verification it ended on, or a later one by a newer verifier (``KernelReverified``,
+  ``kernelflow reverify``); ``verifier_version`` asks for the newest check by a verifier
+  no newer than that version instead (``TaskMetrics.outcome``);
+- correctness rate: tasks whose outcome is a pass (status ``success``) / ended;
 - ``fast_p``: tasks that are correct and faster than ``p`` * the baseline / ended
-  (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup;
+  (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup; for
+  ``p > 0`` it is None (not measured, never 0) when no task of the set was timed (Triton
+  in the CPU interpreter is never timed);
 - geometric-mean speedup: over correct tasks with a measured speedup;
 - verdict distribution: every verification of every task;
 - per-agent latency: seconds from an agent's dispatch to its result (``at`` stamps), and
@@ -45,6 +51,7 @@ from kernelflow.events.model import (
     AgentFailed,
     ConductorDecided,
     Event,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     ParseFailed,
@@ -58,11 +65,11 @@ from kernelflow.events.model import (
     VerificationCompleted,
 )
 from kernelflow.projections.handlers import handler_table
-from kernelflow.projections.rewards import RewardInput
+from kernelflow.projections.rewards import RewardInput, revised_outcome
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 RUNNING = "running"
-FOLD_VERSION = 3
+FOLD_VERSION = 4
 
 
 # Untracked by the cycle collector (plain data, no cycles possible; tuples, not lists): the
@@ -99,6 +106,9 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     best_speedup: float | None = None  # best speedup of a passing verification
     final_verdict: str | None = None
     final_speedup: float | None = None
+    final_verifier_version: int = 0  # of the verification the task ended on
+    # Later checks of the kernel the task ended with: (verifier version, verdict, speedup).
+    revisions: tuple[tuple[int, str, float | None], ...] = ()
     rewards: dict[str, float] = {}  # recorded rewards, "name@version" → value
 
     @property
@@ -107,7 +117,21 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
 
     @property
     def correct(self) -> bool:
-        return self.status == "success"
+        """Ended with success, by the newest check of its kernel."""
+        return self.outcome().status == "success"
+
+    @property
+    def speedup(self) -> float | None:
+        """The speedup of the kernel it ended with, by the newest check of it."""
+        return self.outcome().speedup
+
+    def revision(self, verifier_version: int | None = None) -> tuple[int, str, float | None] | None:
+        """The newest later check of the task's kernel (by a verifier no newer than
+        ``verifier_version``), or None."""
+        for revision in reversed(self.revisions):
+            if verifier_version is None or revision[0] <= verifier_version:
+                return revision
+        return None
 
     @property
     def total_tokens(self) -> int:
@@ -123,14 +147,20 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     def verifications(self) -> int:
         return len(self.verdicts)
 
-    def reward_input(self) -> RewardInput:
+    def outcome(self, verifier_version: int | None = None) -> RewardInput:
+        """How the task ended, by the newest check of its kernel (by a verifier no newer
+        than ``verifier_version``: the verification it ended on when none is)."""
         status = "unfinished" if self.status == RUNNING else self.status
-        return RewardInput(
+        recorded = RewardInput(
             status=status,
             verdict=self.final_verdict,
             speedup=self.final_speedup,
             verdicts=self.verdicts,
         )
+        revision = self.revision(verifier_version)
+        if revision is None:
+            return recorded
+        return revised_outcome(recorded, revision[1], revision[2])
 
 
 # The read model keeps a row per task for the life of the daemon, and the offline tools one
@@ -151,6 +181,7 @@ def share_names(t: TaskMetrics) -> None:
         t.final_verdict = _shared(t.final_verdict)
     t.models = tuple(map(_shared, t.models))
     t.verdicts = tuple(map(_shared, t.verdicts))
+    t.revisions = tuple((v, _shared(verdict), speedup) for v, verdict, speedup in t.revisions)
     t.llm_calls_by_agent = {_shared(k): n for k, n in t.llm_calls_by_agent.items()}
     t.decisions_by_mode = {_shared(k): n for k, n in t.decisions_by_mode.items()}
     t.rewards = {_shared(k): value for k, value in t.rewards.items()}
@@ -335,9 +366,15 @@ def _on_agent_failed(p: MetricsProjection, t: TaskMetrics, event: AgentFailed) -
 def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationCompleted) -> None:
     r = event.report
     t.verdicts = (*t.verdicts, _shared(r.verdict))
+    t.final_verifier_version = r.verifier_version
     if r.passed and r.speedup is not None:
         t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
     _close_dispatch(p, event, succeeded=r.passed)
+
+
+def _on_reverified(p: MetricsProjection, t: TaskMetrics, event: KernelReverified) -> None:
+    r = event.report
+    t.revisions = (*t.revisions, (r.verifier_version, _shared(r.verdict), r.speedup))
 
 
 def _close_dispatch(
@@ -402,6 +439,7 @@ _HANDLERS: dict[type[Event], _Handler] = handler_table(
         VerificationCompleted: _on_verified,
         ConductorDecided: _on_decided,
         RewardAssigned: _on_rewarded,
+        KernelReverified: _on_reverified,
         TaskFinished: _on_finished,
         TaskCancelled: _on_stopped,
         TaskRejected: _on_stopped,
@@ -516,16 +554,20 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     tools: dict[str, ToolMetrics] = {}
 
 
-def fast_p(tasks: Sequence[TaskMetrics], p: float) -> float | None:
-    ended = [t for t in tasks if t.ended]
-    if not ended:
+def fast_p(
+    tasks: Sequence[TaskMetrics], p: float, verifier_version: int | None = None
+) -> float | None:
+    """The share of ended tasks whose kernel is correct and more than ``p`` times faster
+    than the baseline; None without ended tasks, or for ``p > 0`` when none was timed."""
+    outcomes = [t.outcome(verifier_version) for t in tasks if t.ended]
+    if not outcomes or (p > 0 and all(o.speedup is None for o in outcomes)):
         return None
     hits = sum(
         1
-        for t in ended
-        if t.correct and (p == 0 or (t.final_speedup is not None and t.final_speedup > p))
+        for o in outcomes
+        if o.status == "success" and (p == 0 or (o.speedup is not None and o.speedup > p))
     )
-    return hits / len(ended)
+    return hits / len(outcomes)
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -541,10 +583,14 @@ def run_metrics(
     llm_latency_s: dict[str, list[float]] | None = None,
     agents: dict[str, AgentTally] | None = None,
     tools: dict[str, ToolTally] | None = None,
+    verifier_version: int | None = None,
 ) -> RunMetrics:
+    """The run's numbers over ``tasks``; outcomes by the newest check of each kernel, or
+    by the newest by a verifier no newer than ``verifier_version``."""
     ts = sorted(tasks, key=lambda t: t.task_id)
     ended = [t for t in ts if t.ended]
-    correct = [t for t in ended if t.correct]
+    outcomes = {t.task_id: t.outcome(verifier_version) for t in ended}
+    correct = [t for t in ended if outcomes[t.task_id].status == "success"]
     statuses: dict[str, int] = {}
     verdicts: dict[str, int] = {}
     reward_sums: dict[str, list[float]] = {}
@@ -554,7 +600,7 @@ def run_metrics(
             _bump(verdicts, v)
         for name, value in t.rewards.items():
             reward_sums.setdefault(name, []).append(value)
-    speedups = [t.final_speedup for t in correct if t.final_speedup is not None]
+    speedups = [s for t in correct if (s := outcomes[t.task_id].speedup) is not None]
     costs = [t.cost_usd for t in ts if t.cost_usd is not None]
     walls = [w for t in ended if (w := t.wall_s) is not None]
     return RunMetrics(
@@ -564,7 +610,7 @@ def run_metrics(
         statuses=dict(sorted(statuses.items())),
         correct=len(correct),
         correctness_rate=len(correct) / len(ended) if ended else None,
-        fast_p={f"fast_{p:g}": fast_p(ts, p) for p in fast_ps},
+        fast_p={f"fast_{p:g}": fast_p(ts, p, verifier_version) for p in fast_ps},
         geomean_speedup=geomean(speedups),
         speedups_measured=len(speedups),
         verdicts=dict(sorted(verdicts.items())),
@@ -584,7 +630,9 @@ def run_metrics(
 
 
 def projection_metrics(
-    projection: MetricsProjection, fast_ps: Sequence[float] = DEFAULT_FAST_P
+    projection: MetricsProjection,
+    fast_ps: Sequence[float] = DEFAULT_FAST_P,
+    verifier_version: int | None = None,
 ) -> RunMetrics:
     st = projection.state
     return run_metrics(
@@ -594,13 +642,19 @@ def projection_metrics(
         llm_latency_s=st.llm_latency_s,
         agents=st.agents,
         tools=st.tools,
+        verifier_version=verifier_version,
     )
 
 
 def by_workflow(
-    tasks: Iterable[TaskMetrics], fast_ps: Sequence[float] = DEFAULT_FAST_P
+    tasks: Iterable[TaskMetrics],
+    fast_ps: Sequence[float] = DEFAULT_FAST_P,
+    verifier_version: int | None = None,
 ) -> dict[str, RunMetrics]:
     groups: dict[str, list[TaskMetrics]] = {}
     for t in tasks:
         groups.setdefault(t.workflow or "?", []).append(t)
-    return {w: run_metrics(ts, fast_ps=fast_ps) for w, ts in sorted(groups.items())}
+    return {
+        w: run_metrics(ts, fast_ps=fast_ps, verifier_version=verifier_version)
+        for w, ts in sorted(groups.items())
+    }

@@ -11,14 +11,29 @@ finished task may well have the wrong answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
+from kernelflow.projections.bench import card_lines
 from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
 from kernelflow.projections.metrics import RunMetrics, TaskMetrics
 
 OWN_REWARD = GrpoOptions()  # each task scored by its own reward function
+
+
+class Table(NamedTuple):
+    """One table of the report: its title, column names and rows of display strings (the
+    terminal and the HTML report show the same cells)."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+def render(t: Table) -> str:
+    """A table as terminal text, without its title."""
+    return table(t.headers, t.rows)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -46,15 +61,17 @@ def _pct(x: float | None) -> str:
 
 
 def correct_by_reward(
-    tasks: Iterable[TaskMetrics], facts: Mapping[str, TaskReward] | None = None
+    tasks: Iterable[TaskMetrics],
+    facts: Mapping[str, TaskReward] | None = None,
+    verifier_version: int | None = None,
 ) -> dict[str, bool]:
     """Ended task id → whether its own reward is positive (``facts``: each task's own
-    reward function; without them, the first it recorded)."""
+    reward function; without them, the first it recorded); kernels judged by their newest
+    check, or by a verifier no newer than ``verifier_version``."""
     known = facts or {}
+    own = OWN_REWARD if verifier_version is None else GrpoOptions(verifier_version=verifier_version)
     return {
-        t.task_id: rollout_reward(t, OWN_REWARD, known.get(t.task_id)).reward > 0
-        for t in tasks
-        if t.ended
+        t.task_id: rollout_reward(t, own, known.get(t.task_id)).reward > 0 for t in tasks if t.ended
     }
 
 
@@ -67,15 +84,14 @@ def _yes_no(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "no")
 
 
-def task_rows(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool] | None = None) -> str:
-    judged = correct if correct is not None else correct_by_reward(tasks)
+def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Table:
     rows = [
         [
             t.task_id,
             t.task_name,
             t.workflow,
             t.status,
-            _yes_no(judged.get(t.task_id)),
+            _yes_no(correct.get(t.task_id)),
             t.steps,
             t.llm_calls,
             t.total_tokens,
@@ -100,12 +116,16 @@ def task_rows(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool] | None =
         "verdicts",
         "best_x",
     ]
-    return table(headers, rows)
+    return Table("Tasks", headers, _cells(rows))
 
 
-def summary_rows(
+def _cells(rows: Sequence[Sequence[Any]]) -> list[list[str]]:
+    return [[_cell(c) for c in row] for row in rows]
+
+
+def summary_table(
     metrics: dict[str, RunMetrics], correct_rates: Mapping[str, float | None] | None = None
-) -> str:
+) -> Table:
     """One row per scope: ``finished`` = status success, ``correct`` = own reward > 0 (both
     over the tasks that ended); ``correct_rates`` by scope name."""
     fast_keys = next(iter(metrics.values())).fast_p.keys() if metrics else []
@@ -135,10 +155,14 @@ def summary_rows(
         ]
         for name, m in metrics.items()
     ]
-    return table(headers, rows)
+    return Table(
+        "Summary (rates over tasks that ended; finished: status success, correct: own reward > 0)",
+        headers,
+        _cells(rows),
+    )
 
 
-def agent_rows(m: RunMetrics) -> str:
+def agent_table(m: RunMetrics) -> Table:
     agents = sorted(set(m.agents) | set(m.agent_latency) | set(m.llm_latency))
     rows = []
     for a in agents:
@@ -175,15 +199,24 @@ def agent_rows(m: RunMetrics) -> str:
         "llm_mean_s",
         "tool_calls",
     ]
-    return table(headers, rows)
+    return Table("Per agent (time: dispatch → result)", headers, _cells(rows))
 
 
-def tool_rows(m: RunMetrics) -> str:
+def agent_rows(m: RunMetrics) -> str:
+    return render(agent_table(m))
+
+
+def tool_table(m: RunMetrics) -> Table:
     rows = [
         [name, t.calls, t.successes, t.failures, _pct(t.success_rate), t.truncated, t.mean_s]
         for name, t in m.tools.items()
     ]
-    return table(["tool", "calls", "ok", "failed", "ok%", "truncated", "mean_s"], rows)
+    headers = ["tool", "calls", "ok", "failed", "ok%", "truncated", "mean_s"]
+    return Table(f"Per tool ({m.tool_calls} calls)", headers, _cells(rows))
+
+
+def tool_rows(m: RunMetrics) -> str:
+    return render(tool_table(m))
 
 
 def _scope_rates(
@@ -196,23 +229,20 @@ def _scope_rates(
     return rates
 
 
-def report_text(
+def report_sections(
     overall: RunMetrics,
     per_workflow: dict[str, RunMetrics],
     tasks: Sequence[TaskMetrics],
     facts: Mapping[str, TaskReward] | None = None,
-) -> str:
-    correct = correct_by_reward(tasks, facts)
-    parts = [
-        "Tasks",
-        task_rows(tasks, correct),
-        "",
-        "Summary (rates over tasks that ended; finished: status success, correct: own reward > 0)",
-        summary_rows(
-            {"all": overall, **{f"workflow {k}": v for k, v in per_workflow.items()}},
-            _scope_rates(tasks, correct),
-        ),
-        "",
+    *,
+    card: dict[str, Any] | None = None,
+    verifier_version: int | None = None,
+) -> list[Table | list[str]]:
+    """What a report shows, in order: tables, and groups of summary lines (the terminal
+    report and the HTML page render the same sections); ``card``: how its speedups were
+    measured (``kernelflow.projections.bench.benchmark_card``), shown with them."""
+    correct = correct_by_reward(tasks, facts, verifier_version)
+    totals = [
         "Verdicts: "
         + (", ".join(f"{k} {v}" for k, v in overall.verdicts.items()) or "none")
         + f"   statuses: {', '.join(f'{k} {v}' for k, v in overall.statuses.items()) or 'none'}",
@@ -221,15 +251,45 @@ def report_text(
         + ("-" if overall.cost_usd is None else f"${overall.cost_usd:.4f}"),
     ]
     if overall.rewards_mean:
-        parts.append(
+        totals.append(
             "Mean recorded reward: "
             + ", ".join(f"{k} {v:.3g}" for k, v in overall.rewards_mean.items())
         )
+    sections: list[Table | list[str]] = [
+        task_table(tasks, correct),
+        summary_table(
+            {"all": overall, **{f"workflow {k}": v for k, v in per_workflow.items()}},
+            _scope_rates(tasks, correct),
+        ),
+        totals,
+    ]
     if overall.agents or overall.agent_latency or overall.llm_latency:
-        parts += ["", "Per agent (time: dispatch → result)", agent_rows(overall)]
+        sections.append(agent_table(overall))
     if overall.tools:
-        parts += ["", f"Per tool ({overall.tool_calls} calls)", tool_rows(overall)]
-    return "\n".join(parts)
+        sections.append(tool_table(overall))
+    if card is not None:
+        sections.append(
+            ["Benchmark card (how the speedups above were measured):", *card_lines(card)]
+        )
+    return sections
+
+
+def report_text(
+    overall: RunMetrics,
+    per_workflow: dict[str, RunMetrics],
+    tasks: Sequence[TaskMetrics],
+    facts: Mapping[str, TaskReward] | None = None,
+    *,
+    card: dict[str, Any] | None = None,
+    verifier_version: int | None = None,
+) -> str:
+    sections = report_sections(
+        overall, per_workflow, tasks, facts, card=card, verifier_version=verifier_version
+    )
+    return "\n\n".join(
+        f"{section.title}\n{render(section)}" if isinstance(section, Table) else "\n".join(section)
+        for section in sections
+    )
 
 
 def report_json(
@@ -237,11 +297,14 @@ def report_json(
     per_workflow: dict[str, RunMetrics],
     tasks: Sequence[TaskMetrics],
     facts: Mapping[str, TaskReward] | None = None,
+    *,
+    card: dict[str, Any] | None = None,
+    verifier_version: int | None = None,
 ) -> dict[str, Any]:
     """``correctness_rate`` (kept for readers of older reports) and ``finished_rate`` are
     the share that ended with status success; ``correct_rate`` the share whose own reward
     is positive."""
-    correct = correct_by_reward(tasks, facts)
+    correct = correct_by_reward(tasks, facts, verifier_version)
     rates = _scope_rates(tasks, correct)
 
     def scope(name: str, m: RunMetrics) -> dict[str, Any]:
@@ -261,4 +324,5 @@ def report_json(
             }
             for t in sorted(tasks, key=lambda t: t.task_id)
         ],
+        "card": card,
     }

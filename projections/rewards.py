@@ -27,9 +27,10 @@ For prompt tasks (``kernelflow rollout``), comparing the final answer with the r
 
 The conductor records the task's reward functions (``SubmitTask.rewards``; by default the
 three kernel ones, or the two rule-based prompt ones) right after its ``TaskFinished``
-(``pending_reward_events``): ``RewardAssigned`` and the judge's ``LLMCalled`` are the only
-events that may follow a terminal event. Exports use the recorded value when present and
-otherwise compute it with the same function, and say which in their provenance.
+(``pending_reward_events``): ``RewardAssigned``, the judge's ``LLMCalled`` and
+``KernelReverified`` (with the rewards it changes: ``revised_reward_events``) are the
+only events that may follow a terminal event. Exports use the recorded value when present
+and otherwise compute it with the same function, and say which in their provenance.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from kernelflow.events.model import RewardAssigned, TaskFinished, TaskSubmitted
+from kernelflow.events.model import KernelReverified, RewardAssigned, TaskFinished, TaskSubmitted
 from kernelflow.projections.task_state import TaskState
 
 CHEAT_VERDICTS = frozenset({"rejected_static", "rejected_runtime"})
@@ -284,6 +285,27 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
     return inputs
 
 
+# Statuses of a task that ended with a TaskFinished: its outcome follows its kernel's check.
+_FINISHED = frozenset({"success", "failed", "budget_exceeded", "timeout"})
+
+
+def revised_outcome(recorded: RewardInput, verdict: str, speedup: float | None) -> RewardInput:
+    """A task's outcome once its final kernel was checked again: that check's verdict and
+    speedup, and a finished task succeeds exactly when it passed (a kernel a fixed
+    verifier now refuses no longer succeeds; one a fixed verifier bug had refused does).
+    The check counts among its verifications (a hack found later is still a hack)."""
+    status = recorded.status
+    if status in _FINISHED:
+        status = "success" if verdict == "pass" else ("failed" if status == "success" else status)
+    return msgspec.structs.replace(
+        recorded,
+        status=status,
+        verdict=verdict,
+        speedup=speedup,
+        verdicts=(*recorded.verdicts, verdict),
+    )
+
+
 def reward_events(
     state: TaskState,
     finished: TaskFinished | None = None,
@@ -309,6 +331,30 @@ def reward_events(
             inputs={**inputs.to_dict(), "params": dict(f.params)},
         )
         for f in (functions if functions is not None else rewards_for(state.submitted))
+    ]
+
+
+def revised_reward_events(state: TaskState, check: KernelReverified) -> list[RewardAssigned]:
+    """The rewards of a task whose kernel was checked again (``check``, about to be
+    appended as its next event): each of its reward functions but the judge's (it judges
+    an answer, not a kernel) on the revised outcome, caused by the check."""
+    inputs = revised_outcome(reward_input(state), check.report.verdict, check.report.speedup)
+    cause = f"{state.task_id}:{state.events_seen + 1}"
+    return [
+        RewardAssigned(
+            task_id=state.task_id,
+            cause=cause,
+            reward_fn=f.name,
+            version=f.version,
+            value=f(inputs),
+            inputs={
+                **inputs.to_dict(),
+                "params": dict(f.params),
+                "verifier_version": check.report.verifier_version,
+            },
+        )
+        for f in rewards_for(state.submitted)
+        if f.name != JUDGE_REWARD
     ]
 
 

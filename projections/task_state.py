@@ -15,6 +15,7 @@ from kernelflow.events.model import (
     AgentDispatched,
     ConductorDecided,
     Event,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     QuarantinedEvent,
@@ -65,6 +66,8 @@ class TaskState:
     # The outcome rewards recorded after the finish, by reward function name.
     rewards: dict[str, RewardAssigned] = field(default_factory=dict)
     judge_call: LLMCalled | None = None
+    # Later checks of the kernel the task ended with (``kernelflow reverify``), in order.
+    reverified: list[KernelReverified] = field(default_factory=list)
     events_seen: int = 0
 
     @property
@@ -154,6 +157,10 @@ def _rewarded(state: TaskState, event: RewardAssigned) -> None:
     state.rewards[event.reward_fn] = event
 
 
+def _reverified(state: TaskState, event: KernelReverified) -> None:
+    state.reverified.append(event)
+
+
 def _dispatch_result(state: TaskState, event: Event) -> None:
     d = state.dispatch(event.dispatch_id)  # type: ignore[attr-defined]
     if d is not None:
@@ -171,6 +178,7 @@ _HANDLERS: dict[type[Event], Callable[[TaskState, Any], None]] = handler_table(
         LLMCalled: _llm_called,
         ToolCalled: _tool_called,
         RewardAssigned: _rewarded,
+        KernelReverified: _reverified,
         **{t: _terminal for t in TERMINAL_EVENTS},
         **{t: _dispatch_result for t in DISPATCH_RESULTS},
     },

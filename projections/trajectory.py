@@ -30,6 +30,7 @@ from kernelflow.events.model import (
     AgentFailed,
     ConductorDecided,
     Event,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     ParseFailed,
@@ -316,6 +317,22 @@ class _Builder:
             self.final.reward_score = self.t.final_reward
             self.final.is_correct = self.t.final_reward > 0
 
+    def reverified(self, e: KernelReverified) -> None:
+        """A later check of the final kernel: noted beside the outcome (the final answer
+        stays the last step; the rewards it changes follow as ``RewardAssigned``)."""
+        r = e.report
+        self.t.metadata.setdefault("reverified", []).append(
+            {
+                "event": e.event_id,
+                "at": e.at,
+                "verifier_version": r.verifier_version,
+                "verdict": r.verdict,
+                "speedup": r.speedup,
+                "previous_verdict": e.previous_verdict,
+                "summary": r.summary,
+            }
+        )
+
     def decided(self, e: ConductorDecided) -> None:
         meta = {
             "event": e.event_id,
@@ -368,6 +385,7 @@ _Builder.HANDLERS = handler_table(
         VerificationCompleted: _Builder.verified,
         ToolCalled: _Builder.tool_called,
         RewardAssigned: _Builder.rewarded,
+        KernelReverified: _Builder.reverified,
         ConductorDecided: _Builder.decided,
         TaskFinished: _Builder.ended,
         TaskRejected: _Builder.ended,

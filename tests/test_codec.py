@@ -26,6 +26,7 @@ from kernelflow.events.model import (
     CancelTask,
     ChatMessage,
     ConductorDecided,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     ParseFailed,
@@ -138,6 +139,20 @@ EVENT_SAMPLES = [
         version=1,
         value=1.5,
         inputs={"status": "success", "speedup": 1.5, "cap": 10.0},
+    ),
+    KernelReverified(
+        task_id=T,
+        cause="t-1:8",
+        kernel_of="t-1:8",
+        report=VerificationReport(
+            verdict="rejected_static",
+            summary="static check: torch_compute",
+            verifier_version=2,
+            checks=["static_gate", "judge_isolation"],
+            environment={"device_name": "cpu"},
+        ),
+        previous_verdict="pass",
+        previous_version=1,
     ),
 ]
 

@@ -68,6 +68,7 @@ from kernelflow.events.model import VerificationReport
 
 __all__ = [
     "CHILD_MODULE",
+    "VERIFIER_VERSION",
     "VerifierConfig",
     "detect_device",
     "shutdown_workers",
@@ -77,6 +78,10 @@ __all__ = [
 
 # The sandbox process: run as ``python -I -m CHILD_MODULE`` (see its ``__main__``).
 CHILD_MODULE = "kernelflow.actors.verifier.child"
+# What every report says judged it. Raise it whenever a change can turn a verdict (a gate
+# rule, a runtime guard, inputs, tolerances, shapes): ``kernelflow reverify`` re-checks
+# kernels whose newest check is older. 0 marks reports recorded before versions were.
+VERIFIER_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,8 @@ class VerifierConfig:
     timing: bool = True  # on a GPU: time candidate vs baseline
     timing_reps: int = 50
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
+    # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
+    compare_compile: bool = False
     feedback_chars: int = 2000
 
 
@@ -191,7 +198,32 @@ def verify(
         backend=backend,
         duration_s=time.perf_counter() - started,
         feedback=feedback_text(report, config.feedback_chars),
+        verifier_version=VERIFIER_VERSION,
+        checks=report.checks or checks_on(config, None),
     )
+
+
+def checks_on(config: VerifierConfig, plan: SandboxPlan | None) -> list[str]:
+    """The anti-cheat checks a verification under ``config`` had on (``plan``: the
+    sandbox it ran in, None when it ended before one ran), for reports and benchmark cards."""
+    checks = ["static_gate"] if config.static_gate else []
+    # Always: the candidate's process only produces outputs, the judge decides; inputs
+    # beyond get_inputs() (signs, edges) and a check that outputs follow the inputs;
+    # guards against torch compute, threads and patching inside the candidate's process.
+    checks += ["judge_isolation", "varied_inputs", "runtime_guards"]
+    checks.append("secret_seeds" if config.seed is None else "fixed_seed")
+    if config.shapes is None:
+        checks.append("shape_sets")
+    if plan is not None:
+        checks += [
+            name
+            for name, on in (
+                ("fs_isolation", plan.fs_isolation),
+                ("network_isolation", plan.network_isolated),
+            )
+            if on
+        ]
+    return checks
 
 
 def scrubbed(report: VerificationReport) -> VerificationReport:
@@ -307,6 +339,7 @@ def _run_sandboxed(
             "timing": config.timing,
             "timing_reps": config.timing_reps,
             "baseline": config.baseline,
+            "compare_compile": config.compare_compile,
         }
         Path(workdir, "job.json").write_text(json.dumps(job))
         try:
@@ -318,7 +351,8 @@ def _run_sandboxed(
         except (OSError, WorkerLost) as exc:
             raise _Refused("runtime_error", f"could not run the sandbox: {exc}") from None
         printed = read_tail(Path(workdir, CANDIDATE_DIR, CANDIDATE_OUTPUT), config.max_output_bytes)
-        return interpret(outcome, workdir, config.timeout_s, printed)
+        report = interpret(outcome, workdir, config.timeout_s, printed)
+        return msgspec.structs.replace(report, checks=checks_on(config, plan))
 
 
 def _run_fresh(

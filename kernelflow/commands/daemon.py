@@ -23,7 +23,8 @@ from kernelflow.commands.options import (
     add_gpus_option,
 )
 from kernelflow.runtime import ABANDONED_STOP_WAIT_S, connected, start_daemon
-from kernelflow.settings import Settings, parse_give_up
+from kernelflow.settings import Settings, parse_give_up, parse_port
+from kernelflow.telemetry import start_telemetry
 from kernelflow.usage import EXIT_OK, UsageError
 from kernelflow.workflows.loader import is_agent_name
 
@@ -45,6 +46,18 @@ def register(subparsers: Any) -> None:
     add_gpus_option(daemon)
     daemon.add_argument(
         "--no-read-model", action="store_true", help="do not keep the status read model here"
+    )
+    daemon.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (env KF_METRICS_PORT; "
+        "default: none; docs/observability.md)",
+    )
+    daemon.add_argument(
+        "--metrics-host",
+        metavar="ADDR",
+        help="address the metrics listen on (env KF_METRICS_HOST; default 0.0.0.0: every "
+        "interface)",
     )
     daemon.add_argument(
         "--nats-give-up",
@@ -78,6 +91,13 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
     if args.nats_give_up is not None:
         settings.nats_give_up_s = parse_give_up(args.nats_give_up, "--nats-give-up")
+    if args.metrics_port is not None:
+        settings.metrics_port = parse_port(args.metrics_port, "--metrics-port")
+    if args.metrics_host:
+        settings.metrics_host = args.metrics_host
+    daemon_id = new_daemon_id()
+    # Before connecting: a metrics port in use ends the command at once.
+    telemetry = start_telemetry(settings, roles, daemon_id)
     stop = threading.Event()
 
     def on_signal(*_: object) -> None:
@@ -91,11 +111,11 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
     deadline = threading.Timer(settings.stop_deadline_s, _stop_at_once, [settings.stop_deadline_s])
     deadline.daemon = True
     try:
-        with connected(settings, on_give_up=stop.set) as bridge:
-            daemon = start_daemon(bridge, settings, roles, pools)
-            daemon_id = new_daemon_id()
+        with connected(settings, stop.set, telemetry.after_append) as bridge:
+            daemon = start_daemon(bridge, settings, roles, pools, telemetry.on_job)
             # The status read model and the health responder (kernelflow status / health).
             read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
+            telemetry.watch(bridge, daemon, read_model, daemon_id)
             sizes = {r: daemon.config.pool_size(r) for r in roles}
             describe = daemon_describer(
                 daemon_id,
@@ -132,6 +152,7 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
                 raise lost  # one line on stderr, exit status 1 (kernelflow.cli)
     finally:
         deadline.cancel()
+        telemetry.close()
     return EXIT_OK
 
 

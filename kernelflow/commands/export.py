@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelflow.commands.options import add_source_options
+from kernelflow.commands.options import add_source_options, add_verifier_version_option
 from kernelflow.offline.grpo import MODES, export_grpo
 from kernelflow.offline.sources import source_for
 from kernelflow.projections.flow_grpo import GrpoOptions
@@ -89,6 +89,7 @@ def register(subparsers: Any) -> None:
         default="truncate",
         help="what to do with a turn over a maximum length in characters",
     )
+    add_verifier_version_option(grpo)
     grpo.add_argument("--json", action="store_true", help="print the provenance as JSON")
     add_source_options(grpo)
     grpo.set_defaults(func=cmd_export_grpo)
@@ -125,6 +126,7 @@ def grpo_options(args: argparse.Namespace) -> GrpoOptions:
         max_prompt_tokens=args.max_prompt_tokens,
         max_response_tokens=args.max_response_tokens,
         overlong=args.overlong,
+        verifier_version=args.verifier_version,
     )
 
 

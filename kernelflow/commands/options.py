@@ -84,6 +84,16 @@ def add_gpus_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_verifier_version_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--verifier-version",
+        type=int,
+        metavar="N",
+        help="judge kernels by their newest check by a verifier no newer than N (0: as "
+        "recorded before versions were) instead of their newest check (kernelflow reverify)",
+    )
+
+
 def add_source_options(p: argparse.ArgumentParser, *, task_required: bool = False) -> None:
     """Where an offline tool reads (the live log, or ``--from FILE``) and what of it
     (kernelflow.offline.sources.filter_from reads these)."""
@@ -97,6 +107,7 @@ def add_source_options(p: argparse.ArgumentParser, *, task_required: bool = Fals
     if not task_required:
         p.add_argument("--group", help="only the tasks of this group")
         p.add_argument("--workflow", help="only tasks run with this workflow")
+        p.add_argument("--bench", metavar="RUN", help="only the candidates of this bench run")
         p.add_argument(
             "--start-seq", type=int, help="start at this stream sequence (file: record number)"
         )

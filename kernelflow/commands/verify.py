@@ -133,6 +133,9 @@ def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
             "trials": report.trials,
             "duration_s": round(report.duration_s, 3),
             "feedback": report.feedback,
+            "verifier_version": report.verifier_version,
+            "checks": list(report.checks),
+            "environment": dict(report.environment),
         }
         print(json.dumps(out, indent=2))
     else:

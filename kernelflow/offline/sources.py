@@ -31,6 +31,8 @@ from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
 
 Apply = Callable[[int, Event], object]
+# The metadata key naming a candidate's ``kernelflow bench`` run.
+BENCH_RUN = "bench"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class EventFilter:
     workflow: str | None = None
     start_seq: int = 1
     since: float | None = None  # Unix time: only tasks whose first event is at or after it
+    bench: str | None = None  # only the candidates of this ``kernelflow bench`` run
 
     def as_dict(self) -> dict[str, str]:
         out = {
@@ -53,11 +56,13 @@ class EventFilter:
 
     @property
     def by_submission(self) -> bool:
-        return self.group is not None or self.workflow is not None
+        return self.group is not None or self.workflow is not None or self.bench is not None
 
     def matches_submission(self, e: TaskSubmitted) -> bool:
-        return (self.group is None or e.group_id == self.group) and (
-            self.workflow is None or e.workflow_name == self.workflow
+        return (
+            (self.group is None or e.group_id == self.group)
+            and (self.workflow is None or e.workflow_name == self.workflow)
+            and (self.bench is None or e.metadata.get(BENCH_RUN) == self.bench)
         )
 
 
@@ -74,6 +79,7 @@ def filter_from(args: argparse.Namespace) -> EventFilter:
         workflow=getattr(args, "workflow", None),
         start_seq=getattr(args, "start_seq", None) or 1,
         since=since,
+        bench=getattr(args, "bench", None),
     )
 
 

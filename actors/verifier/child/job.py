@@ -24,6 +24,7 @@ from typing import Any
 from kernelflow.actors.sandbox import confine_judge
 from kernelflow.actors.sandbox.limits import libc
 from kernelflow.actors.verifier.child.compare import compare_outputs, tolerances_of
+from kernelflow.actors.verifier.child.environment import environment
 from kernelflow.actors.verifier.child.judge import (
     Checks,
     Judge,
@@ -97,7 +98,7 @@ def run_job(workdir: Path, job: dict[str, Any], candidate: RemoteCandidate) -> d
     import torch
 
     checks = Checks.from_job(job)
-    reports = Reports(checks.device)
+    reports = Reports(checks.device, environment(checks.device))
     if checks.device == "cuda":
         # Full-precision fp32 reference: TF32 would loosen it beyond the tolerances.
         torch.backends.cuda.matmul.allow_tf32 = False

@@ -71,8 +71,13 @@ class Verdict(Exception):
 class Reports:
     """The result dicts of one job on ``device``."""
 
-    def __init__(self, device: str) -> None:
-        self.base: dict[str, Any] = {"device": device, "trials": 0, "shapes": []}
+    def __init__(self, device: str, environment: dict[str, str] | None = None) -> None:
+        self.base: dict[str, Any] = {
+            "device": device,
+            "trials": 0,
+            "shapes": [],
+            "environment": environment or {},
+        }
 
     def failed(
         self, verdict: str, summary: str, lines: list[str], reason: str, trials_done: int = 0
