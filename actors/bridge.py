@@ -40,8 +40,10 @@ from kernelflow.events.pull import cancel_and_wait
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
-# How long the first connection's failures go unsaid: most starts are over by then.
-_QUIET_S = 1.0
+# How long the first connection's failures go unsaid (at most half of the time it is given):
+# most starts are over by then, refusals included (a server that wants a client
+# certificate drops the first attempts before its alert says why, later on a loaded machine).
+_QUIET_S = 3.0
 # How long a give-up waits for the lost connection to close before it gives up anyway.
 _GIVE_UP_CLOSE_S = 2.0
 
@@ -188,6 +190,7 @@ class Bridge:
         loop = asyncio.get_running_loop()
         refused: asyncio.Future[str] = loop.create_future()
         started = loop.time()
+        quiet_s = _QUIET_S if timeout_s is None else min(_QUIET_S, timeout_s / 2)
 
         async def on_error(exc: Exception) -> None:
             if connected:
@@ -209,7 +212,7 @@ class Bridge:
             # The first connection: say that it is tried again, and for how long, unless
             # it is over (connected, or refused) within a moment: a server that wants a
             # client certificate drops the first attempt before it says why.
-            if loop.time() - started >= _QUIET_S:
+            if loop.time() - started >= quiet_s:
                 until = "until one answers" if timeout_s is None else f"for {timeout_s:g}s"
                 errors.report(f"no NATS server at {shown} yet ({exc}); trying {until}")
 

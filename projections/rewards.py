@@ -321,17 +321,8 @@ def reward_events(
     inputs = reward_input(state, end)
     # The finish's own id: its recorded one, or the one it gets appended next.
     cause = end.event_id if end.seq else f"{state.task_id}:{state.events_seen + 1}"
-    return [
-        RewardAssigned(
-            task_id=state.task_id,
-            cause=cause,
-            reward_fn=f.name,
-            version=f.version,
-            value=f(inputs),
-            inputs={**inputs.to_dict(), "params": dict(f.params)},
-        )
-        for f in (functions if functions is not None else rewards_for(state.submitted))
-    ]
+    functions = functions if functions is not None else rewards_for(state.submitted)
+    return _assigned(state.task_id, cause, functions, inputs)
 
 
 def revised_reward_events(state: TaskState, check: KernelReverified) -> list[RewardAssigned]:
@@ -339,22 +330,31 @@ def revised_reward_events(state: TaskState, check: KernelReverified) -> list[Rew
     appended as its next event): each of its reward functions but the judge's (it judges
     an answer, not a kernel) on the revised outcome, caused by the check."""
     inputs = revised_outcome(reward_input(state), check.report.verdict, check.report.speedup)
+    functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
     cause = f"{state.task_id}:{state.events_seen + 1}"
+    version = {"verifier_version": check.report.verifier_version}
+    return _assigned(state.task_id, cause, functions, inputs, version)
+
+
+def _assigned(
+    task_id: str,
+    cause: str,
+    functions: Iterable[RewardFn],
+    inputs: RewardInput,
+    noted: dict[str, Any] | None = None,
+) -> list[RewardAssigned]:
+    """One ``RewardAssigned`` per function on ``inputs``, recorded with them (and
+    ``noted``) so that an export gives the same numbers later."""
     return [
         RewardAssigned(
-            task_id=state.task_id,
+            task_id=task_id,
             cause=cause,
             reward_fn=f.name,
             version=f.version,
             value=f(inputs),
-            inputs={
-                **inputs.to_dict(),
-                "params": dict(f.params),
-                "verifier_version": check.report.verifier_version,
-            },
+            inputs={**inputs.to_dict(), "params": dict(f.params), **(noted or {})},
         )
-        for f in rewards_for(state.submitted)
-        if f.name != JUDGE_REWARD
+        for f in functions
     ]
 
 

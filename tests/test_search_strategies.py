@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,17 @@ from kernelflow.projections.search import (
     SearchDatabase,
 )
 from kernelflow.projections.task_state import TaskState, apply
-from kernelflow.search.strategies import Evolve, SearchSettings, Tree, plan, strategy
+from kernelflow.search.driver import Budget
+from kernelflow.search.strategies import (
+    CandidateSpec,
+    Evolve,
+    SearchSettings,
+    Tree,
+    UnknownStrategy,
+    plan,
+    register_strategy,
+    strategy,
+)
 from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
 
@@ -260,3 +271,48 @@ def test_the_coder_is_shown_its_parent_and_inspirations_with_their_feedback() ->
     assert "Kernel to improve (mismatch)" in prompt[:parent]
     assert "3 of 8 elements differ" in prompt[parent:other]
     assert "Another kernel to learn from (pass, 1.70x the baseline)" in prompt[parent:other]
+
+
+class Ladder:
+    """A strategy of one's own: one candidate a generation, built on the best so far."""
+
+    name = "ladder"
+    early_win = False
+
+    def rounds(self, settings: SearchSettings) -> int:
+        return settings.generations
+
+    def generation(self, db: SearchDatabase, settings: SearchSettings, g: int) -> tuple:
+        best = next((c for c in db.before(g) if c.score is not None), None)
+        return (CandidateSpec(g, g, parents=(best.task_id,) if best else ()),)
+
+
+def test_a_strategy_of_ones_own_plugs_in_and_unknown_names_are_listed() -> None:
+    register_strategy(Ladder())
+    search = SearchSettings(strategy="ladder", generations=3)
+    db = simulate(search, lambda i: ("pass", 1.0 + i), random.Random(0), [])
+    assert [c.parents for c in db.ordered()] == [(), (f"{S}-0",), (f"{S}-1",)]
+    with pytest.raises(UnknownStrategy, match=r"unknown search strategy 'nope'; known: .*ladder"):
+        SearchSettings(strategy="nope").check()
+
+
+def test_each_budget_stops_a_search_where_it_is_reached() -> None:
+    db = simulate(
+        SearchSettings(strategy="best_of_n", samples=4),
+        lambda i: ("mismatch", None),
+        random.Random(0),
+        [],
+    )
+    for i, c in enumerate(db.ordered()):  # each candidate: 1,000 tokens, $0.01, 10 s busy
+        c.tokens, c.cost_usd = 1000, 0.01
+        c.submitted_at, c.ended_at = 100.0 + 10 * i, 110.0 + 10 * i
+    assert Budget().reached(db) is None
+    assert Budget(candidates=5).reached(db) is None
+    assert "candidate budget (5)" in (Budget(candidates=5).reached(db, submitted=1) or "")
+    assert "token budget (4000)" in (Budget(tokens=4000).reached(db) or "")
+    assert Budget(tokens=4001).reached(db) is None
+    assert "dollar budget ($0.04)" in (Budget(dollars=0.04).reached(db) or "")
+    assert "wall-time budget (40s)" in (Budget(wall_s=40).reached(db) or "")
+    # Busy time: the union of the candidates' spans, not the time between them.
+    db.ordered()[3].submitted_at = db.ordered()[3].ended_at = 500.0
+    assert db.busy_s() == 30.0 and Budget(wall_s=40).reached(db) is None

@@ -15,6 +15,7 @@ from functools import cache
 from kernelflow.actors.backends.base import Backend
 from kernelflow.actors.backends.cuda import CUDA
 from kernelflow.actors.backends.triton import TRITON
+from kernelflow.actors.plugins import load_plugins, unknown_name
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -47,24 +48,20 @@ def register_backend(backend: Backend) -> Backend:
 
 @cache
 def _plugin_errors() -> tuple[str, ...]:
-    """Load the entry-point backends once; a broken plugin is reported, never fatal."""
-    # Imported here: a sandbox that resolves a built-in backend never pays for it.
-    from importlib.metadata import entry_points
+    """Load the entry-point backends once."""
 
-    errors = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:
-            errors.append(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
-            continue
+    def problem(name: str, obj: object) -> str | None:
         if not isinstance(obj, Backend):
-            errors.append(f"plugin {ep.name!r} ({ep.value}) is not a Backend instance")
-        elif obj.name != ep.name:
-            errors.append(f"plugin {ep.name!r} ({ep.value}) is a backend named {obj.name!r}")
-        elif ep.name not in _BACKENDS:
-            register_backend(obj)
-    return tuple(errors)
+            return "is not a Backend instance"
+        if obj.name != name:
+            return f"is a backend named {obj.name!r}"
+        return None
+
+    def register(name: str, obj: object) -> None:
+        if name not in _BACKENDS:
+            register_backend(obj)  # type: ignore[arg-type]
+
+    return load_plugins(ENTRY_POINT_GROUP, problem, register)
 
 
 def backend_names() -> list[str]:
@@ -83,13 +80,10 @@ def backend(name: str) -> Backend:
     found = _BACKENDS.get(name)
     if found is not None:
         return found
-    problems = "; ".join(_plugin_errors())
+    problems = _plugin_errors()
     if name in _BACKENDS:
         return _BACKENDS[name]
-    raise UnknownBackend(
-        f"unknown backend {name!r}; known: {', '.join(sorted(_BACKENDS))}"
-        + (f" (plugin problems: {problems})" if problems else "")
-    )
+    raise UnknownBackend(unknown_name("backend", name, _BACKENDS, problems))
 
 
 register_backend(TRITON)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from importlib.metadata import entry_points
 
 from kernelflow.actors.kinds.base import AgentKind
+from kernelflow.actors.plugins import load_plugins, unknown_name
 
 ENTRY_POINT_GROUP = "kernelflow.agents"
 
@@ -37,20 +37,18 @@ def register_agent(name: str) -> Callable[[type[AgentKind]], type[AgentKind]]:
 
 @cache
 def _plugin_errors() -> tuple[str, ...]:
-    """Load the entry-point kinds once; a broken plugin is reported, never fatal."""
-    errors = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            cls = ep.load()
-        except Exception as exc:
-            errors.append(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, AgentKind)):
-            errors.append(f"plugin {ep.name!r} ({ep.value}) is not an AgentKind subclass")
-            continue
-        if ep.name not in _KINDS:
-            register_agent(ep.name)(cls)
-    return tuple(errors)
+    """Load the entry-point kinds once."""
+
+    def problem(name: str, cls: object) -> str | None:
+        if isinstance(cls, type) and issubclass(cls, AgentKind):
+            return None
+        return "is not an AgentKind subclass"
+
+    def register(name: str, cls: object) -> None:
+        if name not in _KINDS:
+            register_agent(name)(cls)  # type: ignore[arg-type]
+
+    return load_plugins(ENTRY_POINT_GROUP, problem, register)
 
 
 def agent_kinds() -> list[str]:
@@ -67,8 +65,4 @@ def agent_kind(name: str) -> type[AgentKind]:
     try:
         return _KINDS[name]
     except KeyError:
-        problems = "; ".join(_plugin_errors())
-        raise UnknownAgentKind(
-            f"unknown agent kind {name!r}; known: {', '.join(sorted(_KINDS))}"
-            + (f" (plugin problems: {problems})" if problems else "")
-        ) from None
+        raise UnknownAgentKind(unknown_name("agent kind", name, _KINDS, _plugin_errors())) from None

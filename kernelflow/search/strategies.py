@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Protocol
 
+from kernelflow.actors.plugins import load_plugins, unknown_name
 from kernelflow.projections.search import Candidate, SearchDatabase
 
 ENTRY_POINT_GROUP = "kernelflow.search"
@@ -248,23 +249,16 @@ def register_strategy(found: Strategy) -> Strategy:
 
 @cache
 def _plugins() -> tuple[str, ...]:
-    from importlib.metadata import entry_points
+    def problem(name: str, obj: object) -> str | None:
+        if callable(getattr(obj, "generation", None)) and getattr(obj, "name", None) == name:
+            return None
+        return f"is not a search strategy named {name!r}"
 
-    errors = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = ep.load()
-        except Exception as exc:
-            errors.append(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
-            continue
-        if (
-            not callable(getattr(loaded, "generation", None))
-            or getattr(loaded, "name", None) != ep.name
-        ):
-            errors.append(f"plugin {ep.name!r} ({ep.value}) is not a strategy named {ep.name!r}")
-        elif ep.name not in _STRATEGIES:
-            register_strategy(loaded)
-    return tuple(errors)
+    def register(name: str, obj: object) -> None:
+        if name not in _STRATEGIES:
+            register_strategy(obj)  # type: ignore[arg-type]
+
+    return load_plugins(ENTRY_POINT_GROUP, problem, register)
 
 
 def strategy_names() -> list[str]:
@@ -276,10 +270,7 @@ def strategy(name: str) -> Strategy:
     if name not in _STRATEGIES:
         problems = _plugins()
         if name not in _STRATEGIES:
-            raise UnknownStrategy(
-                f"unknown search strategy {name!r}; known: {', '.join(strategy_names())}"
-                + (f" (plugin problems: {'; '.join(problems)})" if problems else "")
-            )
+            raise UnknownStrategy(unknown_name("search strategy", name, _STRATEGIES, problems))
     return _STRATEGIES[name]
 
 
