@@ -13,6 +13,7 @@ from kernelflow.events.model import (
     AgentFailed,
     ConductorDecided,
     Event,
+    KernelReverified,
     LLMCalled,
     OutputParsed,
     ParseFailed,
@@ -78,6 +79,9 @@ def describe(event: Event) -> str:
         return f"cancelled: {e.reason}"
     if isinstance(e, RewardAssigned):
         return f"reward {e.reward_fn}@{e.version}: {e.value:g}"
+    if isinstance(e, KernelReverified):
+        r = e.report
+        return f"checked again by verifier {r.verifier_version}: {r.verdict.upper()} — {r.summary}"
     if isinstance(e, UnknownEvent):
         return f"{e.kind} (a kind this kernelflow does not know)"
     return e.kind
@@ -113,6 +117,11 @@ def summary(state: TaskState) -> dict[str, Any]:
         "speedup": finished.speedup if finished else None,
         "reason": getattr(end, "reason", None),
         "verifications": [v.report.verdict for v in state.verifications],
+        # Later checks of the final kernel by newer verifiers (kernelflow reverify).
+        "rechecks": [
+            {"verifier_version": r.report.verifier_version, "verdict": r.report.verdict}
+            for r in state.reverified
+        ],
         "final_code": finished.final_code if finished else None,
         "events": state.events_seen,
     }

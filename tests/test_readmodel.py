@@ -532,6 +532,7 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
                 "speedup": None,
                 "reason": "verification passed",
                 "verifications": ["pass"],
+                "rechecks": [],
                 "events": len(first),
             }
         ]

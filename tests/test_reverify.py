@@ -116,6 +116,8 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
         "cheat_penalty": -1.0,
     }
     assert trajectory["metadata"]["reverified"][0]["verdict"] == "rejected_static"
+    status = run_cli("status", "hack", "--nats-url", old_log)
+    assert "\nchecked again by verifier 1: rejected_static\n" in status.stdout
     # Checked by this version already: nothing to do, nothing recorded twice.
     again = run_cli("reverify", "--json", "--nats-url", old_log)
     assert json.loads(again.stdout)["checked"] == 0

@@ -13,7 +13,12 @@ from kernelflow.actors.verifier.engine import CHILD_MODULE
 DAEMON_ONLY = {"msgspec", "nats", "pykka", "yaml"}
 # The namespace packages on the way (all empty), then the packages a sandbox may use.
 PARENTS = {"kernelflow", "kernelflow.actors", "kernelflow.actors.verifier"}
-SANDBOX_PACKAGES = (CHILD_MODULE, "kernelflow.actors.sandbox", "kernelflow.actors.backends")
+SANDBOX_PACKAGES = (
+    CHILD_MODULE,
+    "kernelflow.actors.sandbox",
+    "kernelflow.actors.backends",
+    "kernelflow.actors.plugins",  # the backends' plugin loader: stdlib only
+)
 
 
 def in_sandbox_packages(module: str) -> bool:

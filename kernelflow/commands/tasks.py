@@ -152,10 +152,15 @@ def task_details(row: dict[str, Any]) -> str:
     """What ``status TASK_ID`` shows under the task's line: its verifications, and the
     final code in full (the kernel the task ended with)."""
     checks = " → ".join(row["verifications"]) or "none"
+    rechecks = "".join(
+        f"\nchecked again by verifier {r['verifier_version']}: {r['verdict']}"
+        for r in row.get("rechecks", ())
+    )
     code = row["final_code"]
     if not code:
-        return f"verifications: {checks}\nfinal code: none"
-    return f"verifications: {checks}\nfinal code ({len(code.splitlines())} lines):\n{code.rstrip()}"
+        return f"verifications: {checks}{rechecks}\nfinal code: none"
+    lines = len(code.splitlines())
+    return f"verifications: {checks}{rechecks}\nfinal code ({lines} lines):\n{code.rstrip()}"
 
 
 def not_in_the_log(bridge: Bridge, task_id: str) -> Exception:
