@@ -18,9 +18,10 @@ demo: $(BIN)/.installed
 	$(BIN)/kernelflow run examples/tasks/relu.py --llm scripted:examples/scripted/relu.yaml
 
 # Two test processes, one per core: most tests wait on servers and subprocesses, and
-# timing-sensitive ones keep their margins on a machine that is not oversubscribed.
+# timing-sensitive ones keep their margins on a machine that is not oversubscribed. A
+# module's tests stay together, in order, with their module-wide servers and daemons.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # mypy cannot follow the editable install's import hook, so it checks the package through a
 # tree of links laid out as the wheel installs it (kernelflow/events -> events/, ...).

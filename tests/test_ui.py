@@ -189,12 +189,18 @@ def off_the_loop(function: Callable[..., T], *args: Any) -> T:
         return thread.submit(function, *args).result()
 
 
-def test_a_search_shows_its_islands_and_its_tree(nats_server: str, ui: str, browser: Any) -> None:
-    """Recorded before any daemon runs (no conductor looks at these made-up tasks)."""
+@pytest.fixture(scope="module")
+def search(nats_server: str) -> str:
+    """A search's candidates in the log, recorded before any daemon runs (no conductor
+    looks at these made-up tasks): whichever test asks first records them."""
     record(nats_server, candidate("s-a", 0, 0, 0, 1.5))
     record(nats_server, candidate("s-b", 1, 0, 1, 0.8))
     record(nats_server, candidate("s-c", 2, 1, 0, 2.4, parents="s-a", inspirations="s-b"))
     record(nats_server, candidate("s-d", 3, 2, 1, 1.1, parents="s-b,s-c"))
+    return SEARCH
+
+
+def test_a_search_shows_its_islands_and_its_tree(search: str, ui: str, browser: Any) -> None:
     page = browser.new_page()
     page.goto(f"{ui}/groups/{SEARCH}")
     tree = page.locator("ul.tree")
@@ -302,7 +308,7 @@ def test_the_group_page_shows_rewards_and_advantages(ui: str, browser: Any, sett
     page.close()
 
 
-def test_the_run_page_draws_the_plots(ui: str, browser: Any, settled: str) -> None:
+def test_the_run_page_draws_the_plots(search: str, ui: str, browser: Any, settled: str) -> None:
     page = browser.new_page()
     page.goto(f"{ui}/run")
     assert page.locator("figure svg").count() >= 4
