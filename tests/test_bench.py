@@ -21,6 +21,7 @@ import nats
 import pytest
 import yaml
 
+from kernelflow.actors.verifier.engine import VERIFIER_VERSION
 from kernelflow.events.log import EventLog
 from kernelflow.projections.search import SearchDatabase
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
@@ -96,7 +97,7 @@ def test_bench_reports_fast_p_over_problems_and_a_cheat_does_not_solve_one(
     assert softmax["candidates"] == 2  # no early win without a pass
     assert relu["tokens"] > 0 and out["tokens"] >= relu["tokens"] + softmax["tokens"]
     card = out["card"]
-    assert card["verifier_versions"] == [1]
+    assert card["verifier_versions"] == [VERIFIER_VERSION]
     assert {"static_gate", "judge_isolation", "secret_seeds"} <= set(
         card["checks_on_in_every_check"]
     )

@@ -13,7 +13,12 @@ import pytest
 
 from kernelflow.actors.verifier.child.taskload import load_task, split_key
 from kernelflow.actors.verifier.engine import VerifierConfig, verify
-from kernelflow.actors.verifier.shapes import CPU_BUDGET, auto_shape_sets, input_shapes
+from kernelflow.actors.verifier.shapes import (
+    CPU_BUDGET,
+    auto_shape_sets,
+    fallback_shape_set,
+    input_shapes,
+)
 from kernelflow.actors.verifier.taskfile import task_constants
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -26,6 +31,10 @@ DERIVED = {
     "1_Conv2D_ReLU_BiasAdd": "bias_shape",
     "37_Matmul_Swish_Sum_GroupNorm": "bias_shape",
 }
+# Problems whose reference fails on every set of the policy: its LayerNorm normalises
+# ``out_channels`` values, which is the transposed convolution's output width only where
+# the two keep the task's ratio. They are checked on the fallback set.
+ON_FALLBACK = {"34_ConvTranspose3d_LayerNorm_GELU_Scaling"}
 
 
 def problem_id(path: Path) -> str:
@@ -71,14 +80,31 @@ def test_the_verifier_passes_the_triton_solution_in_well_under_a_minute(path: Pa
     task = path.read_text()
     solution = (KERNELBENCH / "solutions" / path.name).read_text()
     sets = auto_shape_sets(task, "cpu")
-    # The policy's sets, given explicitly: a set the reference fails on fails the check.
-    config = VerifierConfig(timeout_s=120.0, shapes=tuple(sets))
+    if path.stem in ON_FALLBACK:
+        sets = [fallback_shape_set(task, "cpu") or {}]
+        config = VerifierConfig(timeout_s=120.0)  # the policy's own: it may fall back
+    else:
+        # The policy's sets, given explicitly: a set the reference fails on fails the check.
+        config = VerifierConfig(timeout_s=120.0, shapes=tuple(sets))
     started = time.perf_counter()
     report = verify(task, solution, config=config)
     elapsed = time.perf_counter() - started
     assert report.verdict == "pass", (report.summary, report.errors, report.reasons)
     assert report.shapes == sets
     assert elapsed < 45.0, f"{elapsed:.1f} s"
+
+
+def test_a_problem_the_policy_s_sets_break_is_checked_on_sizes_scaled_together() -> None:
+    """level2/34: ``LayerNorm(out_channels)`` over the output's width, equal only at the
+    task's sizes (64 = 2 * 32) and sizes scaled with them."""
+    task = (KERNELBENCH / "level2" / "34_ConvTranspose3d_LayerNorm_GELU_Scaling.py").read_text()
+    fallback = fallback_shape_set(task, "cpu")
+    assert fallback is not None and fallback["out_channels"] == 2 * fallback["W"]
+    policy = auto_shape_sets(task, "cpu")
+    assert all(s.get("out_channels", 64) != 2 * s.get("W", 32) for s in policy)
+    tree = ast.parse(task)
+    assert max(math.prod(s) for s in input_shapes(tree, fallback)) <= CPU_BUDGET.max_elements
+    assert fallback_shape_set(task, "cuda") is None  # a GPU checks the task's own sizes
 
 
 def test_the_verifier_sizes_a_task_by_the_policy() -> None:

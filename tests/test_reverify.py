@@ -12,6 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from kernelflow.actors.verifier.engine import VERIFIER_VERSION
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import (
     ChatMessage,
@@ -103,7 +104,7 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
         "pass",
         "rejected_static",
     )
-    assert (changed["before_version"], changed["after_version"]) == (0, 1)
+    assert (changed["before_version"], changed["after_version"]) == (0, VERIFIER_VERSION)
     assert "torch" in changed["summary"]
     # Rewards and datasets take the newest verdict; the older one on request.
     assert rewards(old_log, tmp_path) == {"legit": 1.0, "hack": 0.0}
@@ -117,7 +118,7 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
     }
     assert trajectory["metadata"]["reverified"][0]["verdict"] == "rejected_static"
     status = run_cli("status", "hack", "--nats-url", old_log)
-    assert "\nchecked again by verifier 1: rejected_static\n" in status.stdout
+    assert f"\nchecked again by verifier {VERIFIER_VERSION}: rejected_static\n" in status.stdout
     # Checked by this version already: nothing to do, nothing recorded twice.
     again = run_cli("reverify", "--json", "--nats-url", old_log)
     assert json.loads(again.stdout)["checked"] == 0
@@ -125,7 +126,7 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
         "reverify", "--force", "--dry-run", "--task", "hack", "--json", "--nats-url", old_log
     )
     assert json.loads(forced.stdout) | {"changed": []} == {
-        "verifier_version": 1,
+        "verifier_version": VERIFIER_VERSION,
         "checked": 1,
         "already_current": 0,
         "recorded": 0,

@@ -56,7 +56,12 @@ from kernelflow.actors.verifier.child.remote import CANDIDATE_DIR
 from kernelflow.actors.verifier.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
 from kernelflow.actors.verifier.gate import check_candidate
 from kernelflow.actors.verifier.results import feedback_text, interpret
-from kernelflow.actors.verifier.shapes import CPU_BUDGET, SizeBudget, auto_shape_sets
+from kernelflow.actors.verifier.shapes import (
+    CPU_BUDGET,
+    SizeBudget,
+    auto_shape_sets,
+    fallback_shape_set,
+)
 from kernelflow.actors.verifier.taskfile import (
     CandidateError,
     TaskFileError,
@@ -81,7 +86,9 @@ CHILD_MODULE = "kernelflow.actors.verifier.child"
 # What every report says judged it. Raise it whenever a change can turn a verdict (a gate
 # rule, a runtime guard, inputs, tolerances, shapes): ``kernelflow reverify`` re-checks
 # kernels whose newest check is older. 0 marks reports recorded before versions were.
-VERIFIER_VERSION = 1
+# 2: a shape set the reference fails on is skipped whichever it is, and where that is
+# every set the fallback set is checked (a correct kernel was refused before).
+VERIFIER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -331,6 +338,11 @@ def _run_sandboxed(
             "backend": backend,
             "shapes": shapes,
             "auto_shapes": config.shapes is None,
+            "fallback_shapes": (
+                fallback_shape_set(task_source, device, config.cpu_budget)
+                if config.shapes is None
+                else None
+            ),
             "tolerances": config.tolerances or DEFAULT_TOLERANCES,
             "memory_kind": plan.memory_kind,
             "fs_isolation": plan.fs_isolation,

@@ -30,6 +30,11 @@ The policy, per task (deterministic):
 - On a GPU: the task's own sizes, then the perturbed set.
 
 Sets the reference itself fails on are skipped by the child with a note (``auto_shapes``).
+Where it fails on all of them (a task that relies on sizes the policy changed apart, as
+a LayerNorm over ``out_channels`` that matches a transposed convolution's output width
+only at the task's own sizes), the fallback set is checked instead: every size divided
+by one power of two that divides them all, the least that fits the budget, so relations
+between the sizes that are linear hold (:func:`fallback_shape_set`).
 Parent side: nothing here executes the task.
 """
 
@@ -50,7 +55,7 @@ from kernelflow.actors.verifier.taskfile import (
     task_constants,
 )
 
-__all__ = ["CPU_BUDGET", "SizeBudget", "auto_shape_sets", "input_shapes"]
+__all__ = ["CPU_BUDGET", "SizeBudget", "auto_shape_sets", "fallback_shape_set", "input_shapes"]
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,27 @@ def auto_shape_sets(
         if changed not in sets:
             sets.append(changed)
     return sets
+
+
+def fallback_shape_set(
+    task_source: str, device: str, budget: SizeBudget = CPU_BUDGET
+) -> dict[str, int] | None:
+    """The set checked where the reference fails on every set of :func:`auto_shape_sets`
+    (on the CPU): the task's sizes all divided by the least power of two that divides
+    each of them and brings the set within ``budget`` (the largest such if none does).
+    None where there is no such divisor, or on a GPU (the task's own sizes are set 1)."""
+    task = _analyse(task_source)
+    if device != "cpu" or task is None or not task.knobs:
+        return None
+    common = math.gcd(*(k.value for k in task.knobs))
+    scaled: dict[str, int] | None = None
+    factor = 2
+    while common % factor == 0:
+        scaled = {k.key: k.value // factor for k in task.knobs}
+        if task.fits(scaled, budget):
+            break
+        factor *= 2
+    return scaled
 
 
 def _shrunk(task: _Task, budget: SizeBudget) -> dict[str, int]:

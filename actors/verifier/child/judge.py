@@ -58,6 +58,9 @@ class Checks:
     seed: int | None  # None: unpredictable seeds; an int reproduces a check (debugging)
     shape_sets: list[dict[str, int]]
     auto_shapes: bool  # the verifier chose the shape sets: one the reference fails is skipped
+    # Checked instead when the reference fails on every set (the policy's: sizes scaled
+    # together, so relations between them that the task relies on hold).
+    fallback_shapes: dict[str, int] | None
     tolerances: Tolerances
 
     @classmethod
@@ -69,6 +72,7 @@ class Checks:
             seed=None if seed is None else int(seed),
             shape_sets=list(job.get("shapes") or [{}]),
             auto_shapes=bool(job.get("auto_shapes", False)),
+            fallback_shapes=job.get("fallback_shapes"),
             tolerances=tolerances_of(job),
         )
 
@@ -126,24 +130,34 @@ class Judge:
         self.judged = Judged()
 
     def run(self) -> Judged:
+        """``trials`` trials (at least one per shape set), round the sets the reference
+        runs on: a set the verifier chose is dropped where the reference fails (the
+        fallback set takes the place of the last one), so a task's own quirk never
+        becomes the candidate's failure and the trials are not fewer for it."""
         checks, judged = self.checks, self.judged
-        n_runs = max(checks.trials, len(checks.shape_sets))
-        skipped: set[int] = set()
-        for trial in range(n_runs):
-            set_index = trial % len(checks.shape_sets)
-            if set_index in skipped:
-                continue
-            shapes = checks.shape_sets[set_index]
-            label = f"trial {trial + 1}/{n_runs}" + (
+        usable = list(checks.shape_sets)
+        fallback = checks.fallback_shapes if checks.auto_shapes else None
+        wanted = max(checks.trials, len(usable))
+        trial = position = 0  # trial: seeds and labels (skipped attempts too)
+        while judged.trials < max(checks.trials, len(usable)):
+            shapes = usable[position % len(usable)]
+            label = f"trial {judged.trials + 1}/{wanted}" + (
                 f" (shapes {', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes else ""
             )
+            may_skip = checks.auto_shapes and (len(usable) > 1 or fallback is not None)
+            trial += 1
             try:
-                a, r = self.trial(
-                    trial, label, shapes, may_skip=checks.auto_shapes and set_index > 0
-                )
+                a, r = self.trial(trial - 1, label, shapes, may_skip=may_skip)
             except _ShapesUnusable:
-                skipped.add(set_index)
+                usable.remove(shapes)
+                if not usable and fallback is not None:
+                    self.notes.append(
+                        f"shape set {fallback} checked instead: the task's sizes scaled "
+                        "together (the reference fails on every set above)"
+                    )
+                    usable, fallback = [fallback], None
                 continue
+            position += 1
             if shapes not in judged.shapes:
                 judged.shapes.append(shapes)
             judged.trials += 1
