@@ -69,10 +69,16 @@ def correct_by_reward(
     reward function; without them, the first it recorded); kernels judged by their newest
     check, or by a verifier no newer than ``verifier_version``."""
     known = facts or {}
-    own = OWN_REWARD if verifier_version is None else GrpoOptions(verifier_version=verifier_version)
+    own = own_reward(verifier_version)
     return {
         t.task_id: rollout_reward(t, own, known.get(t.task_id)).reward > 0 for t in tasks if t.ended
     }
+
+
+def own_reward(verifier_version: int | None = None) -> GrpoOptions:
+    """Each task scored by its own reward function, kernels judged by their newest check
+    (or by a verifier no newer than ``verifier_version``)."""
+    return OWN_REWARD if verifier_version is None else GrpoOptions(verifier_version=verifier_version)
 
 
 def correct_rate(tasks: Iterable[TaskMetrics], correct: Mapping[str, bool]) -> float | None:

@@ -264,3 +264,46 @@ def test_the_page_says_how_many_groups_it_leaves_out() -> None:
     assert f"Reward per group ({plots.MAX_GROUPS} of {total} groups" in page.svg_titles[2]
     assert f"Only the first {plots.MAX_GROUPS} of {total} are drawn." in page.captions[2]
     assert "<b>" not in text and not page.named("b")
+
+
+def test_the_plots_judge_kernels_by_the_verifier_version_the_tables_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``report --html --verifier-version N``: the rewards, fast_p and speedups drawn are
+    those of the newest check by a verifier no newer than N, as in the tables."""
+    from kernelflow.offline import html_report
+
+    def task(task_id: str, revisions: tuple[tuple[int, str, float | None], ...]) -> TaskMetrics:
+        return TaskMetrics(
+            task_id=task_id,
+            group_id="g",
+            status="success",
+            submitted_at=1000.0,
+            ended_at=1010.0,
+            verdicts=("pass",),
+            final_verdict="pass",
+            final_speedup=2.0,
+            revisions=revisions,
+        )
+
+    # Both passed when recorded (verifier 0); verifier 2 refuses the hack. (Groups list
+    # their tasks by submission, then id: "hack" first.)
+    tasks = [task("legit", ()), task("hack", ((2, "rejected_static", None),))]
+    drawn: dict[str, object] = {}
+    monkeypatch.setattr(
+        plots, "reward_distribution_per_group", lambda groups, **_: drawn.update(rewards=groups)
+    )
+    monkeypatch.setattr(plots, "fast_p_curve", lambda f: drawn.update(fast_p=f))
+    monkeypatch.setattr(plots, "speedup_histogram", lambda s: drawn.update(speedups=list(s)))
+    html_report.report_plots(tasks, None, (0.0, 1.0))
+    assert drawn == {
+        "rewards": {"g": [0.0, 1.0]},
+        "fast_p": {0.0: 0.5, 1.0: 0.5},
+        "speedups": [2.0],
+    }
+    html_report.report_plots(tasks, None, (0.0, 1.0), verifier_version=0)
+    assert drawn == {
+        "rewards": {"g": [1.0, 1.0]},
+        "fast_p": {0.0: 1.0, 1.0: 1.0},
+        "speedups": [2.0, 2.0],
+    }

@@ -14,7 +14,7 @@ from typing import Any
 from kernelflow import plots
 from kernelflow.projections.flow_grpo import TaskReward, rollout_reward
 from kernelflow.projections.metrics import RunMetrics, TaskMetrics, fast_p
-from kernelflow.projections.report import OWN_REWARD, Table, report_sections
+from kernelflow.projections.report import Table, own_reward, report_sections
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -32,15 +32,19 @@ tbody tr:nth-child(even) { background: #fafafa; }
 
 
 def rewards_by_group(
-    tasks: Iterable[TaskMetrics], facts: Mapping[str, TaskReward] | None = None
+    tasks: Iterable[TaskMetrics],
+    facts: Mapping[str, TaskReward] | None = None,
+    verifier_version: int | None = None,
 ) -> dict[str, list[float]]:
     """Group id → the own reward of each of its tasks that ended (recorded, or computed
-    the same way where the log has none), groups in the order of their first task."""
+    the same way where the log has none; by the newest check of each kernel, or by a
+    verifier no newer than ``verifier_version``), groups in the order of their first task."""
     known = facts or {}
+    own = own_reward(verifier_version)
     groups: dict[str, list[float]] = {}
     for t in sorted(tasks, key=lambda t: (t.submitted_at or 0.0, t.task_id)):
         if t.ended:
-            r = rollout_reward(t, OWN_REWARD, known.get(t.task_id))
+            r = rollout_reward(t, own, known.get(t.task_id))
             groups.setdefault(r.group_id, []).append(r.reward)
     return groups
 
@@ -49,12 +53,16 @@ def report_plots(
     tasks: Sequence[TaskMetrics],
     facts: Mapping[str, TaskReward] | None,
     fast_ps: Sequence[float],
+    verifier_version: int | None = None,
 ) -> list[tuple[str, str, str]]:
-    """The page's plots: (id, caption, SVG) each."""
-    groups = rewards_by_group(tasks, facts)
+    """The page's plots: (id, caption, SVG) each. Outcomes (rewards, fast_p, speedups) by
+    the newest check of each kernel, or by a verifier no newer than ``verifier_version``;
+    the verdicts plot shows the verifications as they happened."""
+    groups = rewards_by_group(tasks, facts, verifier_version)
     shown, total = plots.compared_groups(groups)
     capped = f" Only the first {len(shown)} of {total} are drawn." if len(shown) < total else ""
-    speedups = [s for t in tasks if t.correct and (s := t.speedup) is not None]
+    outcomes = [t.outcome(verifier_version) for t in tasks if t.ended]
+    speedups = [o.speedup for o in outcomes if o.status == "success" and o.speedup is not None]
     return [
         (
             "verdicts",
@@ -78,7 +86,7 @@ def report_plots(
             "fast_p at each --fast-p threshold: the share of ended tasks whose kernel is "
             "correct and more than p times faster than the baseline; 'no timing' where no "
             "task was timed (Triton on the CPU interpreter never is).",
-            plots.fast_p_curve({p: fast_p(tasks, p) for p in fast_ps}),
+            plots.fast_p_curve({p: fast_p(tasks, p, verifier_version) for p in fast_ps}),
         ),
         (
             "speedups",
@@ -100,10 +108,10 @@ def report_page(
     verifier_version: int | None = None,
 ) -> str:
     """The whole page, as one string (its tables and card as ``report_sections`` has them;
-    its plots by the newest check of each kernel)."""
+    tables and plots judge each kernel by the same check: see ``report_plots``)."""
     figures = "\n".join(
         f'<figure id="plot-{name}">\n{svg}\n<figcaption>{_text(caption)}</figcaption>\n</figure>'
-        for name, caption, svg in report_plots(tasks, facts, fast_ps)
+        for name, caption, svg in report_plots(tasks, facts, fast_ps, verifier_version)
     )
     sections = "\n".join(
         _table(section) if isinstance(section, Table) else _lines(section)
