@@ -158,6 +158,8 @@ class Settings:
     # Where ``kernelflow ui`` serves the dashboard: this machine only by default.
     ui_host: str = field(default_factory=lambda: os.environ.get("KF_UI_HOST") or "127.0.0.1")
     ui_port: int = field(default_factory=lambda: _env_port("KF_UI_PORT") or DEFAULT_UI_PORT)
+    # A file holding the token the dashboard asks for; None: it asks for none.
+    ui_token_file: Path | None = field(default_factory=lambda: _env_path("KF_UI_TOKEN_FILE"))
 
     @property
     def nats_store(self) -> Path:

@@ -78,7 +78,9 @@ def correct_by_reward(
 def own_reward(verifier_version: int | None = None) -> GrpoOptions:
     """Each task scored by its own reward function, kernels judged by their newest check
     (or by a verifier no newer than ``verifier_version``)."""
-    return OWN_REWARD if verifier_version is None else GrpoOptions(verifier_version=verifier_version)
+    if verifier_version is None:
+        return OWN_REWARD
+    return GrpoOptions(verifier_version=verifier_version)
 
 
 def correct_rate(tasks: Iterable[TaskMetrics], correct: Mapping[str, bool]) -> float | None:

@@ -53,6 +53,7 @@ VIEWPORT = {"width": 1280, "height": 800}
 DESIGNER_S = 5.0
 INJECTED = '<script>window.kfInjected = 1</script><img src=x onerror="window.kfInjected = 2">'
 SECRET = "kfsecret"
+UI_TOKEN = "kf-browser-token-0123456789"
 TASK, LATE, GROUP, SEARCH, BENCH = "ui-relu", "ui-late", "ui-grp", "ui-search", "ui-bench"
 WAIT_MS = 90_000
 T = TypeVar("T")
@@ -94,6 +95,31 @@ def ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=20) == 0, errors.read_text()
+
+
+@pytest.fixture(scope="module")
+def guarded_ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``kernelflow ui --token-file`` (tokens: tests/test_ui_token.py); its base URL."""
+    tmp = tmp_path_factory.mktemp("ui-guarded")
+    (tmp / "ui.token").write_text(UI_TOKEN + "\n")
+    with (tmp / "stderr.log").open("wb") as err:
+        server = subprocess.Popen(
+            [*KERNELFLOW, "ui", "--port", "0", "--nats-url", nats_server],
+            cwd=REPO,
+            env=cli_env(KF_UI_TOKEN_FILE=str(tmp / "ui.token")),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("kernelflow ui: http://"), line + (tmp / "stderr.log").read_text()
+        yield line.split()[2].rstrip("/")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0, (tmp / "stderr.log").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -343,3 +369,22 @@ def test_usage_errors_are_one_line(nats_server: str) -> None:
         busy = run_cli("ui", "--port", port, "--nats-url", nats_server)
     assert busy.returncode == 2 and busy.stderr.count("\n") == 1, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+
+
+def test_a_browser_shows_the_token_once_and_the_page_goes_on_live(
+    guarded_ui: str, browser: Any, settled: str
+) -> None:
+    expect = playwright_api.expect
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    refused = page.goto(guarded_ui + "/")
+    assert refused is not None and refused.status == 401
+    assert "needs its token" in page.inner_text("main")
+    page.goto(f"{guarded_ui}/?token={UI_TOKEN}")
+    assert page.url == guarded_ui + "/"  # the token is not left in the address bar
+    expect(page.locator(f"a:text-is('{TASK}')")).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("#conn")).to_have_text("live", timeout=WAIT_MS)  # the stream too
+    page.goto(f"{guarded_ui}/tasks/{TASK}")  # the session holds for other pages
+    expect(page.locator("li.end")).to_contain_text("success", timeout=WAIT_MS)
+    assert all(UI_TOKEN not in c["value"] for c in context.cookies())
+    context.close()

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import signal
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 from kernelflow.actors.connection import safe_url
@@ -30,13 +33,31 @@ def register(subparsers: Any) -> None:
         type=int,
         help=f"port to listen on (env KF_UI_PORT; default {DEFAULT_UI_PORT}; 0: any free one)",
     )
+    ui.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="ask every visitor for the token in FILE (env KF_UI_TOKEN_FILE; a browser opens "
+        "/?token=TOKEN once, programs send Authorization: Bearer TOKEN); default: no token, "
+        "the dashboard shows the log to whoever reaches it",
+    )
     add_connection_options(ui)
     ui.set_defaults(func=cmd_ui)
 
 
+def is_loopback(host: str) -> bool:
+    try:
+        return all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        )
+    except (socket.gaierror, ValueError):
+        return False
+
+
 def listening(host: str, port: int) -> socket.socket:
-    """The server's socket, bound before NATS is reached: a port that is taken is said at
-    once, in one line."""
+    """The server's socket, listening before NATS is reached: a port that is taken is said
+    at once, in one line."""
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port}: expected a port number, 0 to 65535")
     try:
@@ -49,6 +70,7 @@ def listening(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(socket.SOMAXCONN)  # connections wait from now on, not from uvicorn's start
     except OSError as exc:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
@@ -60,6 +82,7 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     try:
         import uvicorn
 
+        from kernelflow.ui.access import read_token
         from kernelflow.ui.app import create_app
         from kernelflow.ui.data import LogView
     except ModuleNotFoundError as exc:
@@ -68,12 +91,14 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"kernelflow ui needs {exc.name}: pip install 'kernelflow[ui]'") from None
     host = args.host or settings.ui_host
     port = args.port if args.port is not None else settings.ui_port
+    token_file = args.token_file or settings.ui_token_file
+    token = read_token(token_file) if token_file else None
     with contextlib.closing(listening(host, port)) as sock, connected(settings) as bridge:
         where = f"NATS {safe_url(bridge.nats_url)}"
-        app = create_app(LogView(bridge), where=f"kernelflow ui · reading the log on {where}")
+        footer = f"kernelflow ui · reading the log on {where}"
+        app = create_app(LogView(bridge), where=footer, token=token)
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        print(f"kernelflow ui: http://{shown}:{bound_port}/ ({where})", flush=True)
         config = uvicorn.Config(
             app,
             log_config=None,  # the CLI's logging (-v: info)
@@ -90,5 +115,15 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
         # handler is what hears it then, so that the command ends as the daemon does (0).
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, stop)
+        # Said once a stop signal is heard as one: a supervisor may stop it at once.
+        asks = f"; open it once as /?token=<the token in {token_file}>" if token else ""
+        print(f"kernelflow ui: http://{shown}:{bound_port}/ ({where}{asks})", flush=True)
+        if token is None and not is_loopback(host):
+            print(
+                f"kernelflow ui: warning: no --token-file: the log is shown to whoever "
+                f"reaches {shown}:{bound_port}",
+                file=sys.stderr,
+                flush=True,
+            )
         server.run(sockets=[sock])
     return EXIT_OK

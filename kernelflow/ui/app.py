@@ -7,7 +7,8 @@ making one update. The browser's script only swaps the region; nothing is render
 
 Pages: ``/`` the task list, ``/tasks/ID`` a task, ``/groups/ID`` a group or a search,
 ``/run`` the run (``?group=`` / ``?workflow=`` narrow it), ``/bench/RUN`` a bench run;
-``/healthz`` answers ``ok``.
+``/healthz`` answers ``ok``. With a token (``kernelflow ui --token-file``) every page and
+stream but ``/healthz`` and ``/static/`` needs it (:mod:`.access`).
 Every page and stream carries a Content-Security-Policy that runs no script but
 ``/static/ui.js``, as a second line behind the escaping of everything from the log.
 """
@@ -25,12 +26,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from kernelflow.events import subjects
 from kernelflow.events.model import TASK_ID_PATTERN
+from kernelflow.ui.access import TokenGate
 from kernelflow.ui.data import ROW_SUBJECTS, LogView
 from kernelflow.ui.group_page import group_fragment
-from kernelflow.ui.html import esc, href, page, problem_page, version_of
+from kernelflow.ui.html import HEADERS, esc, href, page, problem_page, version_of
 from kernelflow.ui.list_pages import bench_fragment, run_fragment, task_list_fragment
 from kernelflow.ui.task_page import task_fragment
 
@@ -39,16 +42,6 @@ log = logging.getLogger("kernelflow.ui")
 SETTLE_S = 0.3  # after a wake, wait this long: a burst of events makes one update
 RUN_SETTLE_S = 5.0  # the run page's plots are costly: updated at most this often
 HEARTBEAT_S = 15.0  # a stream renders again (and shows it is alive) at least this often
-HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
-        "frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 _TASK_ID = re.compile(TASK_ID_PATTERN)
 
 
@@ -198,7 +191,9 @@ def _why(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def create_app(view: LogView, where: str) -> Starlette:
+def create_app(view: LogView, where: str, token: str | None = None) -> ASGIApp:
+    """The dashboard over ``view``; with ``token``, only for those who show it
+    (:mod:`.access`)."""
     dashboard = Dashboard(view, where)
 
     def served(path: str, make: Callable[[Request], Live]) -> list[BaseRoute]:
@@ -222,4 +217,5 @@ def create_app(view: LogView, where: str) -> Starlette:
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(packages=[("kernelflow.ui", "static")]), name="static"),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    return app if token is None else TokenGate(app, token, where)

@@ -15,6 +15,18 @@ import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlencode
 
+# Sent with every page and stream: the CSP is the second line behind ``esc``.
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
 # The CSS class of each status and verdict a badge shows; anything else is "other" (a
 # class attribute never carries text from the log).
 _BADGES = {
