@@ -16,7 +16,7 @@ from kernelflow.actors.verifier.engine import VerifierConfig, verify
 from kernelflow.actors.verifier.shapes import (
     CPU_BUDGET,
     auto_shape_sets,
-    fallback_shape_set,
+    fallback_shape_sets,
     input_shapes,
 )
 from kernelflow.actors.verifier.taskfile import task_constants
@@ -33,7 +33,7 @@ DERIVED = {
 }
 # Problems whose reference fails on every set of the policy: its LayerNorm normalises
 # ``out_channels`` values, which is the transposed convolution's output width only where
-# the two keep the task's ratio. They are checked on the fallback set.
+# the two keep the task's ratio. They are checked on the fallback sets.
 ON_FALLBACK = {"34_ConvTranspose3d_LayerNorm_GELU_Scaling"}
 
 
@@ -81,7 +81,7 @@ def test_the_verifier_passes_the_triton_solution_in_well_under_a_minute(path: Pa
     solution = (KERNELBENCH / "solutions" / path.name).read_text()
     sets = auto_shape_sets(task, "cpu")
     if path.stem in ON_FALLBACK:
-        sets = [fallback_shape_set(task, "cpu") or {}]
+        sets = fallback_shape_sets(task, "cpu")
         config = VerifierConfig(timeout_s=120.0)  # the policy's own: it may fall back
     else:
         # The policy's sets, given explicitly: a set the reference fails on fails the check.
@@ -98,13 +98,15 @@ def test_a_problem_the_policy_s_sets_break_is_checked_on_sizes_scaled_together()
     """level2/34: ``LayerNorm(out_channels)`` over the output's width, equal only at the
     task's sizes (64 = 2 * 32) and sizes scaled with them."""
     task = (KERNELBENCH / "level2" / "34_ConvTranspose3d_LayerNorm_GELU_Scaling.py").read_text()
-    fallback = fallback_shape_set(task, "cpu")
-    assert fallback is not None and fallback["out_channels"] == 2 * fallback["W"]
+    fallback = fallback_shape_sets(task, "cpu")
+    assert len(fallback) == 2 and fallback[0] != fallback[1]
+    assert all(s["out_channels"] == 2 * s["W"] for s in fallback)
     policy = auto_shape_sets(task, "cpu")
     assert all(s.get("out_channels", 64) != 2 * s.get("W", 32) for s in policy)
     tree = ast.parse(task)
-    assert max(math.prod(s) for s in input_shapes(tree, fallback)) <= CPU_BUDGET.max_elements
-    assert fallback_shape_set(task, "cuda") is None  # a GPU checks the task's own sizes
+    for sizes in fallback:
+        assert max(math.prod(s) for s in input_shapes(tree, sizes)) <= CPU_BUDGET.max_elements
+    assert fallback_shape_sets(task, "cuda") == []  # a GPU checks the task's own sizes
 
 
 def test_the_verifier_sizes_a_task_by_the_policy() -> None:

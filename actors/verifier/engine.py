@@ -60,7 +60,7 @@ from kernelflow.actors.verifier.shapes import (
     CPU_BUDGET,
     SizeBudget,
     auto_shape_sets,
-    fallback_shape_set,
+    fallback_shape_sets,
 )
 from kernelflow.actors.verifier.taskfile import (
     CandidateError,
@@ -87,7 +87,7 @@ CHILD_MODULE = "kernelflow.actors.verifier.child"
 # rule, a runtime guard, inputs, tolerances, shapes): ``kernelflow reverify`` re-checks
 # kernels whose newest check is older. 0 marks reports recorded before versions were.
 # 2: a shape set the reference fails on is skipped whichever it is, and where that is
-# every set the fallback set is checked (a correct kernel was refused before).
+# every set the fallback sets are checked (a correct kernel was refused before).
 VERIFIER_VERSION = 2
 
 
@@ -339,9 +339,9 @@ def _run_sandboxed(
             "shapes": shapes,
             "auto_shapes": config.shapes is None,
             "fallback_shapes": (
-                fallback_shape_set(task_source, device, config.cpu_budget)
+                fallback_shape_sets(task_source, device, config.cpu_budget)
                 if config.shapes is None
-                else None
+                else []
             ),
             "tolerances": config.tolerances or DEFAULT_TOLERANCES,
             "memory_kind": plan.memory_kind,

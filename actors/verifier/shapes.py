@@ -32,9 +32,9 @@ The policy, per task (deterministic):
 Sets the reference itself fails on are skipped by the child with a note (``auto_shapes``).
 Where it fails on all of them (a task that relies on sizes the policy changed apart, as
 a LayerNorm over ``out_channels`` that matches a transposed convolution's output width
-only at the task's own sizes), the fallback set is checked instead: every size divided
-by one power of two that divides them all, the least that fits the budget, so relations
-between the sizes that are linear hold (:func:`fallback_shape_set`).
+only at the task's own sizes), the fallback sets are checked instead: every size divided
+by one power of two that divides them all (the least that fits the budget, and twice
+that), so relations between the sizes that are linear hold (:func:`fallback_shape_sets`).
 Parent side: nothing here executes the task.
 """
 
@@ -55,7 +55,7 @@ from kernelflow.actors.verifier.taskfile import (
     task_constants,
 )
 
-__all__ = ["CPU_BUDGET", "SizeBudget", "auto_shape_sets", "fallback_shape_set", "input_shapes"]
+__all__ = ["CPU_BUDGET", "SizeBudget", "auto_shape_sets", "fallback_shape_sets", "input_shapes"]
 
 
 @dataclass(frozen=True)
@@ -282,25 +282,28 @@ def auto_shape_sets(
     return sets
 
 
-def fallback_shape_set(
+def fallback_shape_sets(
     task_source: str, device: str, budget: SizeBudget = CPU_BUDGET
-) -> dict[str, int] | None:
-    """The set checked where the reference fails on every set of :func:`auto_shape_sets`
-    (on the CPU): the task's sizes all divided by the least power of two that divides
-    each of them and brings the set within ``budget`` (the largest such if none does).
-    None where there is no such divisor, or on a GPU (the task's own sizes are set 1)."""
+) -> list[dict[str, int]]:
+    """The sets checked where the reference fails on every set of :func:`auto_shape_sets`
+    (on the CPU): the task's sizes all divided by the least power of two that divides each
+    of them and brings the set within ``budget`` (the largest such if none does), and by
+    twice that where it divides them too (code written for one shape fails there). None
+    where no power of two divides every size, or on a GPU (the task's own sizes are set 1)."""
     task = _analyse(task_source)
     if device != "cpu" or task is None or not task.knobs:
-        return None
+        return []
     common = math.gcd(*(k.value for k in task.knobs))
-    scaled: dict[str, int] | None = None
-    factor = 2
-    while common % factor == 0:
-        scaled = {k.key: k.value // factor for k in task.knobs}
-        if task.fits(scaled, budget):
-            break
-        factor *= 2
-    return scaled
+    factors = [2**n for n in range(1, common.bit_length()) if common % 2**n == 0]
+    fitting = [f for f in factors if task.fits(_scaled(task, f), budget)]
+    first = fitting[0] if fitting else factors[-1] if factors else None
+    if first is None:
+        return []
+    return [_scaled(task, f) for f in (first, 2 * first) if f in factors]
+
+
+def _scaled(task: _Task, factor: int) -> dict[str, int]:
+    return {k.key: k.value // factor for k in task.knobs}
 
 
 def _shrunk(task: _Task, budget: SizeBudget) -> dict[str, int]:

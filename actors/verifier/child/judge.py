@@ -60,7 +60,7 @@ class Checks:
     auto_shapes: bool  # the verifier chose the shape sets: one the reference fails is skipped
     # Checked instead when the reference fails on every set (the policy's: sizes scaled
     # together, so relations between them that the task relies on hold).
-    fallback_shapes: dict[str, int] | None
+    fallback_shapes: list[dict[str, int]]
     tolerances: Tolerances
 
     @classmethod
@@ -72,7 +72,7 @@ class Checks:
             seed=None if seed is None else int(seed),
             shape_sets=list(job.get("shapes") or [{}]),
             auto_shapes=bool(job.get("auto_shapes", False)),
-            fallback_shapes=job.get("fallback_shapes"),
+            fallback_shapes=list(job.get("fallback_shapes") or []),
             tolerances=tolerances_of(job),
         )
 
@@ -132,11 +132,11 @@ class Judge:
     def run(self) -> Judged:
         """``trials`` trials (at least one per shape set), round the sets the reference
         runs on: a set the verifier chose is dropped where the reference fails (the
-        fallback set takes the place of the last one), so a task's own quirk never
+        fallback sets take the place of the last one), so a task's own quirk never
         becomes the candidate's failure and the trials are not fewer for it."""
         checks, judged = self.checks, self.judged
         usable = list(checks.shape_sets)
-        fallback = checks.fallback_shapes if checks.auto_shapes else None
+        fallback = list(checks.fallback_shapes) if checks.auto_shapes else []
         wanted = max(checks.trials, len(usable))
         trial = position = 0  # trial: seeds and labels (skipped attempts too)
         while judged.trials < max(checks.trials, len(usable)):
@@ -144,18 +144,18 @@ class Judge:
             label = f"trial {judged.trials + 1}/{wanted}" + (
                 f" (shapes {', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes else ""
             )
-            may_skip = checks.auto_shapes and (len(usable) > 1 or fallback is not None)
+            may_skip = checks.auto_shapes and (len(usable) > 1 or bool(fallback))
             trial += 1
             try:
                 a, r = self.trial(trial - 1, label, shapes, may_skip=may_skip)
             except _ShapesUnusable:
                 usable.remove(shapes)
-                if not usable and fallback is not None:
+                if not usable and fallback:
                     self.notes.append(
-                        f"shape set {fallback} checked instead: the task's sizes scaled "
+                        f"shape sets {fallback} checked instead: the task's sizes scaled "
                         "together (the reference fails on every set above)"
                     )
-                    usable, fallback = [fallback], None
+                    usable, fallback = fallback, []
                 continue
             position += 1
             if shapes not in judged.shapes:
