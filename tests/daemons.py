@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import nats
@@ -181,3 +184,38 @@ def trigger_job(history: TaskHistory) -> Job:
         stream_seq=history.last_stream_seq,
         deliveries=1,
     )
+
+
+@dataclass
+class UiServer:
+    url: str  # its base URL, no trailing slash
+    first_line: str  # "kernelflow ui: http://127.0.0.1:PORT/ (NATS …)"
+    printed: str = ""  # all it printed, stdout and stderr, once stopped
+
+
+@contextlib.contextmanager
+def serving_ui(nats_url: str, tmp: Path, *args: str, **env: str) -> Iterator[UiServer]:
+    """``kernelflow ui`` on a free port (``args`` and ``env`` added), stopped with SIGTERM as
+    a supervisor would (it must end with 0) after the block."""
+    errors = tmp / "ui-stderr.log"
+    with errors.open("w") as err:
+        server = subprocess.Popen(
+            [*KERNELFLOW, "ui", "--port", "0", "--nats-url", nats_url, *args],
+            cwd=REPO,
+            env=cli_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("kernelflow ui: http://"), line + errors.read_text()
+        ui = UiServer(line.split()[2].rstrip("/"), line)
+        yield ui
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=20)
+        assert server.returncode == 0, errors.read_text()
+    ui.printed = line + out + errors.read_text()

@@ -15,7 +15,6 @@ import concurrent.futures
 import io
 import signal
 import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,8 +33,15 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.nats_server import EmbeddedNats
-from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
-from tests.daemons import RELU_SCRIPT, start_daemon, submit, wait_for_line, wait_until_settled
+from tests.conftest import REPO, run_cli
+from tests.daemons import (
+    RELU_SCRIPT,
+    serving_ui,
+    start_daemon,
+    submit,
+    wait_for_line,
+    wait_until_settled,
+)
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -75,26 +81,10 @@ def ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     """``kernelflow ui`` on a free port, given a NATS URL with credentials in it (which no
     page may show); yields its base URL."""
     url_with_secret = nats_server.replace("nats://", f"nats://kfuser:{SECRET}@")
-    errors = tmp_path_factory.mktemp("ui") / "stderr.log"
-    with errors.open("wb") as err:
-        server = subprocess.Popen(
-            [*KERNELFLOW, "ui", "--port", "0", "--nats-url", url_with_secret],
-            cwd=REPO,
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-        )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()  # "kernelflow ui: http://127.0.0.1:PORT/ (NATS …)"
-        assert line.startswith("kernelflow ui: http://"), line + errors.read_text()
-        assert SECRET not in line
-        yield line.split()[2].rstrip("/")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=20) == 0, errors.read_text()
+    with serving_ui(url_with_secret, tmp_path_factory.mktemp("ui")) as server:
+        assert SECRET not in server.first_line
+        yield server.url
+    assert SECRET not in server.printed
 
 
 @pytest.fixture(scope="module")
@@ -102,24 +92,8 @@ def guarded_ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
     """``kernelflow ui --token-file`` (tokens: tests/test_ui_token.py); its base URL."""
     tmp = tmp_path_factory.mktemp("ui-guarded")
     (tmp / "ui.token").write_text(UI_TOKEN + "\n")
-    with (tmp / "stderr.log").open("wb") as err:
-        server = subprocess.Popen(
-            [*KERNELFLOW, "ui", "--port", "0", "--nats-url", nats_server],
-            cwd=REPO,
-            env=cli_env(KF_UI_TOKEN_FILE=str(tmp / "ui.token")),
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-        )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()
-        assert line.startswith("kernelflow ui: http://"), line + (tmp / "stderr.log").read_text()
-        yield line.split()[2].rstrip("/")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=20) == 0, (tmp / "stderr.log").read_text()
+    with serving_ui(nats_server, tmp, KF_UI_TOKEN_FILE=str(tmp / "ui.token")) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

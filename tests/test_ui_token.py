@@ -6,8 +6,6 @@ address without it, and the token appears nowhere in what the command prints."""
 from __future__ import annotations
 
 import http.client
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,7 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from kernelflow.nats_server import EmbeddedNats
-from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import cli_env, run_cli
+from tests.daemons import serving_ui
 
 pytest.importorskip("uvicorn")
 
@@ -29,43 +28,15 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
-def start_ui(nats_url: str, tmp: Path, *args: str, **env: str) -> tuple[subprocess.Popen[str], str]:
-    """``kernelflow ui`` on a free port; the process and the first line it printed."""
-    server = subprocess.Popen(
-        [*KERNELFLOW, "ui", "--port", "0", "--nats-url", nats_url, *args],
-        cwd=REPO,
-        env=cli_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=(tmp / "stderr.log").open("w"),
-        text=True,
-        start_new_session=True,
-    )
-    assert server.stdout is not None
-    line = server.stdout.readline()
-    assert line.startswith("kernelflow ui: http://"), line + (tmp / "stderr.log").read_text()
-    return server, line
-
-
-def stop(server: subprocess.Popen[str], tmp: Path) -> str:
-    """Stop it as a supervisor would; everything it printed."""
-    server.send_signal(signal.SIGTERM)
-    out, _ = server.communicate(timeout=20)
-    assert server.returncode == 0, (tmp / "stderr.log").read_text()
-    return out + (tmp / "stderr.log").read_text()
-
-
 @pytest.fixture(scope="module")
 def guarded(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A dashboard asking for TOKEN: its address, and the first line it printed."""
     tmp = tmp_path_factory.mktemp("ui-token")
     token_file = tmp / "ui.token"
     token_file.write_text(TOKEN + "\n")
-    server, line = start_ui(nats_url, tmp, "--token-file", str(token_file))
-    try:
-        yield line.split()[2].rstrip("/"), line
-    finally:
-        printed = stop(server, tmp)
-        assert TOKEN not in printed  # the token is never printed, nor logged
+    with serving_ui(nats_url, tmp, "--token-file", str(token_file)) as server:
+        yield server.url, server.first_line
+    assert TOKEN not in server.printed  # the token is never printed, nor logged
 
 
 def get(base: str, path: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
@@ -134,8 +105,9 @@ def test_a_token_file_that_cannot_be_one_is_one_line(nats_url: str, tmp_path: Pa
 
 
 def test_serving_beyond_this_machine_without_a_token_is_said(nats_url: str, tmp_path: Path) -> None:
-    server, _ = start_ui(nats_url, tmp_path, "--host", "0.0.0.0")
-    printed = stop(server, tmp_path)
-    assert "warning: no --token-file: the log is shown to whoever reaches" in printed
-    server, _ = start_ui(nats_url, tmp_path)  # 127.0.0.1: nothing to warn of
-    assert "warning" not in stop(server, tmp_path)
+    with serving_ui(nats_url, tmp_path, "--host", "0.0.0.0") as everywhere:
+        pass
+    assert "warning: no --token-file: the log is shown to whoever reaches" in everywhere.printed
+    with serving_ui(nats_url, tmp_path) as loopback:  # 127.0.0.1: nothing to warn of
+        pass
+    assert "warning" not in loopback.printed
