@@ -194,15 +194,22 @@ class UiServer:
 
 
 @contextlib.contextmanager
-def serving_ui(nats_url: str, tmp: Path, *args: str, **env: str) -> Iterator[UiServer]:
-    """``kernelflow ui`` on a free port (``args`` and ``env`` added), stopped with SIGTERM as
-    a supervisor would (it must end with 0) after the block."""
+def serving_ui(
+    nats_url: str,
+    tmp: Path,
+    *args: str,
+    verbose: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[UiServer]:
+    """``kernelflow [-v] ui`` on a free port (``args`` and ``env`` added), stopped with
+    SIGTERM as a supervisor would (it must end with 0) after the block."""
     errors = tmp / "ui-stderr.log"
+    options = ["-v"] if verbose else []
     with errors.open("w") as err:
         server = subprocess.Popen(
-            [*KERNELFLOW, "ui", "--port", "0", "--nats-url", nats_url, *args],
+            [*KERNELFLOW, *options, "ui", "--port", "0", "--nats-url", nats_url, *args],
             cwd=REPO,
-            env=cli_env(**env),
+            env=cli_env(**(env or {})),
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,

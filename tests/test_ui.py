@@ -92,7 +92,7 @@ def guarded_ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
     """``kernelflow ui --token-file`` (tokens: tests/test_ui_token.py); its base URL."""
     tmp = tmp_path_factory.mktemp("ui-guarded")
     (tmp / "ui.token").write_text(UI_TOKEN + "\n")
-    with serving_ui(nats_server, tmp, KF_UI_TOKEN_FILE=str(tmp / "ui.token")) as server:
+    with serving_ui(nats_server, tmp, env={"KF_UI_TOKEN_FILE": str(tmp / "ui.token")}) as server:
         yield server.url
 
 

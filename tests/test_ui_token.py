@@ -111,3 +111,14 @@ def test_serving_beyond_this_machine_without_a_token_is_said(nats_url: str, tmp_
     with serving_ui(nats_url, tmp_path) as loopback:  # 127.0.0.1: nothing to warn of
         pass
     assert "warning" not in loopback.printed
+
+
+def test_the_access_log_never_shows_the_token(nats_url: str, tmp_path: Path) -> None:
+    token_file = tmp_path / "ui.token"
+    token_file.write_text(TOKEN + "\n")
+    with serving_ui(nats_url, tmp_path, "--token-file", str(token_file), verbose=True) as server:
+        assert get(server.url, f"/?a=1&token={TOKEN}&b=2").status == 303
+        assert get(server.url, "/?token=" + TOKEN + "x").status == 401
+        assert get(server.url, "/healthz").status == 200
+    assert "GET /healthz" in server.printed  # the access log is on
+    assert "token=[redacted]" in server.printed and TOKEN not in server.printed

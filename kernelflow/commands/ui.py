@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import logging
+import re
 import signal
 import socket
 import sys
@@ -43,6 +45,21 @@ def register(subparsers: Any) -> None:
     )
     add_connection_options(ui)
     ui.set_defaults(func=cmd_ui)
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"]*")
+
+
+def redact_tokens(record: logging.LogRecord) -> bool:
+    """A logging filter for the access log (``-v``): a sign-in's ``?token=`` never reaches
+    it (uvicorn logs each request's path with its query)."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(
+            _TOKEN_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a
+            for a in record.args
+        )
+    record.msg = _TOKEN_IN_QUERY.sub(r"\1[redacted]", str(record.msg))
+    return True
 
 
 def is_loopback(host: str) -> bool:
@@ -107,6 +124,7 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
             lifespan="off",
         )
         server = uvicorn.Server(config)
+        logging.getLogger("uvicorn.access").addFilter(redact_tokens)
 
         def stop(*_: object) -> None:
             server.should_exit = True
