@@ -56,7 +56,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 VIEWPORT = {"width": 1280, "height": 800}
-DESIGNER_S = 5.0
+DESIGNER_S = 10.0  # long enough to see it running after two submits on a loaded machine
 INJECTED = '<script>window.kfInjected = 1</script><img src=x onerror="window.kfInjected = 2">'
 SECRET = "kfsecret"
 UI_TOKEN = "kf-browser-token-0123456789"
