@@ -188,16 +188,20 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
         first_look = min(UNTAKEN_HINT_AFTER_S, args.timeout)
         try:
-            answer = asked.result(timeout=first_look)
-        except concurrent.futures.TimeoutError:
-            if (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
+            try:
+                answer, looked = asked.result(timeout=first_look), False
+            except concurrent.futures.TimeoutError:
+                answer, looked = None, True
+            # No answer yet (or the request gave up at --timeout as the first look ended).
+            if answer is None and (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
                 # Waiting longer cannot help; the cancel stays queued for the next daemon.
                 raise WaitTimeout(
                     f"no answer after {first_look:g}s: {why}. The cancel waits in the queue "
                     "and applies when a daemon starts (kernelflow daemon)"
-                ) from None
-            # A conductor is up: the request gives up itself at --timeout (then None).
-            answer = asked.result(timeout=args.timeout - first_look + 5)
+                )
+            if looked:
+                # A conductor is up: the request gives up itself at --timeout (then None).
+                answer = asked.result(timeout=args.timeout - first_look + 5)
         finally:
             asked.cancel()
     if answer is None:
