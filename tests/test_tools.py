@@ -257,6 +257,13 @@ def _marked(marker: str) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     marker = f"kf-tool-test-{os.getpid()}-{time.monotonic_ns()}"
     code = textwrap.dedent(
@@ -304,7 +311,8 @@ def test_python_tool_dies_with_a_killed_daemon() -> None:
     marker = f"kf-tool-test-{os.getpid()}-{time.monotonic_ns()}"
     daemon = subprocess.Popen([sys.executable, "-c", KILLED_DAEMON, marker], cwd=REPO)
     deadline = time.monotonic() + 30
-    while not [p for p in _marked(marker) if p != daemon.pid]:
+    # The command itself: a child forked but not yet exec'd shows the daemon's marker too.
+    while not [p for p in _marked(marker) if _cmdline(p)[1:3] == [b"-c", b"while True: pass"]]:
         assert time.monotonic() < deadline, "the command never ran"
         time.sleep(0.05)
     daemon.kill()
@@ -313,6 +321,32 @@ def test_python_tool_dies_with_a_killed_daemon() -> None:
     while _marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _marked(marker), "the command outlived the daemon that started it"
+
+
+SPAWNER_GONE_AT_ONCE = """
+import os, subprocess, sys
+from kernelflow.actors.sandbox.command import dying_with_this_process
+
+spin = [sys.executable, "-c", "while True: pass", sys.argv[1]]
+subprocess.Popen([*dying_with_this_process(), *spin])
+os._exit(0)  # gone before the command's interpreter has even started
+"""
+
+
+def test_a_command_whose_spawner_died_as_it_started_does_not_run_on() -> None:
+    """The race a loaded machine met: the daemon killed between the fork of a command and
+    the command's request to die with it. Asked after its parent's death, the request
+    would take init as the parent, and the command would spin for good."""
+    marker = f"kf-tool-test-{os.getpid()}-{time.monotonic_ns()}"
+    subprocess.run([sys.executable, "-c", SPAWNER_GONE_AT_ONCE, marker], cwd=REPO, check=True)
+    try:
+        deadline = time.monotonic() + 5
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _marked(marker), "the command outlived the process that started it"
+    finally:
+        for pid in _marked(marker):
+            os.kill(pid, 9)
 
 
 def test_python_tool_memory_bomb_is_contained() -> None:

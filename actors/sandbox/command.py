@@ -11,6 +11,7 @@ opted in."""
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -28,16 +29,31 @@ _CONFINED_EXEC = tuple(isolated_module(sys.executable, "kernelflow.actors.sandbo
 def isolation_prefix() -> tuple[str, ...]:
     """The strongest network prefix (:func:`network_prefixes`), with a PID namespace
     (``--kill-child``: everything in it dies with the command) when unshare allows it
-    here; probed once."""
+    here; probed once. Run behind :func:`dying_with_this_process`."""
     net = network_prefixes()[0]
     if not net:
         return ()
-    with_pid = (*_CONFINED_EXEC, "--die-with-parent", *net, "--pid", "--fork", "--kill-child")
+    with_pid = (*net, "--pid", "--fork", "--kill-child")
     try:
-        probe = subprocess.run([*with_pid, "true"], capture_output=True, timeout=10.0, check=False)
+        probe = subprocess.run(
+            [*dying_with_this_process(), *with_pid, "true"],
+            capture_output=True,
+            timeout=10.0,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return net
     return with_pid if probe.returncode == 0 else net
+
+
+def dying_with_this_process() -> tuple[str, ...]:
+    """A prefix that makes the command it runs die with this process (killed, it has no
+    chance to kill the command itself), naming this process so that a command started
+    just as it died does not run on as an orphan."""
+    # Imported here: the package must not hold the module it runs with -m.
+    from kernelflow.actors.sandbox.confined_exec import DIE_WITH_PARENT
+
+    return (*_CONFINED_EXEC, DIE_WITH_PARENT, str(os.getpid()))
 
 
 def run_confined(
@@ -55,7 +71,7 @@ def run_confined(
     from kernelflow.actors.sandbox.confined_exec import UNAVAILABLE, UNAVAILABLE_STATUS
 
     limit = ("as", str(memory_mb)) if memory_mb else ("none", "0")
-    cmd = [*isolation_prefix(), *_CONFINED_EXEC, *limit, *argv]
+    cmd = [*dying_with_this_process(), *isolation_prefix(), *_CONFINED_EXEC, *limit, *argv]
     outcome = run_process(cmd, workdir, env, timeout_s, max_bytes)
     if outcome.returncode == UNAVAILABLE_STATUS and UNAVAILABLE in outcome.output:
         reason = outcome.output.rsplit(UNAVAILABLE, 1)[1].strip()

@@ -124,6 +124,9 @@ def confine_candidate(
 
 
 def _confine(workdir: Path, memory_kind: str, memory_mb: int, allow_network: bool) -> Confinement:
+    # The parent now, while this process's request to die with it holds (becoming nobody
+    # clears it; the limits renew it): a parent gone by then is seen as gone.
+    parent = os.getppid()
     workdir = Path(os.path.realpath(workdir))
     hide = [p for p in os.environ.pop(HIDE_ENV, "").split(os.pathsep) if p]
     done = Confinement()
@@ -137,7 +140,7 @@ def _confine(workdir: Path, memory_kind: str, memory_mb: int, allow_network: boo
             f"sandbox: NOT isolated ({missing}; {ALLOW_NETWORK_ENV}=1): the candidate can "
             "reach the network and read whatever the daemon's user can"
         )
-        done.user = _unisolated(workdir, memory_kind, memory_mb)
+        done.user = _unisolated(workdir, memory_kind, memory_mb, parent)
         return done
     done.network = got.network or network_isolated()
     if not done.network:
@@ -166,11 +169,11 @@ def _confine(workdir: Path, memory_kind: str, memory_mb: int, allow_network: boo
             )
         )
     _limit_processes()
-    apply_limits(memory_kind, memory_mb)
+    apply_limits(memory_kind, memory_mb, parent)
     return done
 
 
-def _unisolated(workdir: Path, memory_kind: str, memory_mb: int) -> str:
+def _unisolated(workdir: Path, memory_kind: str, memory_mb: int, parent: int) -> str:
     """Without namespaces (the operator opted in): the work dir as cwd and cache home,
     ``nobody`` where the interpreter is readable to it, else no capabilities; the limits."""
     os.chdir(workdir)
@@ -180,7 +183,7 @@ def _unisolated(workdir: Path, memory_kind: str, memory_mb: int) -> str:
         with contextlib.suppress(OSError):
             drop_capabilities()
             user += " without capabilities"
-    apply_limits(memory_kind, memory_mb)
+    apply_limits(memory_kind, memory_mb, parent)
     return user
 
 
@@ -220,7 +223,7 @@ def confine(
             allow_network=network_opted_in(),
         )
     os.environ.pop(HIDE_ENV, None)
-    _unisolated(workdir, memory_kind, memory_mb)
+    _unisolated(workdir, memory_kind, memory_mb, os.getppid())
     return ["sandbox: no file-system isolation (no mount namespace)"]
 
 

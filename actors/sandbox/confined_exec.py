@@ -5,8 +5,9 @@
         namespaces and file-system view, ``nobody``, the limits), then exec COMMAND;
         where the machine cannot isolate it (and ``KF_SANDBOX_ALLOW_NETWORK`` does not opt
         in), print ``UNAVAILABLE`` and the reason on stderr and exit 125 instead
-    python -I -m kernelflow.actors.sandbox.confined_exec --die-with-parent COMMAND...
-        only die with the parent, then exec COMMAND: put before a forking ``unshare``,
+    python -I -m kernelflow.actors.sandbox.confined_exec --die-with-parent PID COMMAND...
+        only die with the parent, PID (the spawner names itself: a parent already gone
+        when this starts is then seen as gone), then exec COMMAND: put before ``unshare``,
         whose child (``--kill-child``) then dies with it in turn
     python -I -m kernelflow.actors.sandbox.confined_exec --probe
         what confining works here (``probe_isolation``'s lines), for ``kernelflow health``
@@ -39,9 +40,9 @@ UNAVAILABLE_STATUS = 125
 def main(argv: list[str]) -> int:
     if argv == [PROBE]:
         return probe_isolation(lambda: 0)
-    if len(argv) >= 2 and argv[0] == DIE_WITH_PARENT:
-        die_with_parent()
-        command = argv[1:]
+    if len(argv) >= 3 and argv[0] == DIE_WITH_PARENT and argv[1].isdigit():
+        die_with_parent(int(argv[1]))
+        command = argv[2:]
     elif len(argv) >= 3:
         try:
             confine_candidate(

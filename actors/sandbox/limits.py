@@ -53,27 +53,31 @@ def libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies: the parent's timeout is
-    what bounds a candidate, so an orphan must not outlive it."""
-    parent = os.getppid()
+    what bounds a candidate, so an orphan must not outlive it. ``parent``: the pid this
+    process's parent is known to have (taken before the fork, or named by the spawner);
+    without it, the parent at the call, which is init already if the parent died just
+    before: the orphan would then run on for good."""
+    expected = os.getppid() if parent is None else parent
     try:
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         return  # not Linux: the process-group kill is the only guard
-    if os.getppid() != parent:  # the parent died before the request took effect
+    if os.getppid() != expected:  # the parent died before the request took effect
         os._exit(1)
 
 
-def apply_limits(memory_kind: str, memory_mb: int) -> None:
+def apply_limits(memory_kind: str, memory_mb: int, parent: int | None = None) -> None:
     """Limit this process before any untrusted code runs.
 
     Soft and hard limits are both lowered so the candidate cannot raise them again.
     ``memory_kind`` is "as" (address space: exact, fine for CPU torch and the Triton
     interpreter), "data" (RLIMIT_DATA: CUDA reserves terabytes of virtual address space,
-    which RLIMIT_AS would refuse) or "none".
+    which RLIMIT_AS would refuse) or "none". ``parent``: as for :func:`die_with_parent`
+    (a change of user since the last request cleared it).
     """
-    die_with_parent()
+    die_with_parent(parent)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     if memory_kind != "none" and memory_mb > 0:

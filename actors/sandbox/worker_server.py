@@ -59,12 +59,13 @@ def fork_sandbox(job: dict[str, Any], status_w: int, result_w: int, run_job: Job
     workdir = Path(job["workdir"])
     sys.stdout.flush()
     sys.stderr.flush()
+    worker = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     try:  # intermediate
         os.setsid()
-        die_with_parent()
+        die_with_parent(worker)
         pidns = libc().unshare(CLONE_NEWPID) == 0
         enter_pids_cgroup(NPROC_LIMIT)
         child = os.fork()

@@ -235,28 +235,33 @@ def start_candidate(workdir: Path, job: dict[str, Any]) -> RemoteCandidate:
     output_fd = os.open(log, os.O_RDONLY)
     sys.stdout.flush()
     sys.stderr.flush()
+    judge = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             judge_end.close()
-            _reap_candidate(candidate_end, cand_dir, job)
+            _reap_candidate(candidate_end, cand_dir, job, judge)
         finally:
             os._exit(70)
     candidate_end.close()
     return RemoteCandidate(Channel(judge_end, 0), pid, cand_dir, output_fd)
 
 
-def _reap_candidate(sock: socket.socket, cand_dir: Path, job: dict[str, Any]) -> None:
-    """The reaper: fork the candidate's process into a new PID namespace (where the
-    machine allows one), keep nothing else, and end as it ends. Never returns."""
-    die_with_parent()
-    unshare_pid_namespace()  # where refused, the candidate's confinement notes it
+def _reap_candidate(sock: socket.socket, cand_dir: Path, job: dict[str, Any], judge: int) -> None:
+    """The reaper (the ``judge``'s child): fork the candidate's process into a new PID
+    namespace (where the machine allows one), keep nothing else, and end as it ends.
+    Never returns."""
+    die_with_parent(judge)
+    # Where refused, the candidate's confinement notes it.
+    in_new_namespace = unshare_pid_namespace()
     keep = sock.fileno()
     os.closerange(3, keep)  # the judge's result pipe above all
     os.closerange(keep + 1, 65536)
+    # The reaper as the candidate will see it: outside its PID namespace, a parent is 0.
+    reaper = 0 if in_new_namespace else os.getpid()
     child = os.fork()
     if child == 0:
-        _become_candidate(sock, cand_dir, job)
+        _become_candidate(sock, cand_dir, job, reaper)
     sock.close()
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):
@@ -265,12 +270,14 @@ def _reap_candidate(sock: socket.socket, cand_dir: Path, job: dict[str, Any]) ->
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 70)
 
 
-def _become_candidate(sock: socket.socket, cand_dir: Path, job: dict[str, Any]) -> None:
+def _become_candidate(
+    sock: socket.socket, cand_dir: Path, job: dict[str, Any], reaper: int
+) -> None:
     """In the forked process: keep only the channel, print into its own log, confine
     itself, then answer the judge. Never returns."""
     from kernelflow.actors.verifier.child.runner import serve_judge
 
-    die_with_parent()
+    die_with_parent(reaper)
     # A session of its own: kill(0, ...) (the process group) reaches none of the judge's.
     os.setsid()
     keep = sock.fileno()
@@ -297,6 +304,6 @@ def _become_candidate(sock: socket.socket, cand_dir: Path, job: dict[str, Any]) 
         refusal = None
     except SandboxUnavailable as exc:  # half-confined: it answers, it runs nothing
         notes, refusal = [], exc.reason
-    die_with_parent()  # again: a change of user clears the request
+    die_with_parent(reaper)  # again: a change of user clears the request
     max_input_bytes = int(job.get("max_input_bytes", 1 << 34))
     serve_judge(Channel(sock, max_input_bytes), cand_dir, notes, refusal)
