@@ -173,7 +173,7 @@ def _confine(workdir: Path, memory_kind: str, memory_mb: int, allow_network: boo
     return done
 
 
-def _unisolated(workdir: Path, memory_kind: str, memory_mb: int, parent: int) -> str:
+def _unisolated(workdir: Path, memory_kind: str, memory_mb: int, parent: int | None = None) -> str:
     """Without namespaces (the operator opted in): the work dir as cwd and cache home,
     ``nobody`` where the interpreter is readable to it, else no capabilities; the limits."""
     os.chdir(workdir)
@@ -223,7 +223,7 @@ def confine(
             allow_network=network_opted_in(),
         )
     os.environ.pop(HIDE_ENV, None)
-    _unisolated(workdir, memory_kind, memory_mb, os.getppid())
+    _unisolated(workdir, memory_kind, memory_mb)
     return ["sandbox: no file-system isolation (no mount namespace)"]
 
 

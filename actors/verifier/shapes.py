@@ -41,6 +41,7 @@ Parent side: nothing here executes the task.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from collections.abc import Iterator
@@ -162,6 +163,7 @@ class _Task:
         return bool(holding) and all(n in (0, 1) for n in counts) and len(holding) == 1
 
 
+@functools.lru_cache(maxsize=8)  # each check asks for its sets, then for its fallback sets
 def _analyse(task_source: str) -> _Task | None:
     tree = parse_task(task_source)
     if tree is None:
@@ -295,10 +297,9 @@ def fallback_shape_sets(
         return []
     common = math.gcd(*(k.value for k in task.knobs))
     factors = [2**n for n in range(1, common.bit_length()) if common % 2**n == 0]
-    fitting = [f for f in factors if task.fits(_scaled(task, f), budget)]
-    first = fitting[0] if fitting else factors[-1] if factors else None
-    if first is None:
+    if not factors:
         return []
+    first = next((f for f in factors if task.fits(_scaled(task, f), budget)), factors[-1])
     return [_scaled(task, f) for f in (first, 2 * first) if f in factors]
 
 

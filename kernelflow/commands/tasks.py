@@ -188,11 +188,9 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
         first_look = min(UNTAKEN_HINT_AFTER_S, args.timeout)
         try:
-            try:
-                answer, looked = asked.result(timeout=first_look), False
-            except concurrent.futures.TimeoutError:
-                answer, looked = None, True
+            looked = not concurrent.futures.wait([asked], timeout=first_look).done
             # No answer yet (or the request gave up at --timeout as the first look ended).
+            answer = None if looked else asked.result()
             if answer is None and (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
                 # Waiting longer cannot help; the cancel stays queued for the next daemon.
                 raise WaitTimeout(

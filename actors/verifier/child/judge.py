@@ -138,9 +138,9 @@ class Judge:
         usable = list(checks.shape_sets)
         fallback = list(checks.fallback_shapes) if checks.auto_shapes else []
         wanted = max(checks.trials, len(usable))
-        trial = position = 0  # trial: seeds and labels (skipped attempts too)
+        trial = 0  # seeds each attempt, skipped ones too
         while judged.trials < max(checks.trials, len(usable)):
-            shapes = usable[position % len(usable)]
+            shapes = usable[judged.trials % len(usable)]
             label = f"trial {judged.trials + 1}/{wanted}" + (
                 f" (shapes {', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes else ""
             )
@@ -157,7 +157,6 @@ class Judge:
                     )
                     usable, fallback = fallback, []
                 continue
-            position += 1
             if shapes not in judged.shapes:
                 judged.shapes.append(shapes)
             judged.trials += 1
