@@ -7,15 +7,21 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from kernelflow.actors.workdirs import remove_abandoned_workdirs
-from kernelflow.events.model import AgentDispatched, Event
+from kernelflow.commands.run import read_back
+from kernelflow.events.log import TaskHistory
+from kernelflow.events.model import AgentDispatched, Event, TaskFinished
+from kernelflow.events.replies import TIMEOUT_S as REQUEST_TIMEOUT_S
 from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections.task_state import fold
+from kernelflow.runtime import connected
+from kernelflow.settings import Settings
 from tests.conftest import KERNELFLOW, REPO, alive, cli_env, run_cli
 from tests.daemons import (
     RELU_SCRIPT,
@@ -23,6 +29,7 @@ from tests.daemons import (
     slow_script,
     start_daemon,
     submit,
+    submitted_on_default,
     task_events,
     wait_for,
     wait_for_line,
@@ -214,3 +221,28 @@ def test_a_killed_kernelflow_takes_its_embedded_nats_with_it(tmp_path: Path) -> 
     replayed = run_cli("replay", "--task", "kept", "--view", "counters", env=env)
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout.startswith("workflow default: step"), replayed.stdout  # it is there
+
+
+def test_run_reads_its_finished_task_back_from_a_server_that_answers_late(tmp_path: Path) -> None:
+    """The task is over and `run` reads it back to write its outputs: a server that stops
+    answering for longer than a request waits (a loaded machine) delays the outputs, it
+    does not lose them."""
+    with EmbeddedNats(tmp_path / "nats") as server:
+        settings = Settings()
+        settings.nats_url, settings.data_dir = server.url, tmp_path / "data"
+        with connected(settings) as bridge:
+            submitted = submitted_on_default("late")
+            history = bridge.call(bridge.log.append(TaskHistory("late"), [submitted]))
+            finished = TaskFinished(task_id="late", status="failed", reason="r", final_code=None)
+            bridge.call(bridge.log.append(history, [finished]))
+            assert server.pid is not None
+            pid = server.pid
+            os.kill(pid, signal.SIGSTOP)
+            resumed = threading.Timer(REQUEST_TIMEOUT_S + 1.5, os.kill, (pid, signal.SIGCONT))
+            resumed.start()
+            try:
+                events = read_back(bridge, "late", wait_s=REQUEST_TIMEOUT_S + 3)
+            finally:
+                resumed.cancel()
+                os.kill(pid, signal.SIGCONT)
+    assert [e.kind for e in events] == ["task_submitted", "task_finished"]

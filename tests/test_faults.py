@@ -56,7 +56,7 @@ def test_crash_between_every_pair_of_events(private_nats: str, tmp_path: Path, s
     while not all_over():
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         daemon = start_daemon(
-            private_nats, log, "--pool", "verifier=2", KF_ACK_WAIT="1", KF_FAULT_CRASH_AFTER=spec
+            private_nats, log, "--pool", "verifier=1", KF_ACK_WAIT="1", KF_FAULT_CRASH_AFTER=spec
         )
         while daemon.poll() is None and not all_over():
             time.sleep(0.2)

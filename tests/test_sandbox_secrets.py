@@ -376,6 +376,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 DAEMON = """
 import asyncio, json, sys
+from concurrent.futures import ThreadPoolExecutor
 import msgspec
 from kernelflow.actors.sandbox import sandbox_plan, network_prefixes
 from kernelflow.actors.tools import ToolError, ToolLimits, run_sandboxed
@@ -389,23 +390,30 @@ out["plan"] = {"fs": plan.fs_isolation, "prefixes": [list(p) for p in network_pr
                    ("network", "network_isolated"), ("refusal", "refusal"),
                    ("notes", "notes"), ("isolation", "isolation")]}}
 limits = ToolLimits(timeout_s=120.0, max_output_chars=20000, memory_mb=4096)
-for name, source in job["candidates"].items():
+
+async def tool(source):
+    try:
+        result = await run_sandboxed([sys.executable, "-I", "main.py"], limits,
+                                     files={"main.py": source + job["run_model"]})
+    except ToolError as exc:
+        return {"error": str(exc)}
+    return {"code": result.returncode, "output": result.output}
+
+def check(name, source):
+    got = {}
     for warm in (True, False):
         config = VerifierConfig(trials=1, timeout_s=120.0, static_gate=False, shapes=({},),
                                 warm=warm, memory_mb=4096)
         report = verify(job["task"], source, config=config)
         how = "warm" if warm else "fresh"
-        out[f"{name} {how}"] = msgspec.json.decode(msgspec.json.encode(report))
+        got[f"{name} {how}"] = msgspec.json.decode(msgspec.json.encode(report))
+    got[f"{name} tool"] = asyncio.run(tool(source))
+    return got
 
-    async def tool():
-        try:
-            result = await run_sandboxed([sys.executable, "-I", "main.py"], limits,
-                                         files={"main.py": source + job["run_model"]})
-        except ToolError as exc:
-            return {"error": str(exc)}
-        return {"code": result.returncode, "output": result.output}
-
-    out[f"{name} tool"] = asyncio.run(tool())
+# Side by side, as a daemon's verifier pool runs them (each sandbox alone all the same).
+with ThreadPoolExecutor(max_workers=4) as pool:
+    for got in pool.map(check, job["candidates"], job["candidates"].values()):
+        out.update(got)
 print("RESULT " + json.dumps(out))
 """
 

@@ -97,7 +97,14 @@ def read_back(bridge: Bridge, task_id: str, wait_s: float = 10.0) -> list[Event]
     (a loaded machine), and the trajectory written now must be the one the log replays."""
     deadline = time.monotonic() + wait_s
     while True:
-        events = list(bridge.call(bridge.log.read_task(task_id)).events)
+        try:
+            events = list(bridge.call(bridge.log.read_task(task_id)).events)
+        except TimeoutError:
+            # A loaded server answered late: the task is over and its outputs still to be
+            # written, so ask again while there is time rather than lose them.
+            if time.monotonic() > deadline:
+                raise
+            continue
         if rollout_complete(fold(task_id, events)) or time.monotonic() > deadline:
             return events
         time.sleep(0.1)
