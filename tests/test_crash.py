@@ -19,6 +19,7 @@ from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, TaskFinished
 from kernelflow.events.replies import TIMEOUT_S as REQUEST_TIMEOUT_S
 from kernelflow.nats_server import EmbeddedNats
+from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import connected
 from kernelflow.settings import Settings
@@ -234,15 +235,19 @@ def test_run_reads_its_finished_task_back_from_a_server_that_answers_late(tmp_pa
             submitted = submitted_on_default("late")
             history = bridge.call(bridge.log.append(TaskHistory("late"), [submitted]))
             finished = TaskFinished(task_id="late", status="failed", reason="r", final_code=None)
-            bridge.call(bridge.log.append(history, [finished]))
+            rewards = pending_reward_events(fold("late", [submitted, finished]))
+            bridge.call(bridge.log.append(history, [finished, *rewards]))  # complete: no wait
             assert server.pid is not None
             pid = server.pid
             os.kill(pid, signal.SIGSTOP)
             resumed = threading.Timer(REQUEST_TIMEOUT_S + 1.5, os.kill, (pid, signal.SIGCONT))
             resumed.start()
+            started = time.monotonic()
             try:
-                events = read_back(bridge, "late", wait_s=REQUEST_TIMEOUT_S + 3)
+                events = read_back(bridge, "late", wait_s=60)
             finally:
                 resumed.cancel()
                 os.kill(pid, signal.SIGCONT)
-    assert [e.kind for e in events] == ["task_submitted", "task_finished"]
+            assert time.monotonic() - started > REQUEST_TIMEOUT_S  # a request did time out
+    assert rewards and [e.kind for e in events[:2]] == ["task_submitted", "task_finished"]
+    assert [getattr(e, "reward_fn", None) for e in events[2:]] == [r.reward_fn for r in rewards]
