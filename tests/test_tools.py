@@ -257,6 +257,21 @@ def _marked(marker: str) -> list[int]:
     return found
 
 
+def _wait_until_unmarked(marker: str, within_s: float) -> None:
+    """Wait until no process's command line has held ``marker`` for half a second, or
+    ``within_s`` passed: a process mid-exec reads as unmarked for an instant."""
+    deadline = time.monotonic() + within_s
+    unmarked_since = None
+    while time.monotonic() < deadline:
+        if _marked(marker):
+            unmarked_since = None
+        elif unmarked_since is None:
+            unmarked_since = time.monotonic()
+        elif time.monotonic() - unmarked_since >= 0.5:
+            return
+        time.sleep(0.05)
+
+
 def _cmdline(pid: int) -> list[bytes]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -283,9 +298,7 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     assert not outcome.ok
     assert outcome.error.startswith("[timed out after 3 s: the command and all it started")
     assert "STARTED" in outcome.error
-    deadline = time.monotonic() + 5
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until_unmarked(marker, within_s=5)
     if "--pid" not in isolation_prefix():  # a new session escapes without a PID namespace
         leftover = [
             p for p in _marked(marker) if b"session" in Path(f"/proc/{p}/cmdline").read_bytes()
@@ -317,9 +330,7 @@ def test_python_tool_dies_with_a_killed_daemon() -> None:
         time.sleep(0.05)
     daemon.kill()
     daemon.wait()
-    deadline = time.monotonic() + 5
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until_unmarked(marker, within_s=5)
     assert not _marked(marker), "the command outlived the daemon that started it"
 
 
@@ -342,9 +353,7 @@ def test_a_command_whose_spawner_died_as_it_started_does_not_run_on() -> None:
     try:
         # Its interpreter may take seconds to start on a loaded machine (until it does, its
         # own command line carries the marker); an orphan would spin on for good.
-        deadline = time.monotonic() + 30
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_unmarked(marker, within_s=30)
         assert not _marked(marker), "the command outlived the process that started it"
     finally:
         for pid in _marked(marker):
