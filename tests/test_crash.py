@@ -3,6 +3,7 @@ with every step exactly once in the log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,6 +45,34 @@ def slowed(tmp_path: Path) -> Path:
     return slow_script(tmp_path, 1.5)
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    states = [
+        (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    ]
+    return all(state in ("T", "t") for state in states)
+
+
+def _wait_until_untouched(path: Path, quiet_s: float = 1.0, within_s: float = 30) -> None:
+    """Wait until nothing in the tree at ``path`` has changed for ``quiet_s``: a killed
+    daemon's sandboxes die a moment after it (each with its parent) and may still write
+    their work dir meanwhile, which makes it look fresh again."""
+
+    def last_change() -> float:
+        times = [path.stat().st_mtime]
+        for entry in path.rglob("*"):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                times.append(entry.lstat().st_mtime)
+        return max(times)
+
+    deadline = time.monotonic() + within_s
+    seen, since = last_change(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if (now := last_change()) != seen:
+            seen, since = now, time.monotonic()
+
+
 @pytest.mark.parametrize("agent", ["coder", "verifier"], ids=["mid-LLM-call", "mid-verification"])
 def test_killed_daemon_is_replaced_and_task_completes(
     agent: str, private_nats: str, slowed: Path, tmp_path: Path
@@ -79,6 +108,7 @@ def test_killed_daemon_is_replaced_and_task_completes(
     left = list(temp.glob("kf-verify-*"))
     assert len(left) == (agent == "verifier")
     for path in left:
+        _wait_until_untouched(path)
         os.utime(path, (time.time() - 120, time.time() - 120))
 
     second = start_daemon(private_nats, log, script=slowed, KF_ACK_WAIT="2", TMPDIR=str(temp))
@@ -240,6 +270,8 @@ def test_run_reads_its_finished_task_back_from_a_server_that_answers_late(tmp_pa
             assert server.pid is not None
             pid = server.pid
             os.kill(pid, signal.SIGSTOP)
+            while not _all_threads_stopped(pid):  # a busy thread stops a moment later
+                time.sleep(0.01)
             resumed = threading.Timer(REQUEST_TIMEOUT_S + 1.5, os.kill, (pid, signal.SIGCONT))
             resumed.start()
             started = time.monotonic()
@@ -248,6 +280,7 @@ def test_run_reads_its_finished_task_back_from_a_server_that_answers_late(tmp_pa
             finally:
                 resumed.cancel()
                 os.kill(pid, signal.SIGCONT)
-            assert time.monotonic() - started > REQUEST_TIMEOUT_S  # a request did time out
+            waited = time.monotonic() - started
+            assert waited > REQUEST_TIMEOUT_S, waited  # a request did time out
     assert rewards and [e.kind for e in events[:2]] == ["task_submitted", "task_finished"]
     assert [getattr(e, "reward_fn", None) for e in events[2:]] == [r.reward_fn for r in rewards]
