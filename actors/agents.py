@@ -190,6 +190,7 @@ class LLMAgent(DispatchWorker):
                 files=files,
                 task_source=state.submitted.task_source,
                 backend=state.submitted.backend,
+                policy=state.submitted.policy,
             )
             tool = tools.get(use.name)
             if tool is None:

@@ -48,6 +48,7 @@ from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_ca
 from kernelflow.actors.llm.budget import task_budget_error
 from kernelflow.actors.prompts import conductor_messages, judge_messages
 from kernelflow.actors.redact import scrub, scrubbed_traceback
+from kernelflow.actors.verifier.policy import policy
 from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.actors.worker import (
     Delivery,
@@ -274,6 +275,7 @@ class Conductor(Worker):
         check_candidate(workflow, has_candidate=bool(command.candidate_code))
         check_reward_names(command.rewards)
         backend(command.backend)  # raises UnknownBackend: no kernel DSL of that name here
+        policy(command.policy)  # raises UnknownPolicy
         submitted = TaskSubmitted(
             task_id=task_id,
             cause=_cause(job),
@@ -282,6 +284,7 @@ class Conductor(Worker):
             workflow_name=workflow_name,
             workflow_yaml=workflow_yaml,
             backend=command.backend,
+            policy=command.policy,
             group_id=command.group_id or f"g-{uuid.uuid4().hex[:12]}",
             candidate_code=command.candidate_code,
             deadline_s=command.deadline_s,

@@ -121,6 +121,21 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
             )
         )
 
+    if isinstance(last, VerificationCompleted) and last.report.fault is not None:
+        # Not the candidate's doing: no agent can fix the task or the node, so one
+        # decision ends it (rejected, by finish_event), with no coder retry and no LLM call.
+        return Append(
+            ConductorDecided(
+                task_id=task_id,
+                cause=last.event_id,
+                after_agent=last.agent,
+                options=[FINISH],
+                mode="auto",
+                chosen=FINISH,
+                reason=fault_reason(last),
+            )
+        )
+
     if isinstance(last, DISPATCH_RESULTS):
         r = current_route(state, workflow)
         after = outcome_of(state).agent
@@ -180,6 +195,12 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
     return Idle(f"waiting for {state.current.agent}" if state.current else "waiting")
 
 
+def fault_reason(check: VerificationCompleted) -> str:
+    """Why a task whose verification met a fault ends: whose fault, and what it was."""
+    whose = {"task": "the task is broken", "node": "this node cannot check it"}
+    return f"{whose[check.report.fault or 'task']}: {check.report.summary}"
+
+
 def fallback_decision(state: TaskState, plan: AskLLM, error: str) -> ConductorDecided:
     """The decision when the conductor's LLM could not be asked at all."""
     return ConductorDecided(
@@ -206,6 +227,8 @@ def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
     """A kernel task succeeds when its last verification passed; a prompt task when its
     last agent produced a parsed answer (whether it is right is for the rewards)."""
     checks = state.verifications
+    if checks and checks[-1].report.fault is not None:
+        return end_task(state, decision.event_id, "rejected", decision.reason)
     if is_prompt_task(state):
         current = state.current
         passed = current is not None and isinstance(current.result, OutputParsed)

@@ -117,7 +117,7 @@ def status_row(t: TaskMetrics) -> dict[str, Any]:
         "speedup": t.final_speedup,
         "reason": reason,
         "verifications": list(t.verdicts),
-        "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, _ in t.revisions],
+        "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, *_ in t.revisions],
         "events": t.events,
     }
 

@@ -10,7 +10,9 @@ follow the overrides, and the largest input tensor the sets give. ``--verify-ref
 also builds and runs each shrunk reference on the CPU: its time, the largest tensor it
 touches (inputs, parameters, outputs), and the sets it fails on (the verifier skips
 those; where that is every set it checks the fallback sets, sizes scaled together,
-:func:`kernelflow.actors.verifier.shapes.fallback_shape_sets`).
+:func:`kernelflow.actors.verifier.shapes.fallback_shape_sets`); its last line says how
+many problems kept all their shape sets (the reference runs on every set the verifier
+checks, none skipped) and names any that did not.
 
     .venv/bin/python bench/kernelbench_sizes.py PATH/TO/KernelBench [--verify-reference]
 
@@ -55,7 +57,17 @@ class Problem:
     max_touched: int = 0  # elements of the largest tensor the reference touched
     failures: list[tuple[int, str]] = field(default_factory=list)  # (set index, error)
     fallback: list[dict[str, int]] = field(default_factory=list)  # checked where every set fails
+    fallback_failures: list[tuple[int, str]] = field(default_factory=list)  # (set index, error)
     fallback_error: str | None = None  # the reference fails on every fallback set too
+
+    @property
+    def kept(self) -> bool:
+        """The reference runs on every set the verifier checks: the policy's sets, or
+        (where it fails on all of them) the fallback sets; none is skipped."""
+        if not self.failures:
+            return True
+        every = len(self.failures) == len(self.sets)
+        return every and bool(self.fallback) and not self.fallback_failures
 
 
 def problems(root: Path) -> list[tuple[str, str]]:
@@ -119,8 +131,8 @@ def survey(name: str, source: str, verify_reference: bool) -> Problem:
             reference_error(load_task(source, sizes, f"kb_{Path(name).stem}_f{i}"), problem)
             for i, sizes in enumerate(problem.fallback)
         ]
-        runs = [e for e in errors if e is None]
-        if not runs:
+        problem.fallback_failures = [(i, e) for i, e in enumerate(errors) if e is not None]
+        if len(problem.fallback_failures) == len(errors):
             problem.fallback_error = errors[-1] if errors else "no fallback set"
     return problem
 
@@ -211,8 +223,31 @@ def report(problems: list[Problem], verify_reference: bool) -> None:
         for index, error in p.failures:
             print(f"    reference fails: {p.name} set {index + 1} {p.sets[index]}: {error}")
         if p.fallback:
-            outcome = p.fallback_error or "the reference runs"
+            failed = [i + 1 for i, _ in p.fallback_failures]
+            outcome = p.fallback_error or (
+                f"the reference fails on set(s) {failed}" if failed else "the reference runs"
+            )
             print(f"    fallback: {p.name} {p.fallback}: {outcome}")
+
+
+def kept_line(problems: list[Problem]) -> str:
+    """How many problems keep all their shape sets (the reference runs on every set the
+    verifier checks), and which do not."""
+    lost = [p for p in problems if not p.kept]
+    on_fallback = sum(bool(p.failures) and p.kept for p in problems)
+    line = (
+        f"kept all their shape sets: {len(problems) - len(lost)} of {len(problems)} problems"
+        f" ({on_fallback} on the fallback sets)"
+    )
+    if lost:
+        line += "; lost a set: " + ", ".join(f"{p.name} ({_lost_sets(p)})" for p in lost)
+    return line
+
+
+def _lost_sets(problem: Problem) -> str:
+    if problem.fallback_failures:
+        return "fallback set " + ", ".join(str(i + 1) for i, _ in problem.fallback_failures)
+    return "set " + ", ".join(str(i + 1) for i, _ in problem.failures)
 
 
 def main() -> int:
@@ -224,6 +259,10 @@ def main() -> int:
     surveyed = [survey(*problem, args.verify_reference) for problem in problems(args.root)]
     report(surveyed, args.verify_reference)
     print(f"survey took {time.perf_counter() - started:.1f} s")
+    if args.verify_reference:
+        print(kept_line(surveyed))
+    else:
+        print("kept all their shape sets: not known without --verify-reference")
     return 0
 
 

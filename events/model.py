@@ -39,9 +39,20 @@ Verdict = Literal[
     "rejected_static",
     "rejected_runtime",
     "unsupported",
+    "task_error",
     "fail",
     "error",
 ]
+# Verdicts that are not the candidate's doing: ``task_error`` (the task's fault: its
+# reference fails on its own inputs, its shapes cannot be built) and ``unsupported`` (the
+# node's: a backend or device it lacks, a sandbox it cannot start). A task that meets one
+# ends there, with no coder retry and no LLM call, and no reward is the policy's
+# (docs/verifier.md, "Whose fault").
+FAULT_VERDICTS = frozenset({"task_error", "unsupported"})
+# What a strictness policy may be called on the wire; which names exist is the verifier's
+# registry (kernelflow.actors.verifier.policy).
+POLICY_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+PolicyName = Annotated[str, msgspec.Meta(pattern=POLICY_NAME_PATTERN)]
 TaskStatus = Literal["success", "failed", "cancelled", "rejected", "budget_exceeded", "timeout"]
 DecisionMode = Literal["auto", "llm", "retry", "limit", "fallback"]
 
@@ -86,6 +97,9 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # A registered kernel backend's name (kernelflow.actors.backends), checked when the
     # task is submitted.
     backend: Annotated[str, msgspec.Meta(pattern=BACKEND_NAME_PATTERN)] = "triton"
+    # The verifier's strictness policy for this task's candidates (``strict`` or
+    # ``kernelbench``; kernelflow.actors.verifier.policy), checked when it is submitted.
+    policy: PolicyName = "strict"
     group_id: str | None = None
     # Existing code to start from (the verifier_only workflow verifies it as is).
     candidate_code: str | None = None
@@ -199,10 +213,25 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
     checks: list[str] = []
     # The device's name, its driver, and the versions of python, torch, triton, CUDA.
     environment: dict[str, str] = {}
+    # The strictness policy it was judged under ("": recorded before policies, which is
+    # ``strict``), and what that policy let pass but records ("rule: explanation" lines,
+    # e.g. PyTorch compute kept in PyTorch under ``kernelbench``).
+    policy: str = ""
+    warnings: list[str] = []
+    # The (atol, rtol) each output dtype was compared with.
+    tolerances: dict[str, list[float]] = {}
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
+
+    @property
+    def fault(self) -> str | None:
+        """Whose fault a verdict that is not the candidate's is: "task" or "node" (None
+        for every verdict on the candidate)."""
+        if self.verdict == "task_error":
+            return "task"
+        return "node" if self.verdict == "unsupported" else None
 
 
 # --------------------------------------------------------------------------- events
@@ -238,6 +267,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     backend: str
     group_id: str
     candidate_code: str | None = None
+    policy: str = "strict"  # the verifier's strictness policy (SubmitTask.policy)
     deadline_s: float | None = None
     metadata: dict[str, str] = {}
     prompt: str | None = None

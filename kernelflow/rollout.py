@@ -40,6 +40,7 @@ import yaml
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from kernelflow.actors.llm import make_provider
 from kernelflow.actors.llm.config import AgentLLM, load_config
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.model import Event, SubmitTask
@@ -88,6 +89,8 @@ class RolloutConfig:
     save_trajectories: Path | None = None  # a JSONL file, one trajectory per line
     llm: str | None = None  # provider spec; None: the configured default
     deadline_s: float | None = None  # per rollout
+    # The verifier's strictness policy for the kernel tools (compile_kernel, check_kernel).
+    policy: str = DEFAULT_POLICY
 
     def workflow_yaml(self, system: str | None = None) -> str:
         """The rollout workflow; ``system`` replaces the solver's system prompt."""
@@ -316,6 +319,7 @@ class Rollout:
                     group_id=f"{run}-p{i}",
                     rewards=list(self.config.rewards),
                     deadline_s=self.config.deadline_s,
+                    policy=self.config.policy,
                     metadata={
                         "rollout": run,
                         "prompt_index": str(i),

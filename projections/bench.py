@@ -7,15 +7,18 @@ passing kernel over eager PyTorch and over ``torch.compile`` where a GPU timed t
 attempts and cost. A problem is solved when one of its kernels passed; one whose only
 answers were refused as reward hacks is not.
 
-For the run (``run_summary``, KernelBench's definitions over problems): correctness (the
-share solved); ``fast_p``: the share solved with a speedup above ``p``, where ``p = 0``
-needs no timing and ``p > 0`` is None (not measured, never 0) when no kernel was timed;
-the geometric mean of the measured speedups; tokens, dollars and GPU-seconds in all and
-per correct-and-faster kernel (solved with a speedup above 1).
+For the run (``run_summary``, KernelBench's definitions over problems, leaving out the
+problems whose best verdict is a fault: a broken task or a node that could not check it,
+counted apart as ``faults``): correctness (the share solved); ``fast_p``: the share
+solved with a speedup above ``p``, where ``p = 0`` needs no timing and ``p > 0`` is None
+(not measured, never 0) when no kernel was timed; the geometric mean of the measured
+speedups; tokens, dollars and GPU-seconds in all and per correct-and-faster kernel
+(solved with a speedup above 1).
 
 ``benchmark_card``: device and driver, timing method, each timed number's 95 % interval,
-baselines, verifier versions, the anti-cheat checks, and every speedup flagged as
-implausible (and so re-timed). Numbers are printed with their card or not at all.
+baselines, verifier versions and strictness policies, the tolerances, the anti-cheat
+checks, the kernels that passed with warnings, and every speedup flagged as implausible
+(and so re-timed). Numbers are printed with their card or not at all.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelflow.events.model import FAULT_VERDICTS
 from kernelflow.projections.metrics import geomean
 from kernelflow.projections.search import Candidate, SearchDatabase
 
@@ -39,6 +43,7 @@ VERDICT_ORDER = (
     "rejected_runtime",
     "rejected_static",
     "unsupported",
+    "task_error",
     "fail",
     "error",
 )
@@ -123,8 +128,10 @@ def run_summary(
     results: Sequence[ProblemResult], fast_ps: Sequence[float] = BENCH_FAST_P
 ) -> dict[str, Any]:
     """The run's numbers over its problems (see the module's docstring)."""
-    n = len(results)
-    solved = [r for r in results if r.solved]
+    faults = [r for r in results if r.best_verdict in FAULT_VERDICTS]
+    judged = [r for r in results if r.best_verdict not in FAULT_VERDICTS]
+    n = len(judged)
+    solved = [r for r in judged if r.solved]
     timed = [r for r in solved if r.speedup is not None]
     any_timing = bool(timed)
     faster = [r for r in timed if r.speedup is not None and r.speedup > 1.0]
@@ -146,7 +153,8 @@ def run_summary(
         return total / len(faster) if faster and total is not None else None
 
     return {
-        "problem_count": n,
+        "problem_count": len(results),
+        "faults": [{"problem": r.problem, "verdict": r.best_verdict} for r in faults],
         "solved": len(solved),
         "unfinished": sum(1 for r in results if r.running),
         "correctness": len(solved) / n if n else None,
@@ -173,6 +181,9 @@ def run_summary(
 class _CardFacts:
     environments: list[dict[str, str]] = field(default_factory=list)
     versions: set[int] = field(default_factory=set)
+    policies: set[str] = field(default_factory=set)
+    tolerances: dict[str, list[float]] = field(default_factory=dict)
+    warned: list[dict[str, Any]] = field(default_factory=list)
     checks: list[frozenset[str]] = field(default_factory=list)
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -198,6 +209,10 @@ def benchmark_card(
             if report.environment and report.environment not in facts.environments:
                 facts.environments.append(dict(report.environment))
             facts.versions.add(report.verifier_version)
+            facts.policies.add(report.policy or "strict")
+            facts.tolerances.update(report.tolerances)
+            if report.passed and report.warnings:
+                facts.warned.append({"task": c.task_id, "warnings": list(report.warnings)})
             facts.checks.append(frozenset(report.checks))
             t = report.timing
             if t is not None and t.method:
@@ -241,6 +256,9 @@ def benchmark_card(
         "timing_note": None if facts.methods else NO_TIMING,
         "timings": timings,
         "verifier_versions": sorted(facts.versions),
+        "policies": sorted(facts.policies),
+        "tolerances": dict(sorted(facts.tolerances.items())),
+        "passed_with_warnings": facts.warned,
         "checks_on_in_every_check": sorted(every),
         "checks_on_in_some_only": sorted(some - every),
         "implausible_speedups": flagged,
@@ -266,6 +284,15 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         )
     versions = ", ".join(map(str, card["verifier_versions"])) or "-"
     lines.append(f"  verifier version(s): {versions}")
+    lines.append(f"  policy: {', '.join(card['policies']) or '-'}")
+    if card["tolerances"]:
+        tolerances = ", ".join(
+            f"{dtype} atol={pair[0]:g} rtol={pair[1]:g}"
+            for dtype, pair in card["tolerances"].items()
+        )
+        lines.append(f"  tolerances: {tolerances}")
+    for w in card["passed_with_warnings"]:
+        lines.append(f"  passed with warnings: {w['task']}: {'; '.join(w['warnings'])[:200]}")
     lines.append(f"  checks on: {', '.join(card['checks_on_in_every_check']) or '-'}")
     if card["checks_on_in_some_only"]:
         lines.append(

@@ -104,6 +104,7 @@ class DropCounts(msgspec.Struct, kw_only=True):
     """Why turns were left out of the dataset (each count is of turns)."""
 
     unfinished: int = 0  # the task had not ended
+    fault: int = 0  # it ended on the task's or the node's fault (a broken reference ...)
     singleton_group: int = 0
     zero_variance: int = 0
     prompt_too_long: int = 0
@@ -163,6 +164,12 @@ class RolloutReward:
     source: Literal["recorded", "computed"]
     turns: int  # trainable turns
     ended: bool
+    fault: bool = False  # ended on the task's or the node's fault: not the policy's reward
+
+    @property
+    def grouped(self) -> bool:
+        """Whether it counts in its group's statistics."""
+        return self.ended and not self.fault
 
 
 def trainable_turns(t: TaskMetrics, options: GrpoOptions) -> int:
@@ -190,6 +197,7 @@ def rollout_reward(
         source=source,
         turns=trainable_turns(t, options),
         ended=t.ended,
+        fault=t.outcome(options.verifier_version).fault,
     )
 
 
@@ -224,10 +232,11 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def group_stats(rollouts: Iterable[RolloutReward], options: GrpoOptions) -> dict[str, GroupStats]:
-    """One ``GroupStats`` per group, over the rollouts that ended."""
+    """One ``GroupStats`` per group, over the rollouts that ended (a task's or node's
+    fault left out: its reward is not the policy's)."""
     groups: dict[str, list[RolloutReward]] = {}
     for r in rollouts:
-        if r.ended:
+        if r.grouped:
             groups.setdefault(r.group_id, []).append(r)
     out = {}
     for gid, rs in sorted(groups.items()):
@@ -416,6 +425,8 @@ class SampleBuilder:
         r = self.table.rollouts.get(task_id)
         if r is None or not r.ended:
             return "unfinished"
+        if r.fault:
+            return "fault"
         g = self.table.groups[r.group_id]
         if g.verdict == "singleton" and self.options.singleton == "drop":
             return "singleton_group"

@@ -16,9 +16,13 @@ finished, cancelled or rejected; running tasks are only counted):
   verification it ended on, or a later one by a newer verifier (``KernelReverified``,
   ``kernelflow reverify``); ``verifier_version`` asks for the newest check by a verifier
   no newer than that version instead (``TaskMetrics.outcome``);
-- correctness rate: tasks whose outcome is a pass (status ``success``) / ended;
-- ``fast_p``: tasks that are correct and faster than ``p`` * the baseline / ended
-  (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup; for
+- faults: ended tasks whose outcome is a check that was not the candidate's doing
+  (``task_error``: the task is broken; ``unsupported``: the node cannot check it); they
+  are left out of the correctness rate and ``fast_p`` (no policy earned or lost them);
+- correctness rate: tasks whose outcome is a pass (status ``success``) / ended, faults
+  left out;
+- ``fast_p``: tasks that are correct and faster than ``p`` * the baseline / ended, faults
+  left out (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup; for
   ``p > 0`` it is None (not measured, never 0) when no task of the set was timed (Triton
   in the CPU interpreter is never timed);
 - geometric-mean speedup: over correct tasks with a measured speedup;
@@ -69,7 +73,7 @@ from kernelflow.projections.rewards import RewardInput, revised_outcome
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 RUNNING = "running"
-FOLD_VERSION = 4
+FOLD_VERSION = 5
 
 
 # Untracked by the cycle collector (plain data, no cycles possible; tuples, not lists): the
@@ -81,6 +85,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     workflow: str = ""
     group_id: str = ""
     backend: str = ""
+    policy: str = ""  # the verifier's strictness policy
     status: str = RUNNING
     reason: str = ""  # why the task ended (its terminal event's reason)
     submitted_at: float | None = None
@@ -107,8 +112,10 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     final_verdict: str | None = None
     final_speedup: float | None = None
     final_verifier_version: int = 0  # of the verification the task ended on
-    # Later checks of the kernel the task ended with: (verifier version, verdict, speedup).
-    revisions: tuple[tuple[int, str, float | None], ...] = ()
+    final_warned: bool = False  # it passed with its policy's warnings
+    # Later checks of the kernel the task ended with: (verifier version, verdict, speedup,
+    # passed with warnings).
+    revisions: tuple[tuple[int, str, float | None, bool], ...] = ()
     rewards: dict[str, float] = {}  # recorded rewards, "name@version" → value
 
     @property
@@ -125,7 +132,9 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
         """The speedup of the kernel it ended with, by the newest check of it."""
         return self.outcome().speedup
 
-    def revision(self, verifier_version: int | None = None) -> tuple[int, str, float | None] | None:
+    def revision(
+        self, verifier_version: int | None = None
+    ) -> tuple[int, str, float | None, bool] | None:
         """The newest later check of the task's kernel (by a verifier no newer than
         ``verifier_version``), or None."""
         for revision in reversed(self.revisions):
@@ -156,11 +165,12 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
             verdict=self.final_verdict,
             speedup=self.final_speedup,
             verdicts=self.verdicts,
+            warned=self.final_warned,
         )
         revision = self.revision(verifier_version)
         if revision is None:
             return recorded
-        return revised_outcome(recorded, revision[1], revision[2])
+        return revised_outcome(recorded, *revision[1:])
 
 
 # The read model keeps a row per task for the life of the daemon, and the offline tools one
@@ -175,13 +185,14 @@ def share_names(t: TaskMetrics) -> None:
     t.task_name = _shared(t.task_name)
     t.workflow = _shared(t.workflow)
     t.backend = _shared(t.backend)
+    t.policy = _shared(t.policy)
     t.status = _shared(t.status)
     t.reason = _shared(t.reason)
     if t.final_verdict is not None:
         t.final_verdict = _shared(t.final_verdict)
     t.models = tuple(map(_shared, t.models))
     t.verdicts = tuple(map(_shared, t.verdicts))
-    t.revisions = tuple((v, _shared(verdict), speedup) for v, verdict, speedup in t.revisions)
+    t.revisions = tuple((v, _shared(verdict), s, w) for v, verdict, s, w in t.revisions)
     t.llm_calls_by_agent = {_shared(k): n for k, n in t.llm_calls_by_agent.items()}
     t.decisions_by_mode = {_shared(k): n for k, n in t.decisions_by_mode.items()}
     t.rewards = {_shared(k): value for k, value in t.rewards.items()}
@@ -302,6 +313,7 @@ def _on_submitted(p: MetricsProjection, t: TaskMetrics, event: TaskSubmitted) ->
     t.workflow = _shared(event.workflow_name)
     t.group_id = event.group_id
     t.backend = _shared(event.backend)
+    t.policy = _shared(event.policy)
     t.submitted_at = event.at
 
 
@@ -367,6 +379,7 @@ def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationComple
     r = event.report
     t.verdicts = (*t.verdicts, _shared(r.verdict))
     t.final_verifier_version = r.verifier_version
+    t.final_warned = r.passed and bool(r.warnings)
     if r.passed and r.speedup is not None:
         t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
     _close_dispatch(p, event, succeeded=r.passed)
@@ -374,7 +387,8 @@ def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationComple
 
 def _on_reverified(p: MetricsProjection, t: TaskMetrics, event: KernelReverified) -> None:
     r = event.report
-    t.revisions = (*t.revisions, (r.verifier_version, _shared(r.verdict), r.speedup))
+    warned = r.passed and bool(r.warnings)
+    t.revisions = (*t.revisions, (r.verifier_version, _shared(r.verdict), r.speedup, warned))
 
 
 def _close_dispatch(
@@ -535,6 +549,7 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     running: int
     statuses: dict[str, int]
     correct: int
+    faults: int  # ended on the task's or the node's fault: not in the rates
     correctness_rate: float | None
     fast_p: dict[str, float | None]
     geomean_speedup: float | None
@@ -557,9 +572,10 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
 def fast_p(
     tasks: Sequence[TaskMetrics], p: float, verifier_version: int | None = None
 ) -> float | None:
-    """The share of ended tasks whose kernel is correct and more than ``p`` times faster
-    than the baseline; None without ended tasks, or for ``p > 0`` when none was timed."""
-    outcomes = [t.outcome(verifier_version) for t in tasks if t.ended]
+    """The share of ended tasks (faults left out) whose kernel is correct and more than
+    ``p`` times faster than the baseline; None without such tasks, or for ``p > 0`` when
+    none was timed."""
+    outcomes = [o for t in tasks if t.ended and not (o := t.outcome(verifier_version)).fault]
     if not outcomes or (p > 0 and all(o.speedup is None for o in outcomes)):
         return None
     hits = sum(
@@ -591,6 +607,8 @@ def run_metrics(
     ended = [t for t in ts if t.ended]
     outcomes = {t.task_id: t.outcome(verifier_version) for t in ended}
     correct = [t for t in ended if outcomes[t.task_id].status == "success"]
+    faults = sum(1 for t in ended if outcomes[t.task_id].fault)
+    judged = len(ended) - faults
     statuses: dict[str, int] = {}
     verdicts: dict[str, int] = {}
     reward_sums: dict[str, list[float]] = {}
@@ -609,7 +627,8 @@ def run_metrics(
         running=len(ts) - len(ended),
         statuses=dict(sorted(statuses.items())),
         correct=len(correct),
-        correctness_rate=len(correct) / len(ended) if ended else None,
+        correctness_rate=len(correct) / judged if judged else None,
+        faults=faults,
         fast_p={f"fast_{p:g}": fast_p(ts, p, verifier_version) for p in fast_ps},
         geomean_speedup=geomean(speedups),
         speedups_measured=len(speedups),

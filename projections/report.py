@@ -107,6 +107,7 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
             t.wall_s,
             " ".join(t.verdicts) or "-",
             t.best_speedup,
+            t.policy or "-",
         ]
         for t in sorted(tasks, key=lambda t: (t.submitted_at or 0.0, t.task_id))
     ]
@@ -123,6 +124,7 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
         "wall_s",
         "verdicts",
         "best_x",
+        "policy",
     ]
     return Table("Tasks", headers, _cells(rows))
 
@@ -258,6 +260,12 @@ def report_sections(
         f"{overall.total_tokens}   cost: "
         + ("-" if overall.cost_usd is None else f"${overall.cost_usd:.4f}"),
     ]
+    warned = sum(1 for t in tasks if t.final_warned)
+    if overall.faults or warned:
+        totals.append(
+            f"Faults not the candidates' (task_error, unsupported; left out of the rates): "
+            f"{overall.faults}   passed with their policy's warnings: {warned}"
+        )
     if overall.rewards_mean:
         totals.append(
             "Mean recorded reward: "

@@ -14,6 +14,12 @@ Registered functions (``name@version``):
   task was ``rejected_static`` or ``rejected_runtime`` (an attempted reward hack), else
   ``binary``; so a rollout that tried a hack and then passed gets 0, one that only
   hacked gets -1.
+- ``clean@1``: 1.0 for a pass with no warnings, ``warned`` (0.5) for a pass its task's
+  strictness policy let through with warnings (PyTorch compute kept, lower precision:
+  ``kernelbench``), else 0.0. The default of kernel tasks under a policy that warns.
+
+A task that ended on a fault (``task_error``, ``unsupported``: the task's or the node's,
+not the policy's doing) records no reward (``RewardInput.fault``).
 
 For prompt tasks (``kernelflow rollout``), comparing the final answer with the reference:
 
@@ -44,7 +50,13 @@ from typing import Any
 
 import msgspec
 
-from kernelflow.events.model import KernelReverified, RewardAssigned, TaskFinished, TaskSubmitted
+from kernelflow.events.model import (
+    FAULT_VERDICTS,
+    KernelReverified,
+    RewardAssigned,
+    TaskFinished,
+    TaskSubmitted,
+)
 from kernelflow.projections.task_state import TaskState
 
 CHEAT_VERDICTS = frozenset({"rejected_static", "rejected_runtime"})
@@ -57,6 +69,7 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     verdict: str | None = None  # the last verification's verdict
     speedup: float | None = None  # the last verification's speedup
     verdicts: tuple[str, ...] = ()  # every verification's verdict, in order
+    warned: bool = False  # the last verification passed with its policy's warnings
     # Prompt tasks: the final answer, the reference answer, the judge's verdict (None:
     # not judged, or its reply could not be read).
     answer: str | None = None
@@ -71,6 +84,13 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     def cheated(self) -> bool:
         return any(v in CHEAT_VERDICTS for v in self.verdicts)
 
+    @property
+    def fault(self) -> bool:
+        """It ended on a check that was not the candidate's doing (the task's or the
+        node's fault): no reward of it is the policy's. Such a task records no reward,
+        and exports and fast_p leave it out."""
+        return self.verdict in FAULT_VERDICTS
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "status": self.status,
@@ -78,6 +98,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
             "speedup": self.speedup,
             "verdicts": list(self.verdicts),
         }
+        if self.warned:
+            out["warned"] = True
         if self.answer is not None or self.reference is not None:
             out |= {"answer": self.answer, "reference": self.reference}
         if self.judged_correct is not None:
@@ -114,6 +136,12 @@ def _speedup(r: RewardInput, p: dict[str, float]) -> float:
 
 def _cheat_penalty(r: RewardInput, p: dict[str, float]) -> float:
     return _binary(r, p) - (p["penalty"] if r.cheated else 0.0)
+
+
+def _clean(r: RewardInput, p: dict[str, float]) -> float:
+    if not r.correct:
+        return 0.0
+    return p["warned"] if r.warned else 1.0
 
 
 def normalise_answer(text: str) -> str:
@@ -186,6 +214,13 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             doc="binary - penalty if any verification was rejected as a reward hack",
         ),
         RewardFn(
+            "clean",
+            1,
+            _clean,
+            {"warned": 0.5},
+            doc="1 for a pass without warnings, `warned` for one the policy let through",
+        ),
+        RewardFn(
             "exact_match",
             1,
             _exact_match,
@@ -203,6 +238,9 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
 }
 DEFAULT_REWARD = "binary@1"
 KERNEL_REWARDS = ("binary@1", "speedup@1", "cheat_penalty@1")
+# Under a policy that passes candidates with warnings (kernelbench), a reward that tells
+# them from clean passes is recorded too.
+WARNING_POLICY_REWARDS = (*KERNEL_REWARDS, "clean@1")
 PROMPT_REWARDS = ("exact_match@1", "numeric_match@1")
 JUDGE_REWARD = "judge"
 
@@ -233,7 +271,12 @@ def rewards_for(submitted: TaskSubmitted | None) -> list[RewardFn]:
     its kind (kernel or prompt)."""
     if submitted is None:
         return [get_reward(k) for k in KERNEL_REWARDS]
-    names = submitted.rewards or (KERNEL_REWARDS if submitted.prompt is None else PROMPT_REWARDS)
+    if submitted.rewards:
+        names: Sequence[str] = submitted.rewards
+    elif submitted.prompt is not None:
+        names = PROMPT_REWARDS
+    else:
+        names = KERNEL_REWARDS if submitted.policy == "strict" else WARNING_POLICY_REWARDS
     return [get_reward(k) for k in names]
 
 
@@ -277,8 +320,10 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
             ),
         )
     if isinstance(end, TaskFinished):
+        checks = state.verifications
+        warned = bool(checks and checks[-1].report.passed and checks[-1].report.warnings)
         return msgspec.structs.replace(
-            inputs, status=end.status, verdict=end.verdict, speedup=end.speedup
+            inputs, status=end.status, verdict=end.verdict, speedup=end.speedup, warned=warned
         )
     if end is not None:
         return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))
@@ -289,7 +334,9 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
 _FINISHED = frozenset({"success", "failed", "budget_exceeded", "timeout"})
 
 
-def revised_outcome(recorded: RewardInput, verdict: str, speedup: float | None) -> RewardInput:
+def revised_outcome(
+    recorded: RewardInput, verdict: str, speedup: float | None, warned: bool = False
+) -> RewardInput:
     """A task's outcome once its final kernel was checked again: that check's verdict and
     speedup, and a finished task succeeds exactly when it passed (a kernel a fixed
     verifier now refuses no longer succeeds; one a fixed verifier bug had refused does).
@@ -303,6 +350,7 @@ def revised_outcome(recorded: RewardInput, verdict: str, speedup: float | None) 
         verdict=verdict,
         speedup=speedup,
         verdicts=(*recorded.verdicts, verdict),
+        warned=warned,
     )
 
 
@@ -316,8 +364,8 @@ def reward_events(
     pass it explicitly for a finish about to be appended (as the next event). Their cause is
     the ``TaskFinished`` event's id either way, so both paths record the same events."""
     end = finished if finished is not None else state.finished
-    if end is None:
-        return []
+    if end is None or end.verdict in FAULT_VERDICTS:
+        return []  # a fault is not the policy's doing (RewardInput.fault)
     inputs = reward_input(state, end)
     # The finish's own id: its recorded one, or the one it gets appended next.
     cause = end.event_id if end.seq else f"{state.task_id}:{state.events_seen + 1}"
@@ -329,7 +377,11 @@ def revised_reward_events(state: TaskState, check: KernelReverified) -> list[Rew
     """The rewards of a task whose kernel was checked again (``check``, about to be
     appended as its next event): each of its reward functions but the judge's (it judges
     an answer, not a kernel) on the revised outcome, caused by the check."""
-    inputs = revised_outcome(reward_input(state), check.report.verdict, check.report.speedup)
+    if check.report.fault is not None:
+        return []  # this check could not judge the kernel: its rewards stand
+    report = check.report
+    warned = report.passed and bool(report.warnings)
+    inputs = revised_outcome(reward_input(state), report.verdict, report.speedup, warned)
     functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
     cause = f"{state.task_id}:{state.events_seen + 1}"
     version = {"verifier_version": check.report.verifier_version}

@@ -28,6 +28,7 @@ from kernelflow.events.model import (
     Event,
     LLMCalled,
     RewardAssigned,
+    SubmitTask,
     TaskSubmitted,
     ToolCalled,
 )
@@ -76,6 +77,19 @@ def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
 def submit(url: str, task_id: str, *args: str, task: str = "examples/tasks/relu.py") -> None:
     result = run_cli("submit", task, "--task-id", task_id, "--nats-url", url, *args)
     assert result.returncode == 0, result.stderr
+
+
+def publish(url: str, command: SubmitTask) -> None:
+    """Publish ``command`` as a program of one's own would, without the CLI's checks."""
+
+    async def send() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().publish(subjects.SUBMIT, encode(command))
+        finally:
+            await nc.close()
+
+    asyncio.run(send())
 
 
 def task_events(url: str, task_id: str, auth: ClientAuth | None = None) -> list[Event]:

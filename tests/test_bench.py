@@ -1,4 +1,4 @@
-"""``kernelflow bench`` over real KernelBench problems, with a local OpenAI-compatible
+"""``kernelflow bench`` over KernelBench-format problems, with a local OpenAI-compatible
 server standing in for the model, the real verifier (Triton in its CPU interpreter) and
 the embedded NATS: fast_p over problems (a problem answered only with cheats is not
 solved; no invented timings on the CPU), a run continued by running it again, an
@@ -29,7 +29,7 @@ from tests.fake_llm_servers import FakeOpenAI
 
 LEVEL1 = EXAMPLES / "kernelbench" / "level1"
 SOLUTIONS = EXAMPLES / "kernelbench" / "solutions"
-RELU_SOLUTION = (SOLUTIONS / "19_ReLU.py").read_text()
+HARDSWISH_SOLUTION = (SOLUTIONS / "3_hardswish.py").read_text()
 # A reward hack for softmax: a kernel launched for show, PyTorch computes the result.
 SOFTMAX_CHEAT = """import torch
 import torch.nn as nn
@@ -44,16 +44,20 @@ def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 class ModelNew(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+
     def forward(self, x):
         y = torch.empty_like(x)
         copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-        return torch.softmax(x, dim=1)
+        return torch.softmax(x / self.temperature, dim=-1)
 """
 
 
 def policy(body: dict[str, Any]) -> str:
     """The model: a conductor that sends the coder back, a designer that plans, a coder
-    that solves ReLU and can only cheat at softmax."""
+    that solves hard swish and can only cheat at softmax."""
     messages = body["messages"]
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     prompt = messages[-1]["content"]
@@ -61,14 +65,14 @@ def policy(body: dict[str, Any]) -> str:
         return json.dumps({"decision": "coder", "error_and_suggestion": "fix it"})
     if "You are the designer" in system:
         return "One program per block of elements; mask the tail."
-    code = RELU_SOLUTION if "torch.relu" in prompt else SOFTMAX_CHEAT
+    code = HARDSWISH_SOLUTION if "F.hardswish" in prompt else SOFTMAX_CHEAT
     return f"```python\n{code}```"
 
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("level1")
-    for name in ("19_ReLU.py", "23_Softmax.py"):
+    for name in ("3_hardswish.py", "5_row_softmax.py"):
         shutil.copy(LEVEL1 / name, folder / name)
     return folder
 
@@ -91,11 +95,13 @@ def test_bench_reports_fast_p_over_problems_and_a_cheat_does_not_solve_one(
     assert out["solved"] == 1 and out["problem_count"] == 2 and out["correctness"] == 0.5
     assert out["timed"] is False and "CPU interpreter" in out["note"]
     by_name = {p["problem"]: p for p in out["problems"]}
-    relu, softmax = by_name["19_ReLU.py"], by_name["23_Softmax.py"]
-    assert relu["solved"] and relu["best_verdict"] == "pass" and relu["speedup"] is None
+    hardswish, softmax = by_name["3_hardswish.py"], by_name["5_row_softmax.py"]
+    assert hardswish["solved"] and hardswish["best_verdict"] == "pass"
+    assert hardswish["speedup"] is None
     assert not softmax["solved"] and softmax["best_verdict"] == "rejected_static"
     assert softmax["candidates"] == 2  # no early win without a pass
-    assert relu["tokens"] > 0 and out["tokens"] >= relu["tokens"] + softmax["tokens"]
+    assert hardswish["tokens"] > 0
+    assert out["tokens"] >= hardswish["tokens"] + softmax["tokens"]
     card = out["card"]
     assert card["verifier_versions"] == [VERIFIER_VERSION]
     assert {"static_gate", "judge_isolation", "secret_seeds"} <= set(
@@ -111,7 +117,7 @@ def test_bench_reports_fast_p_over_problems_and_a_cheat_does_not_solve_one(
     )
     assert export.returncode == 0, export.stderr
     rows = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
-    assert {r["group_id"] for r in rows} == {f"{out['run']}-19", f"{out['run']}-23"}
+    assert {r["group_id"] for r in rows} == {f"{out['run']}-3", f"{out['run']}-5"}
 
 
 def evolve_script(tmp_path: Path) -> Path:

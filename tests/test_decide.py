@@ -4,6 +4,7 @@ state, that tasks always end within their limits, and the trajectory of the resu
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.projections.counters import counters_at_decisions
+from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import CONDUCTOR, fold
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
 from kernelflow.workflows.loader import load_workflow
@@ -50,7 +52,7 @@ FIX_IT = '{"decision": "coder", "error_and_suggestion": "fix it"}'
 
 def simulate(
     workflow: str,
-    verdicts: list[bool],
+    verdicts: list[bool] | list[str],
     parse_ok: list[bool] | None = None,
     conductor_says: str | list[str] = FIX_IT,
 ) -> list[Event]:
@@ -88,7 +90,8 @@ def simulate(
             assert d is not None and isinstance(plan, Idle)
             if d.agent == "verifier":
                 ok = verdicts.pop(0) if verdicts else False
-                report = VerificationReport(verdict="pass" if ok else "fail", summary="checked")
+                verdict = ok if isinstance(ok, str) else "pass" if ok else "fail"
+                report = VerificationReport(verdict=verdict, summary="checked")  # type: ignore[arg-type]
                 record(
                     VerificationCompleted(
                         task_id=T,
@@ -135,6 +138,26 @@ def test_default_workflow_fail_then_pass() -> None:
     # The conductor's suggestion reaches the coder it sends back.
     second_coder = [e for e in events if isinstance(e, AgentDispatched)][3]
     assert second_coder.suggestion == "fix it"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "whose"), [("task_error", "the task is broken"), ("unsupported", "this node")]
+)
+@pytest.mark.parametrize("workflow", ["default", "conductor_connect_all", "coder_only"])
+def test_a_fault_that_is_not_the_candidate_s_ends_the_task_in_one_decision(
+    verdict: str, whose: str, workflow: str
+) -> None:
+    events = simulate(workflow, [verdict, True])
+    state = fold(T, events)
+    assert state.history[-1] == "verifier" and state.history.count("verifier") == 1
+    assert state.finished is not None and state.finished.status == "rejected"
+    assert state.finished.reason.startswith(whose)
+    last = state.decisions[-1]
+    assert (last.mode, last.chosen, last.options) == ("auto", "finish", ["finish"])
+    checked = next(i for i, e in enumerate(events) if isinstance(e, VerificationCompleted))
+    after = events[checked:]
+    assert not [e for e in after if isinstance(e, LLMCalled)]  # no LLM call spent on it
+    assert pending_reward_events(state) == []  # no reward: not the policy's doing
 
 
 def test_an_unusable_conductor_answer_falls_back_safely() -> None:

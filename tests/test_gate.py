@@ -339,7 +339,8 @@ def test_a_helper_may_not_write_into_its_arguments() -> None:
             store.append(y)
         """
     )
-    assert "caching" in rules(source + FORWARD)
+    called = FORWARD.replace("return y", "keep([], y)\n        return y")
+    assert "caching" in rules(source + called)
 
 
 WITH_INIT = """
@@ -440,7 +441,7 @@ def helper(x):
 
 class ModelNew(nn.Module):
     def grid_of(self, meta):
-        return (self.n,)
+        return (int(self.w.sum()),)
 
     def forward(self, x):
         y = torch.empty_like(x)
@@ -569,7 +570,7 @@ def test_a_decorator_of_the_candidates_own_is_refused() -> None:
         "z = {1: 2}",
         "z = tl.reduce(offs, 0, X)",
         "z = triton.cdiv(n, 2)",
-        "z = X[0]",
+        "z = X[n]",
         "z = X.value.exp()",
         "z = x_ptr.dtype.exp()",
         "z = x_ptr.data.sum()",
@@ -609,21 +610,40 @@ def test_a_kernel_under_an_aliased_decorator_is_still_a_kernel() -> None:
     assert "kernel_body" in rules(source)
 
 
-def test_a_nested_kernel_is_refused() -> None:
+def test_a_kernel_defined_where_it_is_launched_passes() -> None:
+    """Triton lets a kernel be defined in a function (a factory, forward itself): its body
+    is judged as every kernel's is."""
     source = module(
         """
         class ModelNew(nn.Module):
             def forward(self, x):
                 @triton.jit
-                def inner(x_ptr):
-                    pass
+                def inner(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+                    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                    vals = tl.load(x_ptr + offs, mask=offs < n)
+                    tl.store(y_ptr + offs, tl.maximum(vals, 0.0), mask=offs < n)
 
                 y = torch.empty_like(x)
-                relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+                inner[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
                 return y
         """
     )
-    assert "kernel_body" in rules(source)
+    assert rules(source) == set()
+    escaping = source.replace("tl.maximum(vals, 0.0)", "x.relu()")  # forward's tensor
+    assert "kernel_body" in rules(escaping)
+
+
+def test_a_kernel_defined_inside_a_kernel_is_refused() -> None:
+    source = module(
+        """
+        @triton.jit
+        def outer(x_ptr):
+            @triton.jit
+            def inner(x_ptr):
+                pass
+        """
+    )
+    assert "kernel_body" in rules(source + FORWARD)
 
 
 def test_the_triton_language_passes() -> None:

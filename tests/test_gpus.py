@@ -12,10 +12,10 @@ import pytest
 
 from kernelflow.actors.daemon import DaemonConfig
 from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
-from kernelflow.events.model import VerificationCompleted
+from kernelflow.events.model import SubmitTask, VerificationCompleted
 from kernelflow.settings import Settings, SettingsError, parse_gpus
-from tests.conftest import cli_env, run_cli
-from tests.daemons import start_daemon, submit, wait_for
+from tests.conftest import REPO, cli_env, run_cli
+from tests.daemons import publish, start_daemon, wait_for
 from tests.test_health import health
 from tests.test_workflow_runs import RELU, good_relu_kernel
 
@@ -72,9 +72,19 @@ def test_daemon_on_missing_gpus_says_so_and_never_passes(private_nats: str, tmp_
 
         candidate = tmp_path / "kernel.py"
         candidate.write_text(good_relu_kernel())
-        submit(
-            private_nats, "gpu-task", "--workflow", "verifier_only", "--candidate", str(candidate)
+        refused = run_cli(
+            "submit", RELU, "--workflow", "verifier_only", "--candidate", str(candidate),
+            "--nats-url", private_nats,
+        )  # fmt: skip
+        assert refused.returncode == 2  # no verifier up can check it: said before publishing
+        assert "no running verifier offers backend 'triton' (offered: none)" in refused.stderr
+        command = SubmitTask(
+            task_id="gpu-task",
+            task_source=(REPO / RELU).read_text(),
+            workflow="verifier_only",
+            candidate_code=good_relu_kernel(),
         )
+        publish(private_nats, command)  # a program of one's own checks nothing
         events = wait_for(
             private_nats,
             "gpu-task",

@@ -28,7 +28,7 @@ from kernelflow.workflows.loader import load_workflow
 from tests.conftest import EXAMPLES, run_cli
 
 RELU = (EXAMPLES / "tasks" / "relu.py").read_text()
-LEGIT = (EXAMPLES / "kernelbench" / "solutions" / "19_ReLU.py").read_text()
+LEGIT = (EXAMPLES / "candidates" / "solutions" / "relu.py").read_text()
 HACK = (EXAMPLES / "candidates" / "cheats" / "torch_compute.py").read_text()
 
 

@@ -331,3 +331,162 @@ def test_the_policy_is_deterministic() -> None:
 def test_a_task_without_sizes_is_checked_as_it_is() -> None:
     assert auto_shape_sets("import torch\n", "cpu") == [{}]
     assert auto_shape_sets("not python(", "cpu") == [{}]
+
+
+# ------------------------------------------- relations between sizes the reference needs
+
+# Each task below relies on something about its sizes that a shape set of the policy once
+# broke (the reference failed there, so the verifier skipped the set).
+DEPTHWISE_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, groups=in_channels)
+
+    def forward(self, x):
+        return torch.tanh(self.conv(x))
+
+batch_size = 32
+in_channels = 96
+out_channels = 96
+kernel_size = 3
+rows = 384
+cols = 640
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, rows, cols)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+"""
+
+# ``margins * signs``: signs of shape (batch_size,) broadcast against the last axis of
+# margins, (batch_size, n), which the task has equal to the batch size.
+BROADCAST_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, margins, signs):
+        return torch.relu(0.5 - margins * signs).mean()
+
+batch_size = 8192
+input_shape = (8192,)
+
+def get_inputs():
+    return [torch.randn(batch_size, *input_shape), torch.randn(batch_size).sign()]
+
+def get_init_inputs():
+    return []
+"""
+
+# The group count is a parameter's default, not a size constant.
+GROUP_DEFAULT_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, num_groups=4):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, 3)
+        self.norm = nn.GroupNorm(num_groups, out_channels)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+batch_size = 256
+in_channels = 6
+out_channels = 24
+length = 4096
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, length)]
+
+def get_init_inputs():
+    return [in_channels, out_channels]
+"""
+
+# A pooling window over a linear layer's features: the inputs have no spatial axis.
+FEATURE_POOL_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, pool_size):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.pool = nn.MaxPool1d(pool_size)
+
+    def forward(self, x):
+        return self.pool(self.linear(x).unsqueeze(1)).squeeze(1).sum(dim=1)
+
+batch_size = 512
+in_features = 4096
+out_features = 2048
+pool_size = 12
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, pool_size]
+"""
+
+
+def reference_error(task: str, sizes: dict[str, int]) -> str | None:
+    module = load_task(task, sizes, "kf_test_relation")
+    try:
+        module.Model(*module.get_init_inputs())(*module.get_inputs())
+    except (RuntimeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize(
+    "task",
+    [DEPTHWISE_TASK, BROADCAST_TASK, GROUP_DEFAULT_TASK, FEATURE_POOL_TASK],
+    ids=["depthwise", "broadcast", "group_default", "feature_pool"],
+)
+def test_the_reference_runs_on_every_set(task: str) -> None:
+    sets = auto_shape_sets(task, "cpu")
+    assert len(sets) >= 2
+    errors = {str(s): reference_error(task, s) for s in sets}
+    assert not any(errors.values()), errors
+
+
+def test_a_depthwise_convolution_keeps_its_channel_counts_equal() -> None:
+    sets = auto_shape_sets(DEPTHWISE_TASK, "cpu")
+    assert len(sets) == 3
+    gpu = auto_shape_sets(DEPTHWISE_TASK, "cuda")[1]
+    assert all(s["in_channels"] == s["out_channels"] for s in [*sets, gpu])
+    assert sets[1]["rows"] != sets[1]["cols"]  # the other sizes still differ in set 2
+    # Equal channel counts that no grouping relates still differ in set 2.
+    plain = DEPTHWISE_TASK.replace(", groups=in_channels", "")
+    second = auto_shape_sets(plain, "cpu")[1]
+    assert second["in_channels"] != second["out_channels"]
+
+
+def test_inputs_combined_as_they_come_keep_the_sizes_they_meet_equal() -> None:
+    sets = auto_shape_sets(BROADCAST_TASK, "cpu")
+    gpu = auto_shape_sets(BROADCAST_TASK, "cuda")[1]
+    assert all(s["batch_size"] == s["input_shape[0]"] for s in [*sets, gpu])
+    assert sets[1]["batch_size"] % 2  # set 2 still changes them
+    # A reshaped input no longer broadcasts as it came: the sizes change apart.
+    reshaped = BROADCAST_TASK.replace("margins * signs", "margins * signs.unsqueeze(1)")
+    second = auto_shape_sets(reshaped, "cpu")[1]
+    assert second["batch_size"] != second["input_shape[0]"]
+
+
+def test_a_group_count_written_as_a_default_keeps_channels_multiples_of_it() -> None:
+    for device in ("cpu", "cuda"):
+        sets = auto_shape_sets(GROUP_DEFAULT_TASK, device)
+        assert all({"out_channels": 24, **s}["out_channels"] % 4 == 0 for s in sets)
+
+
+def test_features_a_window_slides_over_stay_wide_enough_for_it() -> None:
+    sets = auto_shape_sets(FEATURE_POOL_TASK, "cpu")
+    assert len(sets) == 3
+    assert all(s["out_features"] >= 12 for s in sets)

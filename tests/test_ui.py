@@ -145,7 +145,7 @@ def candidate(
         "generation": str(gen),
         "island": str(island),
         "bench": BENCH,
-        "problem": "19_ReLU",
+        "problem": "3_hardswish",
         **more,
     }
     report = VerificationReport(verdict="pass", summary="pass", speedup=speedup)
@@ -217,7 +217,7 @@ def test_a_search_shows_its_islands_and_its_tree(search: str, ui: str, browser: 
     assert "inspired by s-b" in best.inner_text()
     # The search is its bench run's one problem.
     page.goto(f"{ui}/bench/{BENCH}")
-    problem = page.locator("table tbody tr", has_text="19_ReLU")
+    problem = page.locator("table tbody tr", has_text="3_hardswish")
     assert problem.locator("a").first.inner_text() == SEARCH
     assert "s-c" in problem.inner_text() and "pass" in problem.inner_text()
     assert "solved 1/1" in page.locator("pre").first.inner_text()

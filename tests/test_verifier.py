@@ -147,9 +147,9 @@ def test_missing_modelnew_is_error() -> None:
     assert report.verdict == "compile_error" and "ModelNew" in report.summary
 
 
-def test_bad_task_is_error() -> None:
+def test_a_bad_task_is_the_task_s_fault_not_the_candidate_s() -> None:
     report = verify("import torch\n", candidate("return x"))
-    assert report.verdict == "runtime_error"
+    assert report.verdict == "task_error" and report.fault == "task"
     assert "get_inputs" in report.summary
 
 

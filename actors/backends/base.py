@@ -14,7 +14,7 @@ import ast
 import re
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
-from typing import ClassVar, Protocol
+from typing import ClassVar, NoReturn, Protocol
 
 __all__ = ["NAME_PATTERN", "Backend", "CandidateModule", "LaunchCounter", "dotted_name"]
 
@@ -28,7 +28,8 @@ class CandidateModule(Protocol):
     """What the static gate knows of a candidate module, for a backend's rules."""
 
     tree: ast.Module
-    jit_kernels: dict[str, ast.FunctionDef]  # top-level functions decorated with ...jit
+    jit_kernels: dict[str, ast.FunctionDef]  # every function decorated with ...jit, by name
+    launched: set[str]  # the kernels the module launches: kernel[grid](...)
 
     def resolve(self, node: ast.AST) -> str | None:
         """``node``'s dotted name, its first part resolved through the module's imports."""
@@ -46,9 +47,12 @@ class CandidateModule(Protocol):
 class LaunchCounter(Protocol):
     """The sandbox's count of kernel launches: a backend wraps each launch in
     ``launching()``, so the runtime guards know forward() launched a kernel and look away
-    from the tensor ops the launch itself runs."""
+    from the tensor ops the launch itself runs; ``refuse`` ends a launch the backend's own
+    rules refuse (as a broken rule, not as the candidate's crash)."""
 
     def launching(self) -> AbstractContextManager[None]: ...
+
+    def refuse(self, rule: str, message: str) -> NoReturn: ...
 
 
 class Backend(ABC):

@@ -20,7 +20,7 @@ DSL_NOTES = """\
 - Reductions: `tl.sum`, `tl.max`, `tl.min` along an axis of a block; use `other=-float("inf")` for masked lanes of a max, and subtract the row max before `tl.exp` in softmax. Rows longer than one block need a loop over column blocks.
 - Math: `tl.exp`, `tl.log`, `tl.sqrt`, `tl.maximum`, `tl.where`, `tl.dot` (inputs of at least 16x16, accumulate in fp32); `x.to(tl.float32)` to convert. Accumulate in fp32 and cast back to the output dtype on store.
 - Allocate outputs in `forward` with `torch.empty(..., device=x.device, dtype=x.dtype)`.
-- A `@triton.jit` body uses only `triton.language` (and `math`), its arguments, module constants and other kernels; keep full precision in `tl.dot` (no tf32).
+- A `@triton.jit` body uses only `triton.language` (and `math`), its arguments, module constants and other kernels; pass `input_precision="ieee"` to `tl.dot` on fp32 (its default is tf32 on GPUs).
 """  # noqa: E501  (prompt text: one bullet a line)
 
 
@@ -48,21 +48,13 @@ class TritonBackend(Backend):
                 for n in ast.walk(fn)
             )
         }
-        launched: set[str] = set()
-        for node in ast.walk(module.tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Subscript)
-                and isinstance(node.func.value, ast.Name)
-            ):
-                launched.add(node.func.value.id)
         if not module.jit_kernels:
             module.add("no_kernel", module.tree, "no @triton.jit kernel is defined")
         elif not storing:
             module.add(
                 "no_kernel", module.tree, "no @triton.jit kernel writes its result (tl.store)"
             )
-        elif not storing & launched:
+        elif not storing & module.launched:
             module.add(
                 "no_kernel",
                 module.tree,
@@ -75,8 +67,61 @@ class TritonBackend(Backend):
             autotune_in_the_interpreter()
 
 
+# What a launch may hand a kernel, whatever its parameter: numbers, strings, dtypes,
+# None, kernels (for tl.reduce and the like), and tuples of those; tensors too, where the
+# parameter is not a tl.constexpr (Triton passes them as pointers). Anything else (a list
+# or dict of tensors, a tensor as a constexpr) reaches the kernel's body as the host's own
+# object: in the CPU interpreter, PyTorch computing inside the launch where no guard looks.
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def refused_argument(value: Any, constexpr: bool) -> str | None:
+    """Why a launch may not pass ``value`` (None when it may)."""
+    import torch
+
+    if isinstance(value, tuple):
+        return next((w for v in value if (w := refused_argument(v, constexpr))), None)
+    if isinstance(value, torch.Tensor):
+        return "a tensor passed as a tl.constexpr" if constexpr else None
+    dtypes: tuple[type, ...] = (torch.dtype,)
+    try:
+        import triton.language as tl
+
+        dtypes = (torch.dtype, tl.dtype, tl.constexpr)
+    except ImportError:
+        pass
+    kernel = type(value).__module__.startswith("triton.runtime")
+    if isinstance(value, _PLAIN + dtypes) or kernel:
+        return None
+    return f"a {type(value).__name__} (a kernel takes tensors, numbers, dtypes and tuples)"
+
+
+def check_arguments(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a launch of ``kernel`` with these arguments is refused (None: it is not)."""
+    import inspect
+
+    fn = getattr(kernel, "fn", None)
+    names = list(getattr(kernel, "arg_names", ()) or ())
+    try:
+        signature = inspect.signature(fn) if fn is not None else None
+    except (TypeError, ValueError):
+        signature = None
+    # The kernel's own parameters (launch options such as num_warps are Triton's).
+    given = {**dict(zip(names, args, strict=False)), **kwargs}
+    given = {name: value for name, value in given.items() if name in names}
+    for name, value in given.items():
+        parameter = signature.parameters.get(name) if signature is not None else None
+        annotation = parameter.annotation if parameter is not None else None
+        constexpr = "constexpr" in str(getattr(annotation, "__name__", annotation))
+        why = refused_argument(value, constexpr)
+        if why is not None:
+            return f"launching {getattr(fn, '__name__', 'a kernel')} with {name}={why}"
+    return None
+
+
 def count_triton_launches(launches: LaunchCounter) -> None:
-    """Make every Triton kernel launch, compiled or interpreted, go through ``launches``."""
+    """Make every Triton kernel launch, compiled or interpreted, go through ``launches``,
+    its arguments checked first (``check_arguments``)."""
     classes: list[Any] = []
     try:
         from triton.runtime.jit import JITFunction
@@ -96,6 +141,9 @@ def count_triton_launches(launches: LaunchCounter) -> None:
             continue
 
         def run(self: Any, *args: Any, _orig: Any = original, **kwargs: Any) -> Any:
+            why = check_arguments(self, args, kwargs)
+            if why is not None:
+                launches.refuse("kernel_arguments", why)
             with launches.launching():
                 return _orig(self, *args, **kwargs)
 

@@ -53,6 +53,7 @@ class ToolContext:
     files: Mapping[str, str] = field(default_factory=dict)
     task_source: str = ""
     backend: str = "triton"
+    policy: str = "strict"  # the verifier's strictness policy of the task
     scratch_dir: Path | None = None  # where a tool may materialise files for a command
 
 

@@ -16,6 +16,7 @@ from kernelflow.actors.tools.base import TEXT, Tool, ToolContext, ToolError, Too
 from kernelflow.actors.tools.registry import register_tool
 from kernelflow.actors.verifier.engine import VerifierConfig, verify
 from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.actors.verifier.shapes import SizeBudget
 from kernelflow.actors.verifier.taskfile import CandidateError, check_candidate_source
 
@@ -28,15 +29,18 @@ CHECK_BUDGET = SizeBudget(max_dim=64, max_elements=1 << 16, max_work=1 << 18, lo
 _CODE = arguments({"code": {**TEXT, "description": "the whole candidate module"}})
 
 
-def static_problems(code: str, backend: str, task_source: str = "") -> list[str]:
-    """Why ``code`` cannot be a candidate, found without running it (empty: none)."""
+def static_problems(
+    code: str, backend: str, task_source: str = "", policy: str = DEFAULT_POLICY
+) -> list[str]:
+    """Why ``code`` cannot be a candidate under ``policy``, found without running it
+    (empty: none)."""
     try:
         check_candidate_source(code)
         # compile() also reports what parsing accepts (`return` outside a function...).
         compile(code, "candidate.py", "exec", dont_inherit=True)
     except (CandidateError, SyntaxError, ValueError) as exc:
         return [str(exc)]
-    violations = check_candidate(code, backend=backend, task_source=task_source)
+    violations = check_candidate(code, backend=backend, task_source=task_source, policy=policy)
     return [f"static check: {v.text()}" for v in violations]
 
 
@@ -51,7 +55,7 @@ class CompileKernel(Tool):
     parameters = _CODE
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        problems = static_problems(args["code"], ctx.backend, ctx.task_source)
+        problems = static_problems(args["code"], ctx.backend, ctx.task_source, ctx.policy)
         if problems:
             raise ToolError("\n".join(problems))
         return "ok: the module compiles, defines ModelNew and passes the static rules"
@@ -85,7 +89,12 @@ class CheckKernel(Tool):
             cpu_budget=CHECK_BUDGET,
         )
         report = await asyncio.to_thread(
-            verify, ctx.task_source, args["code"], backend=ctx.backend, config=config
+            verify,
+            ctx.task_source,
+            args["code"],
+            backend=ctx.backend,
+            policy=ctx.policy,
+            config=config,
         )
         where = f" on {report.device}" if report.device else ""
         text = f"verdict: {report.verdict}{where} in {report.duration_s:.1f} s\n{report.feedback}"

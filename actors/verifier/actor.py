@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.verifier.engine import VerifierConfig, verify, warm_up
+from kernelflow.actors.verifier.engine import (
+    VerifierConfig,
+    checking_device,
+    offered_backends,
+    verify,
+    warm_up,
+)
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict
@@ -40,13 +49,19 @@ class WarmUps:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._states: dict[str, dict[str, str]] = {}
+        self._states: dict[str, dict[str, Any]] = {}
 
-    def record(self, config: VerifierConfig, state: str, detail: str = "") -> None:
+    def record(
+        self, config: VerifierConfig, state: str, detail: str = "", backends: Sequence[str] = ()
+    ) -> None:
+        """``backends``: those its checks can run (``kernelflow submit`` asks for them)."""
         with self._lock:
-            self._states[config.gpu or "any"] = {"state": state, "detail": detail}
+            entry: dict[str, Any] = {"state": state, "detail": detail}
+            if state == self.READY:
+                entry["backends"] = list(backends)
+            self._states[config.gpu or "any"] = entry
 
-    def describe(self) -> dict[str, dict[str, str]]:
+    def describe(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {device: dict(entry) for device, entry in self._states.items()}
 
@@ -75,7 +90,10 @@ class Verifier(DispatchWorker):
             assert state.submitted is not None
             code = candidate_code(state, d)
             if report is None:  # a conflict does not make the check worth running again
-                report = self.check(state.submitted.task_source, code, state.submitted.backend)
+                submitted = state.submitted
+                report = self.check(
+                    submitted.task_source, code, submitted.backend, submitted.policy
+                )
             event = VerificationCompleted(
                 task_id=state.task_id,
                 cause=d.event.event_id,
@@ -105,10 +123,13 @@ class Verifier(DispatchWorker):
             self.warm_ups.record(self.config, WarmUps.FAILED, str(exc))
             self.log.warning("verifier warm-up failed: %s", exc)
             return
-        self.warm_ups.record(self.config, WarmUps.READY, readied)
+        backends = offered_backends(checking_device(self.config))
+        self.warm_ups.record(self.config, WarmUps.READY, readied, backends)
         self.log.info("verifier warm-up done in %.1fs: %s", time.monotonic() - started, readied)
 
-    def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
+    def check(
+        self, task_source: str, code: str | None, backend: str, policy: str = DEFAULT_POLICY
+    ) -> VerificationReport:
         if code is None:
             return VerificationReport(
                 verdict="compile_error",
@@ -117,6 +138,7 @@ class Verifier(DispatchWorker):
                 reasons=["no_code: the previous agent produced no code"],
                 feedback="Produce a complete module defining class ModelNew.",
                 backend=backend,
+                policy=policy,
             )
-        self.log.info("verifying a %s candidate (%d bytes)", backend, len(code))
-        return verify(task_source, code, backend=backend, config=self.config)
+        self.log.info("verifying a %s candidate (%d bytes, policy %s)", backend, len(code), policy)
+        return verify(task_source, code, backend=backend, policy=policy, config=self.config)

@@ -54,7 +54,9 @@ from kernelflow.actors.sandbox.process import read_tail
 from kernelflow.actors.verifier.child.compare import DEFAULT_TOLERANCES
 from kernelflow.actors.verifier.child.remote import CANDIDATE_DIR
 from kernelflow.actors.verifier.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
-from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.actors.verifier.gate import gate_findings
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY, STRICT, Policy, UnknownPolicy
+from kernelflow.actors.verifier.policy import policy as find_policy
 from kernelflow.actors.verifier.results import feedback_text, interpret
 from kernelflow.actors.verifier.shapes import (
     CPU_BUDGET,
@@ -75,7 +77,10 @@ __all__ = [
     "CHILD_MODULE",
     "VERIFIER_VERSION",
     "VerifierConfig",
+    "check_reference",
+    "checking_device",
     "detect_device",
+    "offered_backends",
     "shutdown_workers",
     "verify",
     "warm_up",
@@ -88,7 +93,10 @@ CHILD_MODULE = "kernelflow.actors.verifier.child"
 # kernels whose newest check is older. 0 marks reports recorded before versions were.
 # 2: a shape set the reference fails on is skipped whichever it is, and where that is
 # every set the fallback sets are checked (a correct kernel was refused before).
-VERIFIER_VERSION = 2
+# 3: strictness policies; gate rules that follow data and the Triton language (correct
+# kernels written elsewhere were refused); the task's and the node's faults are verdicts
+# of their own; tolerances scale with outputs near zero.
+VERIFIER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,15 @@ def _worker_key(config: VerifierConfig, device: str, prefix: tuple[str, ...]) ->
     return WorkerKey(config.python, device, prefix, config.gpu, CHILD_MODULE)
 
 
+def checking_device(config: VerifierConfig = DEFAULT_CONFIG) -> str:
+    """The device verifications under ``config`` run on here: "cpu", "cuda", or "" when
+    ``config`` asks for a device this machine lacks."""
+    device = detect_device(config.python, config.gpu)
+    if config.device == "cuda" and device != "cuda":
+        return ""
+    return config.device or device
+
+
 def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
     """Do now what the first verification under ``config`` would otherwise do first: find
     the device, probe the sandbox and start the warm worker (seconds of importing torch
@@ -180,25 +197,35 @@ def verify(
     candidate_source: str,
     *,
     backend: str = DEFAULT_BACKEND,
+    policy: str = DEFAULT_POLICY,
     config: VerifierConfig = DEFAULT_CONFIG,
 ) -> VerificationReport:
-    """Check ``candidate_source`` (defines ModelNew) against ``task_source`` (defines Model).
+    """Check ``candidate_source`` (defines ModelNew) against ``task_source`` (defines Model)
+    under the strictness ``policy`` (:mod:`.policy`).
 
     Never raises for problems of the candidate or the task: every outcome is a report.
     """
     started = time.perf_counter()
     device = detect_device(config.python, config.gpu)
+    warnings: list[str] = []
     try:
+        try:
+            judged_by = find_policy(policy)
+        except UnknownPolicy as exc:
+            raise _Refused("task_error", str(exc)) from None
         try:
             check_candidate_source(candidate_source)
         except CandidateError as exc:
             raise _Refused("compile_error", str(exc)) from None
         device = _device_to_run(backend, device, config)
-        _check_statically(task_source, candidate_source, backend, config)
-        report = _run_sandboxed(task_source, candidate_source, backend, device, config)
+        warnings = _check_statically(task_source, candidate_source, backend, judged_by, config)
+        report = _run_sandboxed(task_source, candidate_source, backend, device, judged_by, config)
     except _Refused as refused:
         report = refused.report
+    if report.passed:
+        report = msgspec.structs.replace(report, warnings=[*warnings, *report.warnings])
     report = scrubbed(report)
+    tolerances = config.tolerances or DEFAULT_TOLERANCES
     return msgspec.structs.replace(
         report,
         device=device,
@@ -207,6 +234,8 @@ def verify(
         feedback=feedback_text(report, config.feedback_chars),
         verifier_version=VERIFIER_VERSION,
         checks=report.checks or checks_on(config, None),
+        policy=policy,
+        tolerances={dtype: list(pair) for dtype, pair in sorted(tolerances.items())},
     )
 
 
@@ -242,6 +271,7 @@ def scrubbed(report: VerificationReport) -> VerificationReport:
         summary=scrub(report.summary, secrets),
         errors=[scrub(e, secrets) for e in report.errors],
         reasons=[scrub(r, secrets) for r in report.reasons],
+        warnings=[scrub(w, secrets) for w in report.warnings],
         mismatches=[scrub(m, secrets) for m in report.mismatches],
     )
 
@@ -291,31 +321,81 @@ def _device_to_run(backend: str, device: str, config: VerifierConfig) -> str:
 
 
 def _check_statically(
-    task_source: str, candidate_source: str, backend: str, config: VerifierConfig
-) -> None:
-    """The task must be a usable reference, the candidate pass the reward-hack gate."""
+    task_source: str, candidate_source: str, backend: str, policy: Policy, config: VerifierConfig
+) -> list[str]:
+    """The task must be a usable reference, the candidate pass the reward-hack gate under
+    ``policy``; what the policy lets pass but records (warnings)."""
     try:
         check_task_source(task_source, "task.py")
     except TaskFileError as exc:
-        raise _Refused("runtime_error", str(exc), reasons=[f"task_error: {exc}"]) from None
-    if config.static_gate:
-        violations = check_candidate(candidate_source, backend=backend, task_source=task_source)
-        if violations:
-            first = violations[0]
-            raise _Refused(
-                "rejected_static",
-                f"static check: {first.rule} at line {first.line}: {first.message}"
-                + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
-                errors=[v.text() for v in violations[:10]],
-                reasons=[v.text() for v in violations],
-            )
+        raise _Refused("task_error", str(exc), reasons=[f"task_error: {exc}"]) from None
+    if not config.static_gate:
+        return []
+    violations, warnings = gate_findings(
+        candidate_source, backend=backend, task_source=task_source, policy=policy.name
+    )
+    if violations:
+        first = violations[0]
+        raise _Refused(
+            "rejected_static",
+            f"static check: {first.rule} at line {first.line}: {first.message}"
+            + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
+            errors=[v.text() for v in violations[:10]],
+            reasons=[v.text() for v in violations],
+        )
+    return [v.text() for v in warnings]
+
+
+def offered_backends(device: str) -> list[str]:
+    """The backends a verifier on ``device`` ("cpu" or "cuda"; "" for none) can check."""
+    if not device:
+        return []
+    return [
+        name for name in backend_names() if device == "cuda" or not find_backend(name).needs_gpu
+    ]
+
+
+def check_reference(
+    task_source: str, *, backend: str = DEFAULT_BACKEND, config: VerifierConfig = DEFAULT_CONFIG
+) -> VerificationReport:
+    """Whether ``task_source``'s reference runs, in the sandbox, on the shape sets a
+    verification of a ``backend`` candidate under ``config`` would check: verdict
+    ``pass``, or ``task_error`` saying how it fails (``unsupported`` when this node cannot
+    run the check). What ``submit`` and ``run`` ask before a task is published, so that no
+    LLM call is spent on a task that cannot be checked. Never raises for the task's
+    problems."""
+    started = time.perf_counter()
+    device = detect_device(config.python, config.gpu)
+    try:
+        device = _device_to_run(backend, device, config)
+        try:
+            check_task_source(task_source, "task.py")
+        except TaskFileError as exc:
+            raise _Refused("task_error", str(exc), reasons=[f"task_error: {exc}"]) from None
+        reference_only = dataclasses.replace(config, trials=1, timing=False)
+        report = _run_sandboxed(task_source, None, backend, device, STRICT, reference_only)
+    except _Refused as refused:
+        report = refused.report
+    return msgspec.structs.replace(
+        scrubbed(report),
+        device=device,
+        backend=backend,
+        duration_s=time.perf_counter() - started,
+        verifier_version=VERIFIER_VERSION,
+    )
 
 
 def _run_sandboxed(
-    task_source: str, candidate_source: str, backend: str, device: str, config: VerifierConfig
+    task_source: str,
+    candidate_source: str | None,
+    backend: str,
+    device: str,
+    policy: Policy,
+    config: VerifierConfig,
 ) -> VerificationReport:
     """Run the check in a sandbox (forked from the warm worker, or a fresh process) in a
-    locked work dir of its own; the report made of what it left behind."""
+    locked work dir of its own; the report made of what it left behind. Without a
+    candidate, the job checks only that the reference runs."""
     shapes = (
         [dict(s) for s in config.shapes]
         if config.shapes is not None
@@ -328,8 +408,10 @@ def _run_sandboxed(
         Path(workdir, "task.py").write_text(task_source)
         # The candidate's process works in a dir of its own and sees nothing else of these.
         Path(workdir, CANDIDATE_DIR).mkdir()
-        Path(workdir, CANDIDATE_DIR, "candidate.py").write_text(candidate_source)
+        if candidate_source is not None:
+            Path(workdir, CANDIDATE_DIR, "candidate.py").write_text(candidate_source)
         job = {
+            "reference_only": candidate_source is None,
             "task_file": "task.py",
             "candidate_file": "candidate.py",
             "trials": config.trials,
@@ -352,6 +434,8 @@ def _run_sandboxed(
             "timing_reps": config.timing_reps,
             "baseline": config.baseline,
             "compare_compile": config.compare_compile,
+            # What the candidate's process records instead of refusing (the policy's).
+            "warned_rules": sorted(policy.warned),
         }
         Path(workdir, "job.json").write_text(json.dumps(job))
         try:
@@ -360,8 +444,8 @@ def _run_sandboxed(
                 outcome = run_in_worker(key, workdir, config.timeout_s, config.max_output_bytes)
             else:
                 outcome = _run_fresh(plan, device, workdir, config)
-        except (OSError, WorkerLost) as exc:
-            raise _Refused("runtime_error", f"could not run the sandbox: {exc}") from None
+        except (OSError, WorkerLost) as exc:  # the node's fault, not the candidate's
+            raise _Refused("unsupported", f"could not run the sandbox: {exc}") from None
         printed = read_tail(Path(workdir, CANDIDATE_DIR, CANDIDATE_OUTPUT), config.max_output_bytes)
         report = interpret(outcome, workdir, config.timeout_s, printed)
         return msgspec.structs.replace(report, checks=checks_on(config, plan))

@@ -60,37 +60,29 @@ Rules (DESIGN §7):
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from kernelflow.actors.backends import DEFAULT_BACKEND, Backend, dotted_name
 from kernelflow.actors.backends import backend as find_backend
 from kernelflow.actors.syntax import parse_module
-from kernelflow.actors.verifier.gate_calls import lookup_findings, precision_findings
 from kernelflow.actors.verifier.gate_chains import (
     is_namespace,
-    judge_chain,
     judge_import,
     refused_dunder,
     shown,
 )
+from kernelflow.actors.verifier.gate_checks import Checks, Violation
+from kernelflow.actors.verifier.gate_context import (
+    callbacks,
+    dead_functions,
+    init_functions,
+    launched_arguments,
+)
+from kernelflow.actors.verifier.gate_host import host_names
 from kernelflow.actors.verifier.gate_rules import (
-    BANNED_ATTRS,
+    AUTOGRAD_FUNCTION,
     BANNED_NAMES,
-    BUILTIN_TYPES,
-    CACHE_DECORATORS,
-    CALLBACK_KEYWORDS,
-    CALLBACK_METHODS,
     DYNAMIC_BUILTINS,
-    FILE_ATTRS,
-    FILE_CALLS,
     LOW_PRECISION,
-    LOW_PRECISION_STRINGS,
-    MUTATING_METHODS,
-    NN_ANYWHERE,
-    STREAM_ATTRS,
-    STREAM_MODULES,
-    TENSOR_COMPUTE,
-    TRITON_DECORATORS,
 )
 from kernelflow.actors.verifier.gate_scopes import (
     CLASS_BODY,
@@ -98,31 +90,20 @@ from kernelflow.actors.verifier.gate_scopes import (
     Scope,
     Where,
     function_scope,
-    kept_state,
-    write_root,
 )
+from kernelflow.actors.verifier.gate_state import StateReads
 from kernelflow.actors.verifier.gate_strict import (
     STRICT_RULES,
-    attribute_problem,
-    call_problem,
     name_problem,
     node_problem,
 )
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
+from kernelflow.actors.verifier.policy import policy as find_policy
 
-__all__ = ["MAX_VIOLATIONS", "Violation", "check_candidate"]
+__all__ = ["MAX_VIOLATIONS", "Violation", "check_candidate", "gate_findings"]
 
 MAX_VIOLATIONS = 20  # reported per candidate (the first ones by line)
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    line: int
-    message: str
-
-    def text(self) -> str:
-        return f"{self.rule}: line {self.line}: {self.message}"
 
 
 def _is_constant(value: ast.AST | None) -> bool:
@@ -134,7 +115,7 @@ def _is_constant(value: ast.AST | None) -> bool:
     return isinstance(value, ast.Constant)
 
 
-class _Gate:
+class _Gate(Checks):
     """One candidate module under the gate's rules (a ``CandidateModule`` to its backend)."""
 
     def __init__(self, tree: ast.Module, backend: Backend, task_uses_half: bool) -> None:
@@ -144,36 +125,31 @@ class _Gate:
         self.task_uses_half = task_uses_half
         self.out: list[Violation] = []
         self.aliases: dict[str, str] = {}  # local name -> imported path
-        self.jit_kernels: dict[str, ast.FunctionDef] = {}  # module-level kernels
+        self.jit_kernels: dict[str, ast.FunctionDef] = {}  # every kernel, by name
         self.kernel_names: set[str] = set()  # every @triton.jit function
+        self.jit_ids: set[int] = set()  # ids of every @triton.jit function's node
+        self.launched: set[str] = set()  # kernels launched: kernel[grid](...), self.kernel[...]
+        # Kernel names passed to a function that only launches them (gate_context).
+        self.launcher_args: dict[int, str] = {}
+        # Per kernel (by id): its names that may hold host objects; and the kernels that
+        # may return a host value they are given (gate_host).
+        self.host: dict[int, frozenset[str]] = {}
+        self.passing: frozenset[str] = frozenset()
         self.candidate: set[str] = set()  # the module's own functions, methods and classes
         self.callbacks: set[str] = set()  # its functions used as values (grids, hooks ...)
+        # Ids of the functions that run only while the module is built, or never.
+        self.init_code: set[int] = set()
+        # Ids of the methods whose first argument is made for each call (an autograd
+        # function's ctx).
+        self.per_call_receiver: set[int] = set()
+        self.no_conversion: set[int] = set()  # ids of nodes where a dtype converts nothing
+        self.assigned: dict[int, ast.expr] = {}  # assignment targets' ids -> the value
+        self.state: dict[int, StateReads] = {}  # methods' ids -> their class's state use
         self.constants: set[str] = set()  # module-level names bound to literals
         self.decorators: set[int] = set()  # ids of decorator expressions and their callees
         self.called: set[int] = set()  # ids of expressions called directly
         self.refused_imports: set[str] = set()  # aliases whose import is reported already
         self._submodules: set[str] | None = None
-
-    def add(self, rule: str, node: ast.AST, message: str) -> None:
-        self.out.append(Violation(rule, getattr(node, "lineno", 0), message))
-
-    def resolve(self, node: ast.AST) -> str | None:
-        """Dotted name with the first part resolved through import aliases."""
-        name = dotted_name(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        base = self.aliases.get(head)
-        if base is None:
-            return name
-        return f"{base}.{rest}" if rest else base
-
-    def alias_path(self, node: ast.AST) -> str | None:
-        """The imported path ``node`` names when it is rooted at an import (else None)."""
-        name = dotted_name(node)
-        if name is None or name.partition(".")[0] not in self.aliases:
-            return None
-        return self.resolve(node)
 
     def is_jit(self, node: ast.AST) -> bool:
         """Whether ``node`` is a function decorated as a Triton kernel (under any alias)."""
@@ -185,37 +161,36 @@ class _Gate:
                 return True
         return False
 
-    def functions(self) -> list[tuple[_AnyFunction, bool]]:
-        """Every non-kernel function, with whether it is an ``__init__``."""
-        kernels = set(map(id, self.jit_kernels.values()))
-        return [
-            (node, node.name == "__init__")
-            for node in ast.walk(self.tree)
-            if isinstance(node, _AnyFunction) and id(node) not in kernels
-        ]
-
-    # ------------------------------------------------------------------ passes
-
     def run(self) -> list[Violation]:
         self.collect()
         self.visit_block(self.tree.body, MODULE)
         self.backend.check_kernels(self)
-        return sorted(set(self.out), key=lambda v: (v.line, v.rule, v.message))[:MAX_VIOLATIONS]
+        return sorted(set(self.out), key=lambda v: (v.line, v.rule, v.message))
 
     def collect(self) -> None:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.collect_import(node)
+        kernels: dict[str, list[_AnyFunction]] = {}
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 self.called.add(id(node.func))
+                if isinstance(node.func, ast.Subscript):
+                    self.launched.add(launched_name(node.func.value))
             elif isinstance(node, _AnyFunction | ast.ClassDef):
                 for dec in node.decorator_list:
                     self.decorators.update({id(dec), id(getattr(dec, "func", dec))})
                 (self.kernel_names if self.is_jit(node) else self.candidate).add(node.name)
+                if self.is_jit(node):
+                    kernels.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                    self.jit_ids.add(id(node))
+                    if isinstance(node, ast.FunctionDef):
+                        self.jit_kernels[node.name] = node
+        self.launcher_args = launched_arguments(self.tree, self.kernel_names)
+        self.launched |= set(self.launcher_args.values())
+        self.launched &= self.kernel_names
+        self.host, self.passing = host_names(kernels, self.launched, frozenset(self.aliases))
         for node in self.tree.body:
-            if isinstance(node, ast.FunctionDef) and self.is_jit(node):
-                self.jit_kernels[node.name] = node
             if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.constants.update(t.id for t in targets if isinstance(t, ast.Name))
@@ -224,14 +199,39 @@ class _Gate:
             for node in ast.walk(self.tree)
             if isinstance(node, _AnyFunction) and node.name not in self.kernel_names
         }
+        self.callbacks = callbacks(self.tree, self.called, functions)
+        called_back = {
+            id(node)
+            for node in ast.walk(self.tree)
+            if isinstance(node, _AnyFunction) and node.name in self.callbacks
+        }
+        self.init_code = init_functions(self.tree, self.jit_ids | called_back)
+        # A low-precision dtype compared with (`x.dtype == torch.float16`) or named in code
+        # that never runs (a get_inputs copied from the task) converts nothing.
+        dead = dead_functions(self.tree, self.jit_ids | called_back)
         for node in ast.walk(self.tree):
-            if id(node) in self.called:
+            if isinstance(node, ast.Compare):
+                self.no_conversion.update(map(id, ast.walk(node)))
+            elif id(node) in dead:  # its body (decorators and defaults run where defined)
+                for statement in node.body:  # type: ignore[attr-defined]
+                    self.no_conversion.update(map(id, ast.walk(statement)))
+        self.collect_state()
+
+    def collect_state(self) -> None:
+        """What forward paths may write into their module's state (gate_state)."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    parts = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+                    self.assigned.update((id(part), node.value) for part in parts)
+        for cls in self.tree.body:
+            if not isinstance(cls, ast.ClassDef):
                 continue
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                self.callbacks.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                self.callbacks.add(node.attr)
-        self.callbacks &= functions
+            methods = [m for m in cls.body if isinstance(m, _AnyFunction)]
+            forward = {id(m) for m in methods} - self.init_code - self.jit_ids
+            state = StateReads(methods, forward)
+            self.state.update((id(m), state) for m in methods)
 
     def collect_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.ImportFrom) and node.level:
@@ -269,7 +269,7 @@ class _Gate:
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
         if scope.where in STRICT_RULES:
-            problem = node_problem(node, scope)
+            problem = node_problem(node, scope, self.passing)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         if isinstance(node, _AnyFunction):
@@ -277,7 +277,7 @@ class _Gate:
         elif isinstance(node, ast.Lambda):
             self.visit_defaults(node.args, scope)
             where: Where = "jit" if scope.where == "jit" else "launch"
-            self.visit(node.body, self.scope_of(node, where, method=False))
+            self.visit(node.body, self.scope_of(node, where, scope, method=False))
         elif isinstance(node, ast.ClassDef):
             self.visit_class(node, scope)
         elif isinstance(node, ast.Attribute):
@@ -313,27 +313,43 @@ class _Gate:
             self.visit(node.returns, scope)
         method = scope.where == "class"
         self.check_function_name(node, method=method)
-        body = self.scope_of(node, self.body_where(node, scope), method=method)
+        body = self.scope_of(node, self.body_where(node, scope), scope, method=method)
         self.visit_block(node.body, body)
 
-    def scope_of(self, node: _AnyFunction | ast.Lambda, where: Where, *, method: bool) -> Scope:
+    def scope_of(
+        self, node: _AnyFunction | ast.Lambda, where: Where, outer: Scope, *, method: bool
+    ) -> Scope:
+        """The scope of ``node``'s body, which runs ``where``, defined in ``outer``."""
         makers = {*self.aliases, *(self.kernel_names if where == "jit" else ())}
-        return function_scope(node, where, makers=frozenset(makers), method=method)
+        closure = outer.where not in ("module", "class")
+        args = [*node.args.posonlyargs, *node.args.args]
+        per_call = id(node) in self.per_call_receiver and args
+        return function_scope(
+            node,
+            where,
+            makers=frozenset(makers),
+            method=method,
+            fresh_params=frozenset({args[0].arg} if per_call else ()),
+            enclosing=outer.bound | outer.enclosing if closure else frozenset(),
+            host=self.host.get(id(node), frozenset()),
+        )
 
     def body_where(self, node: _AnyFunction, scope: Scope) -> Where:
         if self.is_jit(node):
-            if scope.where != "module":
+            if scope.where in STRICT_RULES:
                 self.add(
                     "kernel_body",
                     node,
-                    f"`{shown(node.name)}`: define @triton.jit kernels at module level",
+                    f"`{shown(node.name)}`: a @triton.jit kernel defined inside a kernel or "
+                    "a launch callback (define kernels at module level or where they are "
+                    "launched)",
                 )
             return "jit"
         if scope.where in STRICT_RULES:
             return scope.where
-        if scope.where == "class" and node.name == "__init__":
-            return "init"
-        return "launch" if node.name in self.callbacks else "function"
+        if node.name in self.callbacks:
+            return "launch"
+        return "init" if id(node) in self.init_code else "function"
 
     def visit_class(self, node: ast.ClassDef, scope: Scope) -> None:
         for dec in node.decorator_list:
@@ -343,6 +359,12 @@ class _Gate:
             if (dotted_name(base) or "").split(".")[-1] == "Model":
                 self.add("reference_use", base, "ModelNew must not inherit from Model")
             path = self.alias_path(base) or ""
+            if path == AUTOGRAD_FUNCTION:
+                # A custom autograd function around a kernel: each call gets a new ctx.
+                self.per_call_receiver.update(
+                    id(item) for item in node.body if isinstance(item, _AnyFunction)
+                )
+                continue  # the one class of torch.autograd a candidate may name
             nn_class = path.startswith("torch.nn.") and path.count(".") == 2
             if path.startswith("torch.") and not nn_class:
                 self.add(
@@ -373,11 +395,22 @@ class _Gate:
             return
         if not writes:
             self.check_value_attribute(node, scope)
+            if node.attr in self.kernel_names and scope.where != "jit":
+                self.kernel_as_value(node, node.attr)
         self.visit(node.value, scope)
+
+    def kernel_as_value(self, node: ast.AST, name: str) -> None:
+        self.add(
+            "callback",
+            node,
+            f"`{shown(name)}` used other than launched as {shown(name)}[grid](...): a "
+            "kernel's attributes and hooks (add_pre_run_hook, fn, run) run Python during "
+            "its launches",
+        )
 
     def visit_name(self, node: ast.Name, scope: Scope, *, called: bool = False) -> None:
         name = node.id
-        if name in BANNED_NAMES or refused_dunder(name):
+        if (name in BANNED_NAMES and not scope.shadows(name)) or refused_dunder(name):
             self.add("introspection", node, f"`{shown(name)}` is not allowed in a candidate")
         if name == "Model":
             self.add(
@@ -386,7 +419,7 @@ class _Gate:
                 "the reference `Model` must not be used, inherited or called: ModelNew "
                 "must compute the result with its own kernel",
             )
-        if not isinstance(node.ctx, ast.Load) or name in scope.bound:
+        if not isinstance(node.ctx, ast.Load) or scope.shadows(name):
             return
         if name in self.aliases:
             path = self.aliases[name]
@@ -400,14 +433,12 @@ class _Gate:
             else:
                 self.judge(node, path, scope)
             return
-        if name in self.kernel_names and scope.where != "jit":
-            self.add(
-                "callback",
-                node,
-                f"`{shown(name)}` used other than launched as {shown(name)}[grid](...): a "
-                "kernel's attributes and hooks (add_pre_run_hook, fn, run) run Python during "
-                "its launches",
-            )
+        if (
+            name in self.kernel_names
+            and scope.where != "jit"
+            and id(node) not in self.launcher_args
+        ):
+            self.kernel_as_value(node, name)
         if name in DYNAMIC_BUILTINS and not called:
             self.add("introspection", node, f"`{name}` must be called directly")
         if scope.where in STRICT_RULES and not called:  # a callee is judged with its call
@@ -428,8 +459,8 @@ class _Gate:
     def visit_subscript(self, node: ast.Subscript, scope: Scope) -> None:
         if not isinstance(node.ctx, ast.Load):
             self.check_write(node, scope)
-        kernel = node.value.id if isinstance(node.value, ast.Name) else ""
-        if kernel in self.kernel_names:  # kernel[grid]: a launch
+        kernel = launched_name(node.value)
+        if kernel in self.kernel_names:  # kernel[grid] or self.kernel[grid]: a launch
             if scope.where in STRICT_RULES:
                 self.add(
                     STRICT_RULES[scope.where],
@@ -437,243 +468,51 @@ class _Gate:
                     f"launching `{shown(kernel)}` from a kernel or from a lambda, grid function "
                     "or hook: launch kernels from forward or its helpers",
                 )
+            if isinstance(node.value, ast.Attribute):
+                self.visit(node.value.value, scope)  # the class or instance holding it
             self.visit(node.slice, scope)
             return
         self.visit(node.value, scope)
         self.visit(node.slice, scope)
 
-    # ------------------------------------------------------------------ checks
 
-    def judge(self, node: ast.AST, path: str, scope: Scope) -> None:
-        """An attribute chain of an imported module (``path`` resolved), read here."""
-        if (dotted_name(node) or "").partition(".")[0] in self.refused_imports:
-            return
-        verdict = judge_chain(path, scope.context, self.extra_roots)
-        if verdict is not None:
-            self.add(verdict[0], node, verdict[1])
-        triton_decorator = path.startswith("triton.") and path[7:] in TRITON_DECORATORS
-        if triton_decorator and id(node) not in self.decorators:
-            self.add(
-                "kernel_body",
-                node,
-                f"`{path}` is used only as the decorator of a module-level kernel",
-            )
+def launched_name(node: ast.AST) -> str:
+    """The kernel ``node[grid](...)`` would launch: a name (``kernel``), or an attribute of
+    the class or instance defining it (``self.kernel``, ``ModelNew.kernel``); else ""."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.attr
+    return ""
 
-    def check_node(self, node: ast.AST, scope: Scope) -> None:
-        if isinstance(node, ast.Global | ast.Nonlocal):
-            self.add("caching", node, "`global`/`nonlocal` state is not allowed (result caching)")
-        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
-            self.add(
-                "caching",
-                node,
-                "generators and coroutines keep their state between calls (result caching)",
-            )
-        if isinstance(node, ast.Try | ast.TryStar) and node.handlers:
-            reraises = all(h.body and isinstance(h.body[-1], ast.Raise) for h in node.handlers)
-            if not reraises and scope.where not in ("module", "class"):
-                self.add(
-                    "exception_fallback",
-                    node,
-                    "try/except in candidate code (a fallback to PyTorch?): let errors "
-                    "surface; the kernel must handle every input",
-                )
-        matmul = isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult)
-        if matmul and scope.context == "forward":
-            self.add("torch_compute", node, "`@` is a PyTorch matmul standing in for the kernel")
-        if isinstance(node, ast.Constant) and node.value in LOW_PRECISION_STRINGS:
-            self.check_half(node, str(node.value))
 
-    def check_attribute_name(self, node: ast.Attribute) -> None:
-        attr = node.attr
-        if attr in BANNED_ATTRS:
-            self.add("introspection", node, f"attribute `.{attr}` is not allowed")
-        elif refused_dunder(attr):
-            self.add(
-                "introspection",
-                node,
-                f"attribute `.{shown(attr)}`: dunder attributes reach Python's and PyTorch's "
-                "internals (__class__, __globals__, __array__, __torch_function__ ...)",
-            )
-        if attr in LOW_PRECISION:
-            self.check_half(node, attr)
-        path = self.resolve(node) or ""
-        if path.startswith(STREAM_MODULES) and attr in STREAM_ATTRS:
-            self.add(
-                "stream_trick",
-                node,
-                f"`{shown(path)}`: no streams, events or graphs; launch on the current stream",
-            )
-
-    def check_value_attribute(self, node: ast.Attribute, scope: Scope) -> None:
-        """An attribute read of a value (not of a module)."""
-        if scope.where in STRICT_RULES:
-            problem = attribute_problem(node, scope)
-            if problem:
-                self.add(STRICT_RULES[scope.where], node, problem)
-        owner = node.value
-        if isinstance(owner, ast.Name) and owner.id in BUILTIN_TYPES - scope.bound:
-            self.add(
-                "introspection",
-                node,
-                f"`{owner.id}.{shown(node.attr)}`: unbound builtin methods act on objects out "
-                "of the gate's sight (dict.setdefault(d, ...)); call methods on the object",
-            )
-
-    def check_decorator(self, dec: ast.expr) -> None:
-        dotted = dotted_name(dec.func if isinstance(dec, ast.Call) else dec) or ""
-        name = dotted.split(".")[-1]
-        if name in CACHE_DECORATORS:
-            self.add("caching", dec, f"@{name}: results must not be cached across calls")
-        elif dotted.split(".")[0] in self.candidate:
-            self.add(
-                "caching",
-                dec,
-                f"@{shown(dotted)}: a decorator of the candidate's own wraps calls out of the "
-                "gate's sight (a result cache?); decorate only with triton's, torch.no_grad(), "
-                "staticmethod and the like",
-            )
-
-    def check_function_name(self, node: _AnyFunction, *, method: bool) -> None:
-        if refused_dunder(node.name) or (method and node.name in CALLBACK_METHODS):
-            self.add(
-                "callback",
-                node,
-                f"defining `{shown(node.name)}` makes PyTorch or Triton call candidate code on "
-                "their own (protocol methods, dunders): a class defines __init__, forward and "
-                "helpers",
-            )
-
-    def check_call(self, node: ast.Call, scope: Scope) -> None:
-        func = node.func
-        path = self.alias_path(func)
-        method = func.attr if isinstance(func, ast.Attribute) else ""
-        if method in FILE_ATTRS and not (path or "").startswith(FILE_CALLS):
-            self.add(
-                "file_io",
-                node,
-                f"`.{method}(...)` reads or writes files: candidates must not touch the file "
-                "system (no saved or precomputed results)",
-            )
-        builtin = func.id if isinstance(func, ast.Name) and func.id not in scope.bound else ""
-        findings = lookup_findings(node, builtin) + precision_findings(node, path)
-        for rule, where, message in findings:
-            self.add(rule, where, message)
-        if path is not None and path.startswith("triton."):
-            for keyword in node.keywords:
-                if keyword.arg in CALLBACK_KEYWORDS:
-                    self.add(
-                        "callback",
-                        keyword.value,
-                        f"`{keyword.arg}=`: a hook Triton runs around launches, out of the "
-                        "runtime guard's sight",
-                    )
-        launch = isinstance(func, ast.Subscript) and dotted_name(func.value) in self.kernel_names
-        if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
-            problem = call_problem(node, scope, self.kernel_names, path)
-            if problem:
-                self.add(STRICT_RULES[scope.where], node, problem)
-        elif scope.context == "forward":
-            self.check_forward_call(node, path)
-        if scope.where == "function":
-            self.check_mutation(node, scope)
-
-    def check_forward_call(self, node: ast.Call, path: str | None) -> None:
-        """A call in forward, a helper, the module or a class body."""
-        func = node.func
-        full = path or self.resolve(func)
-        if full is not None and self.backend.check_library_call(self, node, full):
-            return
-        parts = (path or "").split(".")
-        nn_class = parts[:2] == ["torch", "nn"] and len(parts) == 3 and parts[2][:1].isupper()
-        if nn_class and parts[2] not in NN_ANYWHERE:
-            self.add(
-                "torch_compute",
-                node,
-                f"`{path}(...)` outside __init__: PyTorch modules must not do the work",
-            )
-        if not isinstance(func, ast.Attribute) or path is not None:
-            return
-        if func.attr in TENSOR_COMPUTE:
-            self.add(
-                "torch_compute",
-                node,
-                f"`.{func.attr}()` computes with PyTorch instead of the kernel",
-            )
-        owner = func.value
-        if isinstance(owner, ast.Name) and owner.id == "self" and func.attr in self.submodules():
-            self.add(
-                "torch_compute",
-                node,
-                f"`self.{func.attr}(...)` runs a PyTorch module; use its parameters in your "
-                "kernel instead",
-            )
-
-    def check_mutation(self, node: ast.Call, scope: Scope) -> None:
-        """A method call in a forward path that changes its receiver."""
-        func = node.func
-        if not isinstance(func, ast.Attribute):
-            return
-        in_place = func.attr.endswith("_") and not func.attr.startswith("__")
-        if func.attr not in MUTATING_METHODS and not in_place:
-            return
-        root = write_root(func.value)
-        if (root in self.aliases and root not in scope.bound) or root in scope.fresh:
-            return  # module functions are judged as chains
-        self.add("caching", node, kept_state(root, scope, f"`.{func.attr}(...)` changes"))
-
-    def check_write(self, target: ast.Attribute | ast.Subscript, scope: Scope) -> None:
-        """An assignment, augmented assignment or del of an attribute or item. In forward
-        paths it must land in a value made in the call; elsewhere attributes are set on
-        ``self`` in ``__init__`` only (anything else patches a module, class or function,
-        under whatever name it is reached)."""
-        root = write_root(target)
-        module = root in self.aliases and root not in scope.bound
-        attribute = isinstance(target, ast.Attribute)
-        if scope.where == "function" and not module:
-            if root not in scope.fresh:
-                self.add("caching", target, kept_state(root, scope, "writing into"))
-        elif module or (attribute and not (scope.where == "init" and root == scope.receiver)):
-            self.add(
-                "monkey_patch",
-                target,
-                f"writing `{shown(dotted_name(target) or str(root))}` patches a module, class or "
-                "function (outside forward, attributes are set on self in __init__ only)",
-            )
-
-    def check_half(self, node: ast.AST, name: str) -> None:
-        if not self.task_uses_half:
-            self.add(
-                "precision_downgrade",
-                node,
-                f"`{shown(name)}`: the task computes in full precision; do not downgrade to "
-                "fp16/bf16/fp8",
-            )
-
-    def submodules(self) -> set[str]:
-        """``self.<name>`` attributes holding PyTorch modules (built in ``__init__``)."""
-        if self._submodules is None:
-            self._submodules = set()
-            for node in ast.walk(self.tree):
-                if (
-                    isinstance(node, ast.Assign)
-                    and isinstance(node.value, ast.Call)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Attribute)
-                    and isinstance(node.targets[0].value, ast.Name)
-                    and node.targets[0].value.id == "self"
-                ):
-                    full = self.resolve(node.value.func) or ""
-                    if full.startswith("torch.nn.") and full.split(".")[2] not in NN_ANYWHERE:
-                        self._submodules.add(node.targets[0].attr)
-        return self._submodules
+def gate_findings(
+    source: str,
+    *,
+    backend: str = DEFAULT_BACKEND,
+    task_source: str = "",
+    policy: str = DEFAULT_POLICY,
+) -> tuple[list[Violation], list[Violation]]:
+    """What the gate finds in ``source`` as a candidate of ``backend`` (a registered name:
+    raises UnknownBackend otherwise) under ``policy`` (raises UnknownPolicy): the rules
+    that refuse it, and the ones the policy records as warnings (at most MAX_VIOLATIONS
+    each, the first by line). ``source`` must parse."""
+    judged_by = find_policy(policy)
+    tree = parse_module(source, filename="candidate.py")
+    task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
+    found = _Gate(tree, find_backend(backend), task_uses_half).run()
+    refusals = [v for v in found if judged_by.refuses(v.rule)]
+    warnings = [v for v in found if not judged_by.refuses(v.rule)]
+    return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
 
 
 def check_candidate(
-    source: str, *, backend: str = DEFAULT_BACKEND, task_source: str = ""
+    source: str,
+    *,
+    backend: str = DEFAULT_BACKEND,
+    task_source: str = "",
+    policy: str = DEFAULT_POLICY,
 ) -> list[Violation]:
-    """The rules ``source`` breaks (empty: it may run; at most MAX_VIOLATIONS, the first by
-    line) as a candidate of ``backend`` (a registered name: raises UnknownBackend
-    otherwise). ``source`` must parse."""
-    tree = parse_module(source, filename="candidate.py")
-    task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
-    return _Gate(tree, find_backend(backend), task_uses_half).run()
+    """The rules ``source`` breaks that refuse it under ``policy`` (empty: it may run);
+    see :func:`gate_findings`."""
+    return gate_findings(source, backend=backend, task_source=task_source, policy=policy)[0]

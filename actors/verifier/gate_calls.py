@@ -41,9 +41,20 @@ def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
     return found
 
 
-def precision_findings(node: ast.Call, path: str | None) -> list[Finding]:
-    """``path``: the callee's resolved path when it is an attribute of an imported module."""
+def precision_findings(node: ast.Call, path: str | None, full_precision: bool) -> list[Finding]:
+    """``path``: the callee's resolved path when it is an attribute of an imported module;
+    ``full_precision``: the task computes in fp32 (or wider)."""
     found: list[Finding] = []
+    given_precision = {k.arg for k in node.keywords} & set(FULL_PRECISION_DOT)
+    if path == "triton.language.dot" and full_precision and not given_precision:
+        found.append(
+            (
+                "precision_downgrade",
+                node,
+                "`tl.dot` without input_precision multiplies fp32 in tf32 on NVIDIA GPUs "
+                '(Triton\'s default): pass input_precision="ieee"',
+            )
+        )
     given = [*node.args, *(k.value for k in node.keywords)]
     literal = all(isinstance(value, ast.Constant) for value in given)
     retyped = isinstance(node.func, ast.Attribute) and node.func.attr == "type" and given

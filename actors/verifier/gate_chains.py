@@ -16,6 +16,7 @@ from typing import Literal
 from kernelflow.actors.verifier.gate_rules import (
     ALLOWED_DUNDERS,
     ALLOWED_IMPORTS,
+    AUTOGRAD_FUNCTION,
     BANNED_ATTRS,
     FILE_CALLS,
     NN_ANYWHERE,
@@ -89,7 +90,7 @@ def judge_import(path: str, extra_roots: tuple[str, ...]) -> Verdict | None:
             + "): no threads, processes, files, sockets, timers or introspection",
         )
     hidden = [part for part in path.split(".")[1:] if _reported_as_introspection(part)]
-    if hidden:
+    if hidden and path != AUTOGRAD_FUNCTION:
         return ("introspection", f"importing `{shown(hidden[0])}` is not allowed")
     if is_namespace(path, extra_roots) or judge_chain(path, "init", extra_roots) is None:
         return None

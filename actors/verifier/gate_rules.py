@@ -85,6 +85,31 @@ TORCH_CUDA_GLUE = {
     "get_device_properties",
     "synchronize",
 }
+# The methods of torch.nn.Module (torch 2.x): PyTorch calls them on a module itself (to,
+# eval, _apply, __call__'s forward ...), so a candidate's method of one of these names may
+# run in a call whoever else calls it (gate_context). A test keeps it a superset of the
+# installed torch's.
+NN_MODULE_API = _names(
+    """_apply _call_impl _get_backward_hooks _get_backward_pre_hooks _get_name
+    _load_from_state_dict _maybe_warn_non_full_backward_hook _named_members
+    _register_load_state_dict_pre_hook _register_state_dict_hook
+    _replicate_for_data_parallel _save_to_state_dict _slow_forward _wrapped_call_impl
+    add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float
+    forward get_buffer get_extra_state get_parameter get_submodule half ipu load_state_dict
+    modules mtia named_buffers named_children named_modules named_parameters parameters
+    register_backward_hook register_buffer register_forward_hook register_forward_pre_hook
+    register_full_backward_hook register_full_backward_pre_hook
+    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
+    register_parameter register_state_dict_post_hook register_state_dict_pre_hook
+    requires_grad_ set_extra_state set_submodule share_memory state_dict to to_empty train
+    type xpu zero_grad"""
+)
+# What PyTorch calls on a custom autograd function itself, besides forward (backward only
+# where a graph was recorded: never under the verifier's no_grad).
+AUTOGRAD_API = _names("setup_context jvp vmap")
+# The one name of torch.autograd a candidate may use: the base of a custom autograd
+# function (the rest of torch.autograd holds hooks and graph internals).
+AUTOGRAD_FUNCTION = "torch.autograd.Function"
 # torch.nn.<name> usable outside __init__ (parameter containers); every other nn class is
 # built in __init__ only.
 NN_ANYWHERE = {"Module", "Parameter", "ParameterList", "ParameterDict", "ModuleList"}
@@ -120,10 +145,12 @@ TRITON_TOP = _names("jit autotune heuristics Config cdiv next_power_of_2 languag
 TRITON_DECORATORS = _names("jit autotune heuristics")
 # triton.<name> a callback run during a launch (a grid function) may call.
 TRITON_LAUNCH = _names("cdiv next_power_of_2")
-# triton.language.<name>: the language (functions, dtypes, types). Not its modules (core,
-# standard, semantic ... reach Python's builtins), nor str_to_ty (a dtype from a string).
+# triton.language.<name>: the language (functions, dtypes, types) of every Triton release a
+# candidate may be written for (2.1 on: ``advance``, block pointers' step, left the top level
+# in 3.5). Not its modules (core, standard, semantic ... reach Python's builtins), nor
+# str_to_ty (a dtype from a string).
 TL_NAMES = _names(
-    """PropagateNan TRITON_MAX_TENSOR_NUMEL abs add arange argmax argmin associative_scan
+    """PropagateNan TRITON_MAX_TENSOR_NUMEL abs add advance arange argmax argmin associative_scan
     assume atomic_add atomic_and atomic_cas atomic_load atomic_max atomic_min atomic_or
     atomic_poll atomic_store atomic_xchg atomic_xor bfloat16 bitonic_merge block_type
     broadcast broadcast_to cast cat cdiv ceil clamp condition const constexpr constexpr_type
@@ -246,8 +273,9 @@ MUTATING_METHODS = _names(
     register_module load_state_dict set_extra_state"""
 )
 # Methods whose result is a new object (any other method's result may be a view of its
-# receiver, or an object kept in it: ``x.view(-1)``, ``d.get(k)``).
-COPYING_METHODS = _names("clone copy new_empty new_zeros new_ones new_full new_tensor")
+# receiver, or an object kept in it: ``x.view(-1)``, ``d.get(k)``). Not ``copy``: a list's
+# or dict's is shallow (a new container of the same objects; gate_scopes).
+COPYING_METHODS = _names("clone new_empty new_zeros new_ones new_full new_tensor")
 
 # ------------------------------------------------------------------ precision
 

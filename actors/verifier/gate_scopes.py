@@ -7,7 +7,13 @@ value (a grid, a hook), may run during a launch; every other function is a forwa
 In a forward path a write (``a.b = ...``, ``a[k] = ...``, ``a.append(...)``,
 ``a.copy_(...)``) must land in a value made in this call (a *fresh* local): anything else
 (``self``, arguments, globals, closures, and locals that alias them) outlives the call and
-could carry results from one call to the next.
+could carry results from one call to the next. A container made in the call
+(``list(x.shape)``, ``[...]``, ``dict(...)``, a comprehension) may itself be changed
+(``perm.pop(d)``, ``shape[d] = 1``) even when what it holds is not the call's: changing
+what it holds is judged by where that came from.
+
+A name is judged by what it refers to: a function's own parameter or local named like a
+builtin (``input``, ``vars``) is that value, not the builtin.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from typing import Literal
 from kernelflow.actors.backends import dotted_name
 from kernelflow.actors.verifier.gate_chains import Context, shown
 from kernelflow.actors.verifier.gate_rules import COPYING_METHODS
+from kernelflow.actors.verifier.gate_state import input_locals
 
 __all__ = [
     "CLASS_BODY",
     "MODULE",
     "Scope",
+    "bindings_of",
     "function_scope",
     "held_names",
     "kept_state",
@@ -45,6 +53,22 @@ class Scope:
     constexprs: frozenset[str] = frozenset()  # parameters annotated tl.constexpr
     receiver: str = ""  # a method's first parameter (self)
     makers: frozenset[str] = frozenset()  # names whose calls make new values (held_names)
+    # Locals only ever bound to containers made in the call, whose elements may be
+    # outside objects: the container may be changed, what it holds may not.
+    containers: frozenset[str] = frozenset()
+    enclosing: frozenset[str] = frozenset()  # names bound in enclosing function scopes
+    # In a @triton.jit body: the names that may hold objects of the host (a launched
+    # kernel's arguments, and what is made of them without the Triton language).
+    host: frozenset[str] = frozenset()
+    # The call's inputs (every parameter but the receiver) and the locals made from their
+    # data (gate_state).
+    tainted: frozenset[str] = frozenset()
+    function: int = 0  # the id of the function (or lambda) whose body this is
+
+    def shadows(self, name: str) -> bool:
+        """Whether ``name`` here refers to a local of this or an enclosing function (so
+        not to a builtin of that name)."""
+        return name in self.bound or name in self.enclosing
 
     @property
     def context(self) -> Context:
@@ -62,10 +86,19 @@ _OUTSIDE = ast.Name(id="<outside>")
 
 
 def function_scope(
-    func: AnyFunction, where: Where, *, makers: frozenset[str], method: bool
+    func: AnyFunction,
+    where: Where,
+    *,
+    makers: frozenset[str],
+    method: bool,
+    enclosing: frozenset[str] = frozenset(),
+    host: frozenset[str] = frozenset(),
+    fresh_params: frozenset[str] = frozenset(),
 ) -> Scope:
     """``makers``: names whose calls make new values (see held_names); ``method``: whether
-    ``func`` is defined in a class body."""
+    ``func`` is defined in a class body; ``enclosing``: the names enclosing functions
+    bind; ``host`` (a kernel's): its names that may hold host objects; ``fresh_params``:
+    parameters whose value is made for each call (an autograd function's ctx)."""
     args = func.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
     every += [a for a in (args.vararg, args.kwarg) if a is not None]
@@ -76,7 +109,7 @@ def function_scope(
         if a.annotation is not None and (dotted_name(a.annotation) or "").endswith("constexpr")
     )
     body = [func.body] if isinstance(func, ast.Lambda) else func.body
-    bindings = list(_bindings(body))
+    bindings = bindings_of(body)
     fresh = {name for name, _ in bindings} - params
     changed = True
     while changed:  # a local that may alias a non-fresh name is not fresh either
@@ -85,10 +118,62 @@ def function_scope(
             if name in fresh and value is not None and not held_names(value, makers) <= fresh:
                 fresh.discard(name)
                 changed = True
+    fresh |= fresh_params
     bound = params | {name for name, _ in bindings}
+    containers = _containers(bindings, fresh, bound | enclosing) - params
     positional = [*args.posonlyargs, *args.args]
     receiver = positional[0].arg if method and positional else ""
-    return Scope(where, params, frozenset(bound), frozenset(fresh), constexprs, receiver, makers)
+    tainted = input_locals(bindings, params - {receiver})
+    return Scope(
+        where,
+        params,
+        frozenset(bound),
+        frozenset(fresh),
+        constexprs,
+        receiver,
+        makers,
+        frozenset(containers),
+        enclosing,
+        host,
+        tainted,
+        id(func),
+    )
+
+
+# Builtins whose call makes a new container (when not shadowed by a local).
+_CONTAINER_BUILTINS = frozenset({"list", "dict", "set", "sorted", "bytearray"})
+_DISPLAYS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def _new_container(value: ast.AST | None, shadowed: frozenset[str] | set[str]) -> bool:
+    """Whether ``value`` always evaluates to a new (mutable) container: a display, a
+    comprehension, ``list(...)``/``dict(...)``/``sorted(...)``, or a shallow ``.copy()``."""
+    if isinstance(value, _DISPLAYS):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Name):
+        return func.id in _CONTAINER_BUILTINS and func.id not in shadowed
+    return isinstance(func, ast.Attribute) and func.attr == "copy" and not value.args
+
+
+def _containers(
+    bindings: list[tuple[str, ast.AST | None]], fresh: set[str], shadowed: frozenset[str]
+) -> set[str]:
+    """The names every binding of which is a new container, or another such name."""
+    names = {name for name, _ in bindings} - fresh
+    changed = True
+    while changed:
+        changed = False
+        for name, value in bindings:
+            if name not in names:
+                continue
+            aliased = isinstance(value, ast.Name) and value.id in names | fresh
+            if not (aliased or _new_container(value, shadowed)):
+                names.discard(name)
+                changed = True
+    return names
 
 
 def held_names(node: ast.AST, makers: frozenset[str] = frozenset()) -> set[str]:
@@ -156,6 +241,12 @@ def kept_state(root: str | None, scope: Scope, what: str) -> str:
         f"{what} {holder}: forward must not keep results across calls (result caching); "
         "write only into tensors allocated in the call, keep state in __init__"
     )
+
+
+def bindings_of(body: list[ast.stmt] | list[ast.expr]) -> list[tuple[str, ast.AST | None]]:
+    """(name, the value it is bound to; None for a new object) for every name the body
+    binds, nested functions and classes excluded (but their names)."""
+    return list(_bindings(body))
 
 
 def _bindings(body: list[ast.stmt] | list[ast.expr]) -> Iterator[tuple[str, ast.AST | None]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from kernelflow.actors.verifier.gate_chains import shown
+from kernelflow.actors.verifier.gate_host import HostValues
 from kernelflow.actors.verifier.gate_rules import (
     JIT_BUILTINS,
     KERNEL_ARGUMENT_ATTRS,
@@ -22,7 +23,7 @@ from kernelflow.actors.verifier.gate_rules import (
     TL_FUNCTION_ARGS,
     TL_VALUE_API,
 )
-from kernelflow.actors.verifier.gate_scopes import Scope, held_names
+from kernelflow.actors.verifier.gate_scopes import Scope
 
 __all__ = [
     "STRICT_RULES",
@@ -87,17 +88,22 @@ _LAUNCH_NODES = (
 )
 
 
-def node_problem(node: ast.AST, scope: Scope) -> str | None:
-    """Whether ``node``'s kind may appear in a kernel body or a callback at all."""
+def node_problem(node: ast.AST, scope: Scope, passing: frozenset[str]) -> str | None:
+    """Whether ``node``'s kind may appear in a kernel body or a callback at all
+    (``passing``: the module's kernels that may return a host value they are given)."""
     allowed = _KERNEL_NODES if scope.where == "jit" else _LAUNCH_NODES
     if not isinstance(node, allowed):
         return f"`{type(node).__name__}` {_place(scope)}"
     if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
         return f"writing an attribute or item {_place(scope)}: only local names may be bound"
     if scope.where == "jit" and isinstance(node, ast.Subscript):
-        host = held_names(node.value, scope.makers) - scope.fresh
-        if host:
-            return f"indexing `{shown(min(host))}` {_place(scope)}: {_ARGUMENTS}"
+        values = HostValues(scope.host, scope.makers, passing)
+        # An element of a tuple argument (`strides[0]`: tuples of numbers and pointers,
+        # Triton 3); any other index into what the host handed in is refused.
+        element = isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)
+        if values.holds(node.value) and not element:
+            what = shown(ast.unparse(node.value))
+            return f"indexing `{what}` {_place(scope)}: {_ARGUMENTS}"
     return None
 
 
@@ -119,11 +125,15 @@ def name_problem(
     return None
 
 
-def attribute_problem(node: ast.Attribute, scope: Scope) -> str | None:
-    """An attribute of a value (not of a module) read in a kernel body or a callback."""
+def attribute_problem(node: ast.Attribute, scope: Scope, *, called: bool) -> str | None:
+    """An attribute of a value (not of a module) read in a kernel body or a callback;
+    ``called``: it is called there (a method). A callback may read any attribute (the
+    meta's block sizes, ``self.out_channels``: no code of the candidate runs on a read, as
+    it may define no properties or dunders) but call only the size methods of
+    LAUNCH_ATTRS."""
     if scope.where == "jit":
         argument = _argument_path(node)
-        if argument is not None and argument[0] in scope.bound - scope.fresh:
+        if argument is not None and argument[0] in scope.host:
             name, (first, *rest) = argument
             dtype = all(a in KERNEL_DTYPE_ATTRS or a.startswith("is_") for a in rest)
             if first not in KERNEL_ARGUMENT_ATTRS or not dtype:
@@ -131,7 +141,7 @@ def attribute_problem(node: ast.Attribute, scope: Scope) -> str | None:
                 return f"`{read}` {_place(scope)}: {_ARGUMENTS}"
         if node.attr in TL_VALUE_API or node.attr.startswith("is_"):
             return None
-    elif node.attr in LAUNCH_ATTRS:
+    elif node.attr in LAUNCH_ATTRS or not called:
         return None
     return f"`.{shown(node.attr)}` {_place(scope)}"
 
@@ -152,11 +162,12 @@ def call_problem(
             return None
         return f"calling `{shown(func.id)}` {_place(scope)}"
     if isinstance(func, ast.Attribute):
-        if attribute_problem(func, scope) is not None:
+        if attribute_problem(func, scope, called=True) is not None:
             return None  # reported as an attribute
-        if isinstance(func.value, ast.Name) and func.value.id in scope.constexprs:
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in scope.constexprs & scope.host:
             return (
-                f"calling a method of `{shown(func.value.id)}`, a tl.constexpr argument, "
+                f"calling a method of `{shown(owner.id)}`, a tl.constexpr argument, "
                 f"{_place(scope)}: its value comes from the host"
             )
         return _function_argument_problem(node, func.attr, 1, scope, kernels)

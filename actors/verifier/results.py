@@ -28,14 +28,20 @@ _VERDICT_ADVICE = {
     "mismatch": "The kernel runs but its results differ from the reference.",
     "rejected_static": "The code breaks a verifier rule; the kernel itself must do the work.",
     "rejected_runtime": "The candidate broke a rule while running; see the reason below.",
-    "unsupported": "This backend cannot run on this device.",
+    "unsupported": "This node cannot run this check (not the candidate's fault).",
+    "task_error": "The task itself is broken (not the candidate's fault).",
 }
 
 
 def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
     """A concise text for the coder: verdict, rule(s) broken, key error lines, mismatches."""
     if report.passed:
-        return f"pass: {report.summary}"[:limit]
+        text = f"pass: {report.summary}"
+        if report.warnings:
+            text += "\nPassed with warnings (the task's policy allows them):\n" + "\n".join(
+                f"- {w}" for w in report.warnings[:8]
+            )
+        return text[:limit]
     parts = [f"Verdict: {report.verdict}. {_VERDICT_ADVICE.get(report.verdict, '')}"]
     parts.append(report.summary)
     if report.reasons and report.verdict.startswith("rejected"):

@@ -9,15 +9,23 @@ The policy, per task (deterministic):
 - Which constants are sizes: ints >= 2 that are not structure. Kernel sizes, strides,
   padding, dilation, groups, pooling, axes (``dim = 1``) and scalar parameters (scale,
   divisor, clamp bounds...) are recognised by name and never change; batch-like names
-  (``batch_size``) shrink first; channel-like ones stay multiples of the task's groups,
-  two channels a group at least.
+  (``batch_size``) shrink first; channel-like ones stay multiples of the task's groups
+  (its constants, and the group counts written into its code: ``num_groups=4`` as a
+  parameter's default, ``nn.GroupNorm(8, ...)``), two channels a group at least.
+- Sizes the reference needs equal stay equal in every set, where the task has them
+  equal: the channel counts of a convolution grouped by one of them (a depthwise
+  ``groups=in_channels``), and the sizes two inputs meet where ``forward`` combines them
+  as they come (``predictions * targets``: they broadcast). Other sizes the task has
+  equal stay equal only in set 1 (set 2 shows a swapped height and width).
 - On the CPU (interpreted Triton) the task's sizes are halved, largest first, until no
   size that is more than one axis of the inputs (a matmul's) is above ``max_dim``, no
   input tensor (``get_inputs()``, evaluated statically) holds more than ``max_elements``
   and the problem's volume (the product of its sizes and kernel extents: the work of a
   matmul, convolution or norm) is at most ``max_work``;
   no size goes below a floor (2 for a batch, 4 channels, else 8 and wide enough for the
-  task's kernel and pooling windows). Small tasks keep their own sizes. That is set 1.
+  task's kernel and pooling windows; channels too where the inputs have no spatial axis
+  for a window to slide over, as a pooling of a linear layer's features). Small tasks
+  keep their own sizes. That is set 1.
 - Set 2 changes every size of set 1 (from 4 up; batch sizes from 2): to an odd size
   about three quarters of it, all different where there is room above the floor, else
   to a larger one as long as the set stays within the budget (twice set 1 where that is
@@ -25,8 +33,8 @@ The policy, per task (deterministic):
 - Set 3, for a shrunk task: every size at its floor but the longest one of the inputs,
   as long as the budget allows (up to ``long_dim``, and odd), if that is at least twice
   its size in set 1: a kernel that assumes a row fits in one block fails there. Only a
-  size that is one axis of the inputs holding it qualifies (a long ``M`` in
-  ``A(M, K) @ B(K, M)`` would square the output).
+  size that is one axis of the inputs holding it, and tied to no other, qualifies (a
+  long ``M`` in ``A(M, K) @ B(K, M)`` would square the output).
 - On a GPU: the task's own sizes, then the perturbed set.
 
 Sets the reference itself fails on are skipped by the child with a note (``auto_shapes``).
@@ -129,6 +137,7 @@ class _Task:
     tree: ast.Module
     knobs: tuple[_Knob, ...]
     kernel_volume: int  # product of the kernel and pooling extents (the work per output)
+    ties: tuple[tuple[str, ...], ...] = ()  # sizes the reference needs equal: in every set
 
     def shapes(self, sizes: dict[str, int]) -> list[tuple[int, ...]]:
         return input_shapes(self.tree, sizes)
@@ -154,6 +163,26 @@ class _Task:
             for b, d in zip(base, doubled, strict=True)
         ]
 
+    def units(self) -> list[tuple[tuple[str, ...], _Knob]]:
+        """The sizes the policy changes apart, in the task's order: one knob, or the sizes
+        tied together (the strictest of their limits)."""
+        tie_of = {key: tie for tie in self.ties for key in tie}
+        units = []
+        for knob in self.knobs:
+            keys = tie_of.get(knob.key, (knob.key,))
+            if knob.key != keys[0]:
+                continue
+            members = [k for k in self.knobs if k.key in keys]
+            merged = replace(
+                knob,
+                weight=min(k.weight for k in members),
+                floor=max(k.floor for k in members),
+                multiple=math.lcm(*(k.multiple for k in members)),
+                least=max(k.least for k in members),
+            )
+            units.append((keys, merged))
+        return units
+
     def single(self, key: str, sizes: dict[str, int]) -> bool:
         """``key`` is one axis of the inputs that hold it, all of one shape (a long row,
         not the ``M`` of ``A(M, K) @ B(K, M)``)."""
@@ -172,6 +201,10 @@ def _analyse(task_source: str) -> _Task | None:
     rank = max((len(s) for s in input_shapes(tree, {})), default=3) - 2  # spatial axes
     windows = _Windows.of(literals, max(1, rank))
     groups = [v for key, v in literals.items() if _words(key) & _GROUP_WORDS and v >= 2]
+    groups += _model_groups(tree)
+    # Inputs without a spatial axis (batch x features) and a window to slide: it slides
+    # over features (a pooling of a linear layer's outputs), which stay wide enough for it.
+    feature_reach = windows.reach if rank <= 0 else 0
     knobs = []
     for key, value in literals.items():
         words = _words(key)
@@ -185,13 +218,193 @@ def _analyse(task_source: str) -> _Task | None:
         elif words & _CHANNEL_WORDS:
             multiple = math.lcm(1, *(g for g in groups if value % g == 0))
             # Two channels a group at least: a group of one normalises to nothing.
-            least = 2 * multiple if multiple > 1 else 2
+            least = max(2 * multiple if multiple > 1 else 2, feature_reach)
             floor = min(value, max(_MIN_CHANNELS, least))
             knobs.append(_Knob(key, value, _CHANNEL_WEIGHT, floor, multiple, min(value, least)))
         else:  # spatial, or unknown: wide enough for every window the task slides
             floor = min(value, max(_MIN_EXTENT, windows.reach))
             knobs.append(_Knob(key, value, 1, floor, 1, floor))
-    return _Task(tree, tuple(knobs), windows.volume)
+    task = _Task(tree, tuple(knobs), windows.volume)
+    return replace(task, ties=_ties(task))
+
+
+def _model_groups(tree: ast.Module) -> list[int]:
+    """Group counts the task writes into its code rather than as size constants: a
+    parameter's default (``def __init__(self, ..., num_groups=4)``) and a literal argument
+    (``groups=8``, ``nn.GroupNorm(8, channels)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arguments):
+            params = [*node.posonlyargs, *node.args]
+            pairs = [
+                *zip(params[len(params) - len(node.defaults) :], node.defaults, strict=True),
+                *zip(node.kwonlyargs, node.kw_defaults, strict=True),
+            ]
+            found += [_int(d) for a, d in pairs if _words(a.arg) & _GROUP_WORDS]
+        elif isinstance(node, ast.Call):
+            found += [_int(k.value) for k in node.keywords if _words(k.arg or "") & _GROUP_WORDS]
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if name == "GroupNorm" and node.args:
+                found.append(_int(node.args[0]))
+    return [g for g in found if g is not None and g >= 2]
+
+
+def _int(node: ast.expr | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _ties(task: _Task) -> tuple[tuple[str, ...], ...]:
+    """Sizes the reference needs equal wherever the task has them equal, so every set keeps
+    them equal (the policy otherwise makes set 2's sizes differ and stretches one alone in
+    set 3): the channel counts of a convolution grouped by one of them (a depthwise
+    ``groups=in_channels``: its output channels are a multiple of it), and the sizes two
+    inputs meet where ``forward`` combines them as they are (``predictions * targets``,
+    of shapes ``(batch_size, n)`` and ``(batch_size,)`` with ``n`` the batch size: they
+    broadcast, aligned on their last axes)."""
+    own = {k.key: k.value for k in task.knobs}
+    channels = {k.key for k in task.knobs if k.weight == _CHANNEL_WEIGHT}
+    links = [
+        {key} | {c for c in channels if own[c] == own[key]} for key in _group_sizes(task.tree, own)
+    ]
+    axes = _axis_keys(task, own)
+    for pair in _broadcast_pairs(task.tree):
+        first, second = (axes[i] if i < len(axes) else None for i in pair)
+        if first is not None and second is not None:
+            for a, b in zip(reversed(first), reversed(second), strict=False):
+                if a and b and a != b and own[a] == own[b]:
+                    links.append({a, b})
+    merged: list[set[str]] = []
+    for link in links:
+        for joined in [m for m in merged if m & link]:
+            merged.remove(joined)
+            link |= joined
+        merged.append(link)
+    order = list(own)
+    return tuple(tuple(sorted(m, key=order.index)) for m in merged if len(m) > 1)
+
+
+def _broadcast_pairs(tree: ast.Module) -> set[tuple[int, int]]:
+    """The inputs (by position) that ``Model.forward`` combines with an arithmetic
+    operator as they come (``predictions * targets``; a parameter it rebinds, as in
+    ``x = self.linear(x)``, is no longer its input)."""
+    forward = _method(tree, "Model", "forward")
+    if forward is None:
+        return set()
+    rebound = {
+        n.id for n in ast.walk(forward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    position = {a.arg: i for i, a in enumerate(forward.args.args[1:]) if a.arg not in rebound}
+    pairs = set()
+    for node in ast.walk(forward):
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            left, right = (getattr(side, "id", None) for side in (node.left, node.right))
+            if left in position and right in position and left != right:
+                pairs.add((position[left], position[right]))
+    return pairs
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+    return None
+
+
+def _returned(tree: ast.Module, name: str) -> list[ast.expr]:
+    """The elements of the list the module's function ``name`` returns, with a name the
+    function assigned replaced by what it assigned (``A = torch.rand(N); return [A]``)."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            assigned = {
+                target.id: stmt.value
+                for stmt in node.body
+                if isinstance(stmt, ast.Assign)
+                for target in stmt.targets
+                if isinstance(target, ast.Name)
+            }
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.List | ast.Tuple):
+                    return [
+                        assigned.get(e.id, e) if isinstance(e, ast.Name) else e
+                        for e in stmt.value.elts
+                    ]
+    return []
+
+
+def _group_sizes(tree: ast.Module, own: dict[str, int]) -> set[str]:
+    """The size constants the model passes as a ``groups=`` argument (``groups=in_channels``):
+    named directly, through a module-level alias (``groups = in_channels``), or through
+    the ``__init__`` parameter that ``get_init_inputs()`` fills with them (by position)."""
+    init = _method(tree, "Model", "__init__")
+    params = [a.arg for a in init.args.args[1:]] if init is not None else []
+    passed = {
+        param: value.id
+        for param, value in zip(params, _returned(tree, "get_init_inputs"), strict=False)
+        if isinstance(value, ast.Name)
+    }
+    aliases = {
+        target.id: node.value.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg == "groups"
+            and isinstance(node.value, ast.Name)
+        ):
+            name = passed.get(node.value.id, node.value.id)
+            name = aliases.get(name, name)
+            if name in own:
+                found.add(name)
+    return found
+
+
+def _axis_keys(task: _Task, sizes: dict[str, int]) -> list[tuple[str | None, ...] | None]:
+    """For each input ``get_inputs()`` returns (by position; None where its shape does not
+    follow statically), the size each axis is (None where it is no one size: a fixed
+    extent, or one computed from sizes)."""
+
+    def shapes(values: dict[str, Value]) -> list[tuple[int, ...] | None]:
+        found = []
+        for element in _returned(task.tree, "get_inputs"):
+            calls = [c for c in ast.walk(element) if isinstance(c, ast.Call)]
+            shape = None
+            for call in calls:
+                try:
+                    shape = _shape_of(call, values)
+                except NotStatic:
+                    shape = None
+                if shape is not None:
+                    break
+            found.append(shape)
+        return found
+
+    base = shapes(task_constants(task.tree, sizes).values)
+    axes: list[list[str | None]] = [[None] * len(s) if s else [] for s in base]
+    counts: list[list[int]] = [[0] * len(s) if s else [] for s in base]
+    for knob in task.knobs:
+        moved = shapes(task_constants(task.tree, {**sizes, knob.key: sizes[knob.key] + 1}).values)
+        for i, (before, after) in enumerate(zip(base, moved, strict=True)):
+            if before is None or after is None or len(before) != len(after):
+                continue
+            for axis, (b, a) in enumerate(zip(before, after, strict=True)):
+                if a != b:
+                    counts[i][axis] += 1
+                    axes[i][axis] = knob.key if (b, a) == (sizes[knob.key], b + 1) else None
+    return [
+        tuple(key if n == 1 else None for key, n in zip(keys, ns, strict=True))
+        if shape is not None
+        else None
+        for shape, keys, ns in zip(base, axes, counts, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -235,11 +448,12 @@ def input_shapes(tree: ast.Module, sizes: dict[str, int]) -> list[tuple[int, ...
 
 
 def _factory_calls(tree: ast.Module) -> Iterator[ast.Call]:
+    """The calls of ``get_inputs()`` in the order they are written (``ast.walk`` alone would
+    put the call in ``torch.randn(...) * 2`` after a ``torch.randint(...)`` written later)."""
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "get_inputs":
-            for call in ast.walk(node):
-                if isinstance(call, ast.Call):
-                    yield call
+            calls = [call for call in ast.walk(node) if isinstance(call, ast.Call)]
+            yield from sorted(calls, key=lambda call: (call.lineno, call.col_offset))
 
 
 def _shape_of(call: ast.Call, names: dict[str, Value]) -> tuple[int, ...] | None:
@@ -367,11 +581,10 @@ def _perturbed(task: _Task, sizes: dict[str, int], budget: SizeBudget | None) ->
     where there is none, as long as the set stays within ``budget`` (or within twice
     ``sizes`` where that is larger)."""
     result = dict(sizes)
-    wanted: dict[str, int] = {}
+    wanted: dict[tuple[str, ...], int] = {}
     taken: set[int] = set()
-    grown: list[_Knob] = []
-    for knob in task.knobs:
-        size = sizes[knob.key]
+    for keys, knob in task.units():
+        size = sizes[keys[0]]
         if size < (_BATCH_FLOOR if knob.batch else _PERTURBED_FROM):
             continue
         if knob.multiple > 1:  # a channel count of groups: the neighbouring multiple
@@ -386,11 +599,10 @@ def _perturbed(task: _Task, sizes: dict[str, int], budget: SizeBudget | None) ->
                 or size + 1
             )
             taken.add(new)
-        if new > size:
-            grown.append(knob)
+        if new < size:
+            result.update(dict.fromkeys(keys, new))
         else:
-            result[knob.key] = new
-        wanted[knob.key] = new
+            wanted[keys] = new
     # Growing sizes make the set larger: keep the growths that stay within the limit,
     # the smallest first.
     limit = None
@@ -400,8 +612,8 @@ def _perturbed(task: _Task, sizes: dict[str, int], budget: SizeBudget | None) ->
             max_work=max(budget.max_work, _SET2_GROWTH * task.work(sizes)),
             max_elements=max(budget.max_elements, _SET2_GROWTH * task.elements(sizes)),
         )
-    for knob in sorted(grown, key=lambda k: wanted[k.key] / sizes[k.key]):
-        grows = {**result, knob.key: wanted[knob.key]}
+    for keys in sorted(wanted, key=lambda k: wanted[k] / sizes[k[0]]):
+        grows = {**result, **dict.fromkeys(keys, wanted[keys])}
         if limit is None or task.fits(grows, limit):
             result = grows
     return result
@@ -418,10 +630,12 @@ def _odd_near(target: int, low: int, high: int, taken: set[int]) -> int | None:
 
 
 def _long(task: _Task, sizes: dict[str, int], budget: SizeBudget) -> dict[str, int]:
-    """Every size at its floor but the longest single axis of the inputs, as long as the
-    budget allows (odd); ``sizes`` itself if no axis gets at least twice as long."""
-    floors = {k.key: k.floor for k in task.knobs}
-    eligible = [k for k in task.knobs if not k.batch and task.single(k.key, sizes)]
+    """Every size at its floor but the longest single axis of the inputs (tied to no
+    other size), as long as the budget allows (odd); ``sizes`` itself if no axis gets at
+    least twice as long."""
+    floors = {key: knob.floor for keys, knob in task.units() for key in keys}
+    alone = [knob for keys, knob in task.units() if len(keys) == 1]  # tied: no long one
+    eligible = [k for k in alone if not k.batch and task.single(k.key, sizes)]
     if not eligible:
         return sizes
     knob = max(eligible, key=lambda k: k.value)

@@ -22,12 +22,14 @@ from typing import Any
 from kernelflow.actors.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
     add_connection_options,
     add_gpus_option,
+    add_policy_option,
     add_verifier_version_option,
 )
 from kernelflow.offline.sources import BENCH_RUN
@@ -106,6 +108,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", help="the run's id (default: derived from the problems and settings)")
     p.add_argument("--workflow", default="default", help="each candidate's workflow (name or YAML)")
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=backend_names())
+    add_policy_option(p)
     p.add_argument("--deadline", type=float, help="seconds each candidate may take")
     p.add_argument("--llm", help=LLM_HELP)
     add_agent_llm_options(p)
@@ -224,6 +227,8 @@ def run_id(problems: list[Problem], settings: SearchSettings, args: argparse.Nam
         settings.to_json(),
         args.workflow,
         args.backend,
+        # A run under another policy is another run (strict's ids predate policies).
+        "" if args.policy == DEFAULT_POLICY else f"policy={args.policy}",
         args.llm or "",
         json.dumps(budget_of(args).__dict__, sort_keys=True),
         *(f"{p.name}\0{p.source}" for p in problems),
@@ -257,6 +262,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             workflow=workflow_name,
             workflow_yaml=workflow_yaml,
             backend=args.backend,
+            policy=args.policy,
             settings=strategy_settings,
             budget=budget,
             deadline_s=args.deadline,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import MutableMapping
 
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY, policy_names
 from kernelflow.offline.since import SINCE_HELP
 from kernelflow.usage import UsageError
 
@@ -113,3 +114,14 @@ def add_source_options(p: argparse.ArgumentParser, *, task_required: bool = Fals
         )
         p.add_argument("--since", metavar="TIME", help=SINCE_HELP)
     add_connection_options(p)
+
+
+POLICY_HELP = (
+    "the verifier's strictness policy: strict (the default: the candidate's own kernels do "
+    "all the computing, in full precision) or kernelbench (KernelBench's default: PyTorch "
+    "compute and lower precision pass with warnings); docs/verifier.md#policies"
+)
+
+
+def add_policy_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default=DEFAULT_POLICY, choices=policy_names(), help=POLICY_HELP)

@@ -12,7 +12,7 @@ from typing import Any
 from kernelflow.actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
 from kernelflow.actors.kinds.check import check_agents
 from kernelflow.actors.llm import ProviderSpecError
-from kernelflow.commands.options import LLM_HELP, add_connection_options
+from kernelflow.commands.options import LLM_HELP, add_connection_options, add_policy_option
 from kernelflow.events.codec import MalformedMessage
 from kernelflow.projections.rewards import (
     PROMPT_REWARDS,
@@ -60,6 +60,7 @@ def config_from(args: argparse.Namespace) -> RolloutConfig:
         save_trajectories=Path(args.out) if args.out else None,
         llm=args.llm,
         deadline_s=args.deadline,
+        policy=args.policy,
     )
     # Refuse a bad agent, tool or reward here, before anything starts.
     try:
@@ -135,6 +136,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--agent", default="react", help=f"agent kind: {', '.join(agent_kinds())}")
     p.add_argument("--tools", help="comma-separated tool names (see `kernelflow agents`)")
+    add_policy_option(p)
     p.add_argument("--n", type=int, default=1, help="rollouts per prompt (one group)")
     p.add_argument("--max-steps", type=int, default=10, help="LLM calls per rollout")
     p.add_argument("--max-tokens", type=int, help="tokens per LLM call")

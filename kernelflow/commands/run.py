@@ -18,7 +18,11 @@ from kernelflow.commands.options import (
     add_connection_options,
     add_gpus_option,
 )
-from kernelflow.commands.submission import add_task_options, submit_command
+from kernelflow.commands.submission import (
+    add_task_options,
+    refuse_broken_reference,
+    submit_command,
+)
 from kernelflow.events import subjects
 from kernelflow.events.model import Event, SubmitTask
 from kernelflow.offline.files import atomic_output
@@ -38,6 +42,7 @@ from kernelflow.runtime import (
 from kernelflow.settings import Settings
 from kernelflow.usage import WaitTimeout, exit_code_for
 from kernelflow.workflows.loader import parse_workflow
+from kernelflow.workflows.model import VERIFIER
 
 
 def register(subparsers: Any) -> None:
@@ -66,6 +71,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         own = noting_other_tasks({command.task_id or ""}, "this run")
         daemon = start_daemon(bridge, settings, roles_for(command), {}, own)
         with stopped_after(daemon):
+            if args.reference_check and VERIFIER in roles_for(command):
+                # This run's own verifier checks the task: what it cannot check is refused
+                # now, before an LLM call is spent (its warm worker is this check's too).
+                refuse_broken_reference(command, settings.data_dir, own_verifier=True)
             try:
                 bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
                 if not args.json:

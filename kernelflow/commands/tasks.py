@@ -17,7 +17,13 @@ from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.readmodel import NoAnswer, query_status, status_rows
 from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.commands.options import add_connection_options
-from kernelflow.commands.submission import add_task_options, refuse_unpublishable, submit_command
+from kernelflow.commands.submission import (
+    add_task_options,
+    refuse_broken_reference,
+    refuse_unoffered_backend,
+    refuse_unpublishable,
+    submit_command,
+)
 from kernelflow.events import subjects
 from kernelflow.events.model import CancelTask
 from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_quarantined
@@ -74,7 +80,10 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
         ]
         refuse_unpublishable(commands[-1], "submit these samples")  # the longest id
     task_ids = [c.task_id or "" for c in commands]
+    if args.reference_check:
+        refuse_broken_reference(command, settings.data_dir, own_verifier=False)
     with connected(settings) as bridge:
+        refuse_unoffered_backend(bridge, command)
         for c in commands:
             bridge.call(bridge.log.publish_command(c, subjects.SUBMIT))
             print(c.task_id, flush=True)

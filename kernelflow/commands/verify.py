@@ -22,6 +22,7 @@ from kernelflow.actors.verifier.taskfile import (
     check_candidate_source,
     check_task_source,
 )
+from kernelflow.commands.options import add_policy_option
 from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = ["cmd_verify", "parse_shapes", "register"]
@@ -43,6 +44,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--candidate", required=True, help="candidate file (class ModelNew)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND)
+    add_policy_option(p)
     p.add_argument(
         "--shapes",
         action="append",
@@ -113,8 +115,8 @@ def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
     config = VerifierConfig(
         trials=args.trials, timeout_s=args.timeout, shapes=shapes, device=args.device
     )
-    report = verify(task, candidate, backend=args.backend, config=config)
-    task_broken = any(r.startswith("task_error") for r in report.reasons)
+    report = verify(task, candidate, backend=args.backend, policy=args.policy, config=config)
+    task_broken = report.verdict == "task_error"
     if args.json:
         timing = msgspec.to_builtins(report.timing) if report.timing is not None else None
         out = {
@@ -134,6 +136,9 @@ def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
             "duration_s": round(report.duration_s, 3),
             "feedback": report.feedback,
             "verifier_version": report.verifier_version,
+            "policy": report.policy,
+            "warnings": list(report.warnings),
+            "tolerances": dict(report.tolerances),
             "checks": list(report.checks),
             "environment": dict(report.environment),
         }

@@ -41,6 +41,7 @@ class Kernel:
     group_id: str
     task_source: str
     backend: str
+    policy: str  # the task's strictness policy: the new check applies it too
     code: str
     verdict: str | None
     version: int
@@ -65,6 +66,7 @@ class Outcome:
             "before_version": self.kernel.version,
             "after": self.report.verdict,
             "after_version": self.report.verifier_version,
+            "policy": self.report.policy,
             "speedup": self.report.speedup,
             "summary": self.report.summary,
             "recorded": self.recorded,
@@ -108,6 +110,7 @@ def kernels_to_check(source: Source, *, force: bool = False) -> tuple[list[Kerne
                 group_id=sub.group_id,
                 task_source=sub.task_source,
                 backend=sub.backend,
+                policy=sub.policy,
                 code=c.code,
                 verdict=c.verdict,
                 version=c.verifier_version,
@@ -124,7 +127,13 @@ def check_again(
     """Each kernel checked by this verifier, one after the other (timings on a GPU need
     the device to themselves)."""
     for kernel in kernels:
-        report = verify(kernel.task_source, kernel.code, backend=kernel.backend, config=config)
+        report = verify(
+            kernel.task_source,
+            kernel.code,
+            backend=kernel.backend,
+            policy=kernel.policy,
+            config=config,
+        )
         outcome = Outcome(kernel, report)
         if on_done is not None:
             on_done(outcome)

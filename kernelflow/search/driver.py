@@ -24,6 +24,7 @@ from typing import Any
 import nats.errors
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.events import subjects
 from kernelflow.events.model import CancelTask, Event, PriorKernel, SubmitTask
 from kernelflow.projections.search import (
@@ -87,6 +88,7 @@ class SearchTask:
     workflow: str
     workflow_yaml: str
     backend: str = "triton"
+    policy: str = DEFAULT_POLICY  # the verifier's strictness policy
     settings: SearchSettings = field(default_factory=SearchSettings)
     budget: Budget = field(default_factory=Budget)
     deadline_s: float | None = None
@@ -330,6 +332,7 @@ class SearchRunner:
             workflow=task.workflow,
             workflow_yaml=task.workflow_yaml,
             backend=task.backend,
+            policy=task.policy,
             group_id=task.search_id,
             deadline_s=task.deadline_s,
             prior_kernels=prior,

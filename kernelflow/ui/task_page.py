@@ -112,7 +112,7 @@ def facts(state: TaskState, trajectory: Trajectory, t: TaskMetrics | None) -> st
         rows.append(("verifications", " → ".join(badge(v) for v in t.verdicts) or "none"))
         if t.final_verdict is not None:
             rows.append(("final verdict", badge(t.final_verdict)))
-        for version, verdict, _ in t.revisions:  # kernelflow reverify
+        for version, verdict, *_ in t.revisions:  # kernelflow reverify
             rows.append((f"checked again (verifier {version})", badge(verdict)))
         rows.append(("speedup", speedup(t.final_speedup if t.ended else t.best_speedup)))
         tokens = f"{t.llm_calls} calls, {t.total_tokens:,} tokens"

@@ -66,7 +66,8 @@ def execute(workdir: Path, result_fd: int) -> None:
     candidate: RemoteCandidate | None = None
     try:
         job = json.loads((workdir / "job.json").read_text())
-        candidate = start_candidate(workdir, job)
+        # A job that checks only the task's reference starts no candidate process.
+        candidate = None if job.get("reference_only") else start_candidate(workdir, job)
         confine_judge(
             workdir,
             fs_isolation=bool(job.get("fs_isolation")),
@@ -93,8 +94,11 @@ def execute(workdir: Path, result_fd: int) -> None:
     os._exit(0)
 
 
-def run_job(workdir: Path, job: dict[str, Any], candidate: RemoteCandidate) -> dict[str, Any]:
-    """The job's result (a dict of ``VerificationReport`` fields)."""
+def run_job(
+    workdir: Path, job: dict[str, Any], candidate: RemoteCandidate | None
+) -> dict[str, Any]:
+    """The job's result (a dict of ``VerificationReport`` fields); without a candidate,
+    whether the task's reference runs on every shape set (``task_error`` if it cannot)."""
     import torch
 
     checks = Checks.from_job(job)
@@ -113,9 +117,10 @@ def run_job(workdir: Path, job: dict[str, Any], candidate: RemoteCandidate) -> d
         task = import_task(workdir, job["task_file"], f"kf_task_{tag}", reports)
         if getattr(task, "Model", None) is None:
             msg = "the reference task defines no Model"
-            raise reports.failed("runtime_error", msg, ["no Model"], "task_error: no Model")
-        load_candidate(candidate, job, f"kf_candidate_{tag}", checks.device, reports)
-        notes.extend(note for note in candidate.notes if note not in notes)
+            raise reports.failed("task_error", msg, ["no Model"], "task_error: no Model")
+        if candidate is not None:
+            load_candidate(candidate, job, f"kf_candidate_{tag}", checks.device, reports)
+            notes.extend(note for note in candidate.notes if note not in notes)
         task_file = workdir / job["task_file"]
 
         def task_for(shapes: dict[str, int]) -> Any:
@@ -125,6 +130,8 @@ def run_job(workdir: Path, job: dict[str, Any], candidate: RemoteCandidate) -> d
         judged = Judge(task_for, candidate, checks, reports, notes, wd).run()
     except Verdict as verdict:
         return verdict.result
+    if candidate is None:
+        return reports.reference_runs(judged.shapes, notes)
     speedup, timing = time_candidate(candidate, judged, job, notes, wd)
     return reports.passed(
         trials=judged.trials,
@@ -134,6 +141,7 @@ def run_job(workdir: Path, job: dict[str, Any], candidate: RemoteCandidate) -> d
         speedup=speedup,
         timing=timing,
         notes=notes,
+        warnings=judged.warnings,
     )
 
 
@@ -143,7 +151,7 @@ def import_task(workdir: Path, file: str, name: str, reports: Reports) -> Any:
     except BaseException as exc:
         tb = format_exception(exc, str(workdir))
         raise reports.failed(
-            "runtime_error", "the reference task failed to import", tb, "task_error: " + tb[-1]
+            "task_error", "the reference task failed to import", tb, "task_error: " + tb[-1]
         ) from None
 
 
@@ -155,7 +163,11 @@ def load_candidate(
     label = "import"
     try:
         has_model = candidate.load(
-            str(job["candidate_file"]), str(job.get("backend", "triton")), device, name
+            str(job["candidate_file"]),
+            str(job.get("backend", "triton")),
+            device,
+            name,
+            list(job.get("warned_rules") or []),
         )
     except Unsupported as exc:  # the backend's runtime, or the sandbox, cannot run here
         msg = str(exc)

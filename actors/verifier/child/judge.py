@@ -88,6 +88,7 @@ class Judged:
     reference_model: Any = None
     inputs: list[Any] = field(default_factory=list)
     expected: Any = None
+    warnings: list[str] = field(default_factory=list)  # the policy's, from every call
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Judge:
     def __init__(
         self,
         task_for: TaskForShapes,
-        candidate: RemoteCandidate,
+        candidate: RemoteCandidate | None,
         checks: Checks,
         reports: Reports,
         notes: list[str],
@@ -122,7 +123,7 @@ class Judge:
     ) -> None:
         self.task_for = task_for
         self.task: Any = None
-        self.candidate = candidate
+        self.candidate = candidate  # None: check that the reference runs, nothing more
         self.checks = checks
         self.reports = reports
         self.notes = notes  # notes for the report: shape sets skipped, inputs fallen back
@@ -176,6 +177,8 @@ class Judge:
             build_seed = draw_seed(self.checks.seed, trial, 1)
             self.build_reference(init, build_seed)
             first = self.reference_call(trial, 0)
+            if self.candidate is None:
+                return 0.0, 0.0
             stage = CONSTRUCTION
             # The same seed before each constructor: parameters initialised in the same
             # order come out identical, as KernelBench does.
@@ -242,9 +245,13 @@ class Judge:
         return _Call(inputs, clone(expected), mutates)
 
     def candidate_call(self, call: _Call) -> Answer:
-        return self.candidate.forward(
+        assert self.candidate is not None
+        answer = self.candidate.forward(
             call.inputs, self.device, value_bytes(call.expected), call.reference_mutates
         )
+        seen = self.judged.warnings
+        seen.extend(w for w in answer.warnings if w not in seen)
+        return answer
 
     def check(self, call: _Call, got: Answer) -> tuple[float, float]:
         """The candidate's outputs on ``call``'s inputs against the reference's."""
@@ -284,8 +291,8 @@ class Judge:
             self.notes.append(f"shape set {shapes} skipped: the reference fails there ({last})")
             raise _ShapesUnusable from None
         raise self.reports.failed(
-            "runtime_error",
-            f"the reference model failed ({label}): {last}",
+            "task_error",
+            f"the task's reference model fails ({label}): {last}",
             tb,
             "task_error: " + last,
             trial,

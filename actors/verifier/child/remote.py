@@ -54,6 +54,9 @@ OUTPUT_LOG = "output.log"  # the candidate process's stdout and stderr, in its w
 # What the candidate may send in one answer beyond the size of what it was asked about.
 _ANSWER_SLACK_BYTES = 1 << 20
 _OUTPUT_TAIL_BYTES = 16 * 1024
+# Warnings one answer may carry (what the candidate's process says is bounded too).
+_MAX_WARNINGS = 8
+_MAX_WARNING_CHARS = 300
 
 
 class CandidateRaised(Exception):
@@ -81,6 +84,8 @@ class Unsupported(Exception):
 class Answer:
     outputs: Any  # decoded on the judge's device
     facts: list[tuple[str, dict[str, Any]]]  # each tensor output's class and device, as sent
+    # What the call did that the policy records instead of refusing ("rule: what").
+    warnings: list[str]
 
 
 class RemoteCandidate:
@@ -98,8 +103,16 @@ class RemoteCandidate:
         # What the candidate's process says of its confinement when it has loaded.
         self.notes: list[str] = []
 
-    def load(self, candidate_file: str, backend: str, device: str, name: str) -> bool:
-        """Import the candidate module; whether it defines ``ModelNew``."""
+    def load(
+        self,
+        candidate_file: str,
+        backend: str,
+        device: str,
+        name: str,
+        warned_rules: list[str] | None = None,
+    ) -> bool:
+        """Import the candidate module; whether it defines ``ModelNew``. ``warned_rules``:
+        the guards' rules whose findings the policy records instead of refusing."""
         reply, _ = self._ask(
             {
                 "op": "load",
@@ -107,6 +120,7 @@ class RemoteCandidate:
                 "backend": backend,
                 "device": device,
                 "name": name,
+                "warned_rules": list(warned_rules or []),
             },
             [],
         )
@@ -152,7 +166,8 @@ class RemoteCandidate:
                 verdict="rejected_runtime",
                 rule="output_type",
             ) from None
-        return Answer(outputs, tensor_facts(reply.get("outputs")))
+        warnings = [str(w)[:_MAX_WARNING_CHARS] for w in reply.get("warnings") or []]
+        return Answer(outputs, tensor_facts(reply.get("outputs")), warnings[:_MAX_WARNINGS])
 
     def _ask(
         self, request: dict[str, Any], blobs: list[bytes | memoryview]

@@ -123,6 +123,7 @@ class Reports:
         speedup: float | None,
         timing: dict[str, Any] | None,
         notes: list[str],
+        warnings: list[str],
     ) -> dict[str, Any]:
         summary = f"all {trials} trial(s) match the reference (max abs err {fmt(max_abs)})"
         if len(shapes) > 1:
@@ -140,6 +141,18 @@ class Reports:
             "trials": trials,
             "speedup": speedup,
             "timing": timing,
+            "shapes": shapes,
+            "warnings": warnings,
+        }
+
+    def reference_runs(self, shapes: list[dict[str, int]], notes: list[str]) -> dict[str, Any]:
+        """The result of a reference-only job whose reference ran on ``shapes``."""
+        sets = f"{len(shapes)} shape set(s)" if shapes != [{}] else "the task's own sizes"
+        return {
+            **self.base,
+            "verdict": "pass",
+            "summary": f"the task's reference runs on {sets}",
+            "errors": notes,
             "shapes": shapes,
         }
 
@@ -167,7 +180,8 @@ def write_result(result_fd: int, result: dict[str, Any]) -> None:
 def _bounded(result: dict[str, Any]) -> dict[str, Any]:
     """``result`` with its texts trimmed: a result must fit in the pipe's buffer."""
     limited = dict(result)
-    for key, cap in (("errors", 12_000), ("mismatches", 2_000), ("reasons", 8_000)):
+    caps = (("errors", 12_000), ("mismatches", 2_000), ("reasons", 8_000), ("warnings", 3_000))
+    for key, cap in caps:
         items = [str(x)[:cap] for x in limited.get(key) or []]
         while items and sum(map(len, items)) > cap:
             items.pop()

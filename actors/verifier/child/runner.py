@@ -73,7 +73,10 @@ class _Runner:
             }
         path = self.workdir / str(request["candidate_file"])
         warm_up_thread_pools()
-        candidate = Candidate.load(path, str(request["name"]), self.device, dsl.launch_label)
+        warned = frozenset(str(rule) for rule in request.get("warned_rules") or [])
+        candidate = Candidate.load(
+            path, str(request["name"]), self.device, dsl.launch_label, warned
+        )
         self.candidate = candidate
         if (threads := os_threads()) > candidate.baseline_threads:
             raise rejected(
@@ -95,7 +98,7 @@ class _Runner:
         candidate = self._candidate()
         inputs = list(decode_value(request["inputs"], blobs, self.device))
         before = clone(inputs)
-        got = candidate.forward(inputs)
+        got, warnings = candidate.forward(inputs)
         if not request.get("inputs_may_change"):
             _check_inputs_unchanged(before, inputs)
         candidate.check_own_memory(got, inputs)
@@ -107,7 +110,7 @@ class _Runner:
             )
         self.previous = got
         out_blobs: list[bytes | memoryview] = []
-        return {"outputs": encode_value(got, out_blobs)}, out_blobs
+        return {"outputs": encode_value(got, out_blobs), "warnings": warnings}, out_blobs
 
     def time(self, request: dict[str, Any], blobs: list[bytearray]) -> tuple[dict, list]:
         """``reps`` calls on the inputs, each after an L2 flush and a device-wide sync; the
