@@ -26,14 +26,16 @@ test: $(BIN)/.installed
 # mypy cannot follow the editable install's import hook, so it checks the package through a
 # tree of links laid out as the wheel installs it (kernelflow/events -> events/, ...).
 TYPECHECK := build/typecheck
+# The top-level folders that install as kernelflow.<folder> (pyproject's package-dir).
+LAYERS := common events sandbox verification llm tools actors telemetry projections workflows
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/kernelflow
 	ln -s $(filter-out %/__pycache__,$(wildcard $(CURDIR)/kernelflow/*)) $(TYPECHECK)/kernelflow/
-	for layer in events actors projections workflows; do ln -s $(CURDIR)/$$layer $(TYPECHECK)/kernelflow/$$layer; done
+	for layer in $(LAYERS); do ln -s $(CURDIR)/$$layer $(TYPECHECK)/kernelflow/$$layer; done
 	MYPYPATH=$(TYPECHECK) $(BIN)/mypy -p kernelflow
-	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p kernelflow.events -p kernelflow.projections -p kernelflow.workflows
+	MYPYPATH=$(TYPECHECK) $(BIN)/mypy --strict -p kernelflow.common -p kernelflow.events -p kernelflow.projections -p kernelflow.workflows
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/append_throughput.py

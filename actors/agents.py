@@ -19,12 +19,7 @@ from typing import Any
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
-from kernelflow.actors.llm import budgets_of
-from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
-from kernelflow.actors.llm.budget import task_budget_error
 from kernelflow.actors.prompts import agent_messages
-from kernelflow.actors.redact import scrub, scrubbed_traceback
-from kernelflow.actors.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from kernelflow.actors.worker import (
     DispatchWorker,
     Job,
@@ -33,6 +28,7 @@ from kernelflow.actors.worker import (
     state_of,
     workflow_of,
 )
+from kernelflow.common.redact import scrub, scrubbed_traceback
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict, TaskHistory, numbered_after
 from kernelflow.events.model import (
@@ -45,7 +41,11 @@ from kernelflow.events.model import (
     ToolCalled,
     ToolUse,
 )
+from kernelflow.llm import budgets_of
+from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from kernelflow.llm.budget import task_budget_error
 from kernelflow.projections.task_state import Dispatch, TaskState, fold
+from kernelflow.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from kernelflow.workflows.model import AgentSpec
 from kernelflow.workflows.parsing import ParseError, parse_output
 

@@ -39,17 +39,10 @@ from typing import Any
 
 import nats.js.errors
 
-from kernelflow.actors.backends import backend
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.actors.llm import budgets_of, is_budget_error
-from kernelflow.actors.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
-from kernelflow.actors.llm.budget import task_budget_error
 from kernelflow.actors.prompts import conductor_messages, judge_messages
-from kernelflow.actors.redact import scrub, scrubbed_traceback
-from kernelflow.actors.verifier.policy import policy
-from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.actors.worker import (
     Delivery,
     Job,
@@ -60,6 +53,7 @@ from kernelflow.actors.worker import (
     task_of,
     workflow_of,
 )
+from kernelflow.common.redact import scrub, scrubbed_traceback
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command, decode_event, encode
 from kernelflow.events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
@@ -72,6 +66,9 @@ from kernelflow.events.model import (
     TaskRejected,
     TaskSubmitted,
 )
+from kernelflow.llm import budgets_of, is_budget_error
+from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
+from kernelflow.llm.budget import task_budget_error
 from kernelflow.projections.rewards import (
     check_reward_names,
     finish_reward_events,
@@ -80,6 +77,9 @@ from kernelflow.projections.rewards import (
     pending_reward_events,
 )
 from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
+from kernelflow.verification.backends import backend
+from kernelflow.verification.policy import policy
+from kernelflow.verification.taskfile import TaskFileError, check_task_source
 from kernelflow.workflows.loader import check_candidate, load_workflow, parse_workflow
 from kernelflow.workflows.model import Workflow
 

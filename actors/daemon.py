@@ -39,14 +39,14 @@ from nats.js import api
 from kernelflow.actors.agents import LLMAgent
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor, advance_on_loop, settled
-from kernelflow.actors.llm.base import LLMProvider
-from kernelflow.actors.verifier.actor import Verifier, WarmUps
-from kernelflow.actors.verifier.engine import VerifierConfig
-from kernelflow.actors.workdirs import remove_abandoned_workdirs
+from kernelflow.actors.verifier import Verifier, WarmUps
 from kernelflow.actors.worker import Delivery, Job, Settlement, Source, task_of
 from kernelflow.events import subjects
 from kernelflow.events.log import delivery_of
 from kernelflow.events.pull import CreditPuller
+from kernelflow.llm.base import LLMProvider
+from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
+from kernelflow.verification.engine import VerifierConfig
 from kernelflow.workflows.model import VERIFIER
 
 log = logging.getLogger("kernelflow.daemon")

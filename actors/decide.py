@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelflow.actors.llm.base import is_budget_error
 from kernelflow.events.model import (
     DISPATCH_RESULTS,
     AgentDispatched,
@@ -26,6 +25,7 @@ from kernelflow.events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
+from kernelflow.llm.base import is_budget_error
 from kernelflow.projections.counters import repeat_counters
 from kernelflow.projections.task_state import CONDUCTOR, TaskState
 from kernelflow.workflows.model import FINISH, Workflow

@@ -6,7 +6,7 @@ message with the task, previous attempts, feedback and the answer format.
 
 Templates live in ``actors/prompt_templates``: ``<agent>.system.txt`` and ``<agent>.txt``
 (``string.Template`` syntax, so code braces need no escaping). The DSL guidance is the
-backend's own (``kernelflow.actors.backends``), or ``dsl_<backend>.txt`` where one is
+backend's own (``kernelflow.verification.backends``), or ``dsl_<backend>.txt`` where one is
 given. An agent without its own templates uses the coder's. A file of the
 same name in ``KF_PROMPTS_DIR`` (or the LLM config's ``prompts_dir``) replaces the built-in,
 and a workflow may give an agent its own templates inline (``agent_info.<agent>.prompt:
@@ -24,7 +24,6 @@ from importlib.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from kernelflow.actors.backends import UnknownBackend, backend
 from kernelflow.events.model import (
     ChatMessage,
     OutputParsed,
@@ -35,6 +34,7 @@ from kernelflow.events.model import (
 )
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
+from kernelflow.verification.backends import UnknownBackend, backend
 from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
@@ -52,7 +52,7 @@ def prompts_dir() -> Path | None:
 @cache
 def _configured_prompts_dir(config_path: str | None) -> Path | None:
     """The LLM config file's ``prompts_dir``, read once per file (every prompt asks)."""
-    from kernelflow.actors.llm.config import load_config
+    from kernelflow.llm.config import load_config
 
     return load_config({"KF_LLM_CONFIG": config_path} if config_path else {}).prompts_dir
 

@@ -11,7 +11,7 @@ from typing import Literal
 import pykka
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.redact import scrub, scrubbed_traceback
+from kernelflow.common.redact import scrub, scrubbed_traceback
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict, TaskHistory
 from kernelflow.events.model import AgentDispatched, AgentFailed, Event, QuarantinedEvent

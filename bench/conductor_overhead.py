@@ -72,13 +72,13 @@ import yaml
 import kernelflow.actors.daemon
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.llm.scripted import ScriptedProvider
-from kernelflow.actors.verifier.actor import Verifier
+from kernelflow.actors.verifier import Verifier
 from kernelflow.events import subjects
 from kernelflow.events.model import ConductorDecided, SubmitTask, VerificationReport
+from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.nats_server import EmbeddedNats
+from kernelflow.observability import Telemetry
 from kernelflow.projections.task_state import fold
-from kernelflow.telemetry import Telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 LLM_CALLS_PER_TASK = 2  # designer and coder; a passing verification needs no LLM decision
@@ -149,7 +149,7 @@ class Round:
 def metrics_telemetry(roles: tuple[str, ...]) -> tuple[Telemetry, int]:
     """The daemon's metrics as ``kernelflow daemon --metrics-port`` has them, served on a
     free loopback port."""
-    from kernelflow.actors.telemetry.metrics import DaemonMetrics
+    from kernelflow.telemetry.prometheus import DaemonMetrics
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

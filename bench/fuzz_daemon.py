@@ -37,7 +37,7 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
-from kernelflow.actors.health import HEALTH_SUBJECT
+from kernelflow.actors.presence import HEALTH_SUBJECT
 from kernelflow.actors.readmodel import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode

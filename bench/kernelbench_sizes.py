@@ -2,15 +2,15 @@
 
 For each problem file under ``KernelBench/level{1,2}/`` of ROOT (a checkout of
 github.com/ScalingIntelligence/KernelBench, or its git directory, read at HEAD) it asks
-the policy for shape sets (:func:`kernelflow.actors.verifier.shapes.auto_shape_sets`,
+the policy for shape sets (:func:`kernelflow.verification.shapes.auto_shape_sets`,
 device "cpu"), executes the task module with each set's overrides as the verifier's
-sandbox does (:func:`kernelflow.actors.verifier.child.taskload.load_task`) and prints how
+sandbox does (:func:`kernelflow.verification.child.taskload.load_task`) and prints how
 many problems get at least two sets, how many derive shapes at import and whether those
 follow the overrides, and the largest input tensor the sets give. ``--verify-reference``
 also builds and runs each shrunk reference on the CPU: its time, the largest tensor it
 touches (inputs, parameters, outputs), and the sets it fails on (the verifier skips
 those; where that is every set it checks the fallback sets, sizes scaled together,
-:func:`kernelflow.actors.verifier.shapes.fallback_shape_sets`); its last line says how
+:func:`kernelflow.verification.shapes.fallback_shape_sets`); its last line says how
 many problems kept all their shape sets (the reference runs on every set the verifier
 checks, none skipped) and names any that did not.
 
@@ -35,13 +35,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelflow.actors.verifier.child.taskload import load_task  # noqa: E402
-from kernelflow.actors.verifier.shapes import (  # noqa: E402
+from kernelflow.verification.child.taskload import load_task  # noqa: E402
+from kernelflow.verification.shapes import (  # noqa: E402
     auto_shape_sets,
     fallback_shape_sets,
     input_shapes,
 )
-from kernelflow.actors.verifier.taskfile import task_constants  # noqa: E402
+from kernelflow.verification.taskfile import task_constants  # noqa: E402
 
 LEVELS = "KernelBench/level[12]/*.py"
 

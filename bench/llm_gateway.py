@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kernelflow.actors.llm import make_provider  # noqa: E402
-from kernelflow.actors.llm.base import LLMRequest  # noqa: E402
-from kernelflow.actors.llm.config import Limits, LLMConfig  # noqa: E402
 from kernelflow.events.model import ChatMessage  # noqa: E402
+from kernelflow.llm import make_provider  # noqa: E402
+from kernelflow.llm.base import LLMRequest  # noqa: E402
+from kernelflow.llm.config import Limits, LLMConfig  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -27,8 +27,8 @@ import yaml
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from kernelflow.actors.llm.scripted import ScriptedProvider
-from kernelflow.actors.verifier.actor import WarmUps
+from kernelflow.actors.verifier import WarmUps
+from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.nats_server import EmbeddedNats
 from kernelflow.search.driver import SearchRunner, SearchTask
 from kernelflow.search.strategies import SearchSettings

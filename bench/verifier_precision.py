@@ -36,16 +36,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelflow.actors.verifier.engine import VerifierConfig, verify  # noqa: E402
-from kernelflow.actors.verifier.gate import gate_findings  # noqa: E402
-from kernelflow.actors.verifier.policy import CHOICE_RULES, policy_names  # noqa: E402
+from kernelflow.verification.engine import VerifierConfig, verify  # noqa: E402
+from kernelflow.verification.gate import gate_findings  # noqa: E402
+from kernelflow.verification.policy import CHOICE_RULES, policy_names  # noqa: E402
 
 MANIFEST = ROOT / "bench" / "corpus" / "manifest.json"
 # Judges kernels with an older revision's gate, in a process that imports that revision
 # (its check_candidate has no policy: the strictest it had).
 BASELINE_JUDGE = """
 import json, sys
-from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.verification.gate import check_candidate
 out = {}
 for item in json.load(sys.stdin):
     try:

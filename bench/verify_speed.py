@@ -2,7 +2,7 @@
 
 Warm path: ``verify()`` with the default warm worker (torch and triton imported once; a
 fresh sandbox forked per candidate). Baseline, measured in the same run: the same check in
-a naive fresh ``python -I -m kernelflow.actors.verifier.child`` subprocess per candidate,
+a naive fresh ``python -I -m kernelflow.verification.child`` subprocess per candidate,
 which imports torch and triton every time (``VerifierConfig(warm=False)``). Same task,
 candidate, trials and shape sets for both. Prints both, their ratio (target <= 0.3) and
 candidates per minute.
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelflow.actors.verifier.engine import VerifierConfig, shutdown_workers, verify  # noqa: E402
+from kernelflow.verification.engine import VerifierConfig, shutdown_warm_processes, verify  # noqa: E402
 
 
 def main() -> int:
@@ -42,7 +42,7 @@ def main() -> int:
             report = verify(task, cand, config=config)
             sink.append(time.perf_counter() - started)
             assert report.passed, report.summary
-    shutdown_workers()
+    shutdown_warm_processes()
     w, f = statistics.median(warm_s), statistics.median(fresh_s)
     print(f"warm worker (fork per candidate): median {w * 1000:.0f} ms per candidate")
     print(f"fresh subprocess (naive baseline): median {f * 1000:.0f} ms per candidate")

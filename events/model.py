@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 TaskId = Annotated[str, msgspec.Meta(pattern=TASK_ID_PATTERN)]
 # What a backend name may be on the wire; which names exist is the backend registry's
-# (kernelflow.actors.backends, whose NAME_PATTERN must equal this one: tested).
+# (kernelflow.verification.backends, whose NAME_PATTERN must equal this one: tested).
 BACKEND_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
 # The verifier's verdicts. "fail" and "error" are legacy values: events recorded before the
@@ -50,7 +50,7 @@ Verdict = Literal[
 # (docs/verifier.md, "Whose fault").
 FAULT_VERDICTS = frozenset({"task_error", "unsupported"})
 # What a strictness policy may be called on the wire; which names exist is the verifier's
-# registry (kernelflow.actors.verifier.policy).
+# registry (kernelflow.verification.policy).
 POLICY_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 PolicyName = Annotated[str, msgspec.Meta(pattern=POLICY_NAME_PATTERN)]
 TaskStatus = Literal["success", "failed", "cancelled", "rejected", "budget_exceeded", "timeout"]
@@ -94,11 +94,11 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     # A predefined workflow's name; or, with ``workflow_yaml``, the name of that document.
     workflow: str = "default"
     workflow_yaml: str | None = None
-    # A registered kernel backend's name (kernelflow.actors.backends), checked when the
+    # A registered kernel backend's name (kernelflow.verification.backends), checked when the
     # task is submitted.
     backend: Annotated[str, msgspec.Meta(pattern=BACKEND_NAME_PATTERN)] = "triton"
     # The verifier's strictness policy for this task's candidates (``strict`` or
-    # ``kernelbench``; kernelflow.actors.verifier.policy), checked when it is submitted.
+    # ``kernelbench``; kernelflow.verification.policy), checked when it is submitted.
     policy: PolicyName = "strict"
     group_id: str | None = None
     # Existing code to start from (the verifier_only workflow verifies it as is).

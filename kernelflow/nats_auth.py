@@ -37,7 +37,7 @@ import nkeys
 
 from kernelflow.actors.connection import inbox_prefix, public_key_of
 from kernelflow.actors.daemon import agent_durable
-from kernelflow.actors.health import HEALTH_SUBJECT
+from kernelflow.actors.presence import HEALTH_SUBJECT
 from kernelflow.actors.readmodel import BUCKET, QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentFailed, Event, VerificationCompleted

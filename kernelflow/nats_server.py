@@ -34,8 +34,8 @@ from types import TracebackType
 from urllib.parse import urlparse
 
 from kernelflow.actors.connection import ClientAuth, NatsEndpoint
-from kernelflow.actors.workdirs import NATS_PREFIX, locked_workdir
 from kernelflow.nats_auth import OWNER_ROLE, LocalKeys
+from kernelflow.sandbox.workdirs import NATS_PREFIX, locked_workdir
 
 log = logging.getLogger("kernelflow.nats")
 # How long a process waits for the server another one is starting on the same store.

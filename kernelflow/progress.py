@@ -29,7 +29,7 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-class Progress:
+class ProgressLine:
     def __init__(
         self,
         stream: TextIO,
@@ -78,7 +78,7 @@ class Progress:
 
 @contextlib.contextmanager
 def phase_of(
-    progress: Progress | None, label: str, last: int, unit: str = "event"
+    progress: ProgressLine | None, label: str, last: int, unit: str = "event"
 ) -> Iterator[Callable[[int], None]]:
     """``progress.phase(label, last, unit)``, or an ``update`` that shows nothing."""
     if progress is None:
@@ -88,10 +88,10 @@ def phase_of(
         yield update
 
 
-def for_terminal(stream: TextIO) -> Progress | None:
+def for_terminal(stream: TextIO) -> ProgressLine | None:
     """A progress line on ``stream`` if it is a terminal, else None (nothing shown)."""
     try:
         interactive = stream.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stream
         interactive = False
-    return Progress(stream) if interactive else None
+    return ProgressLine(stream) if interactive else None

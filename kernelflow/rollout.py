@@ -38,18 +38,18 @@ import nats.errors
 import yaml
 
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from kernelflow.actors.llm import make_provider
-from kernelflow.actors.llm.config import AgentLLM, load_config
-from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.model import Event, SubmitTask
+from kernelflow.llm import make_provider
+from kernelflow.llm.config import AgentLLM, load_config
 from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.projections.trajectory import Trajectory, build_trajectory
 from kernelflow.projections.verl_format import DATASET_ROW, DatasetRow, encode_dataset_row
 from kernelflow.runtime import cancel_abandoned, connected, noting_other_tasks, stopped_after
 from kernelflow.settings import Settings
+from kernelflow.verification.policy import DEFAULT_POLICY
 
 SOLVER = "solver"
 
@@ -273,7 +273,7 @@ def rollout_complete(state: TaskState) -> bool:
 
 
 @dataclass
-class Progress:
+class RolloutProgress:
     total: int
     done: int = 0
     running: int = 0
@@ -336,7 +336,7 @@ class Rollout:
         self,
         prompts: Sequence[str | PromptItem],
         n: int = 1,
-        on_progress: Callable[[Progress], None] | None = None,
+        on_progress: Callable[[RolloutProgress], None] | None = None,
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
         commands = self.commands(prompts, n)
@@ -379,7 +379,7 @@ class Rollout:
         bridge: Any,
         commands: list[SubmitTask],
         pool: int,
-        on_progress: Callable[[Progress], None] | None,
+        on_progress: Callable[[RolloutProgress], None] | None,
     ) -> dict[str, list[Event]]:
         ours = {c.task_id or "" for c in commands}
         states = {t: TaskState(t) for t in ours}
@@ -402,7 +402,7 @@ class Rollout:
 
         pump = bridge.spawn(tail())
         waiting = list(reversed(commands))
-        progress = Progress(total=len(commands))
+        progress = RolloutProgress(total=len(commands))
         finished: set[str] = set()
         try:
             while len(finished) < len(commands):
@@ -437,7 +437,7 @@ class Rollout:
         return events
 
 
-def print_progress(progress: Progress) -> None:
+def print_progress(progress: RolloutProgress) -> None:
     """A bar redrawn in place on a terminal; in a log, a line every 5% of the rollouts."""
     last = progress.done == progress.total
     if sys.stderr.isatty():

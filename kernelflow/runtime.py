@@ -23,9 +23,7 @@ import nats.errors
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from kernelflow.actors.health import ping_daemons
-from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
-from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
+from kernelflow.actors.presence import ping_daemons
 from kernelflow.actors.worker import Job, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
@@ -33,9 +31,11 @@ from kernelflow.events.log import StreamSettings, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
+from kernelflow.llm import ProviderSpecError, default_llm_spec, make_provider
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError, WaitTimeout
+from kernelflow.verification.engine import VerifierConfig, detect_device
 
 # The name these warnings have always carried on stderr, from when this was the CLI's.
 log = logging.getLogger("kernelflow.cli")

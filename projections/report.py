@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from kernelflow.projections.bench import card_lines
+from kernelflow.projections.benchmark import card_lines
 from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
 from kernelflow.projections.metrics import RunMetrics, TaskMetrics
 
@@ -250,7 +250,7 @@ def report_sections(
 ) -> list[Table | list[str]]:
     """What a report shows, in order: tables, and groups of summary lines (the terminal
     report and the HTML page render the same sections); ``card``: how its speedups were
-    measured (``kernelflow.projections.bench.benchmark_card``), shown with them."""
+    measured (``kernelflow.projections.benchmark.benchmark_card``), shown with them."""
     correct = correct_by_reward(tasks, facts, verifier_version)
     totals = [
         "Verdicts: "

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelflow.actors.verifier.child.remote import CANDIDATE_DIR
-from kernelflow.actors.verifier.engine import CHILD_MODULE
+from kernelflow.verification.child.remote import CANDIDATE_DIR
+from kernelflow.verification.engine import CHILD_MODULE
 from tests.conftest import EXAMPLES
 
 RELU_TASK = (EXAMPLES / "tasks" / "relu.py").read_text()

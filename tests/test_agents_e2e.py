@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kernelflow.actors.tools import workspace_files
 from kernelflow.events.model import (
     LLMCalled,
     OutputParsed,
@@ -25,6 +24,7 @@ from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import StepType, build_trajectory
 from kernelflow.rollout import PromptItem, Rollout, RolloutConfig, load_dataset
 from kernelflow.settings import Settings
+from kernelflow.tools import workspace_files
 from tests.conftest import EXAMPLES, REPO, cli_env, run_cli
 from tests.daemons import assert_each_step_once, task_events
 

@@ -11,30 +11,54 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # Each installed package and the repository folder it comes from (pyproject's package-dir).
 LAYERS = {
+    "kernelflow.common": "common",
     "kernelflow.events": "events",
+    "kernelflow.sandbox": "sandbox",
+    "kernelflow.verification": "verification",
+    "kernelflow.llm": "llm",
+    "kernelflow.tools": "tools",
     "kernelflow.projections": "projections",
     "kernelflow.workflows": "workflows",
     "kernelflow.actors": "actors",
+    "kernelflow.telemetry": "telemetry",
     "kernelflow": "kernelflow",
 }
-# What each layer may import of kernelflow: `kernelflow -> actors -> (projections,
-# workflows) -> events`; projections may use the workflow model (counters follow it).
+# What each layer may import of kernelflow (docs/architecture.md, "Layers"): the CLI on
+# top; telemetry watches the actors; the actors use the LLM providers, the tools and the
+# verification engine, which runs candidates in the sandbox; the sandbox imports nothing of
+# kernelflow, so that what runs candidate code is small enough to read; common holds what
+# every layer may use (the plugin loader, secret scrubbing, parsing source).
+_BASE = {"kernelflow.common"}
 MAY_IMPORT = {
-    "kernelflow.events": {"kernelflow.events"},
-    "kernelflow.workflows": {"kernelflow.workflows", "kernelflow.events"},
-    "kernelflow.projections": {
+    "kernelflow.common": _BASE,
+    "kernelflow.events": _BASE | {"kernelflow.events"},
+    "kernelflow.sandbox": {"kernelflow.sandbox"},
+    "kernelflow.workflows": _BASE | {"kernelflow.workflows", "kernelflow.events"},
+    "kernelflow.projections": _BASE
+    | {"kernelflow.projections", "kernelflow.workflows", "kernelflow.events"},
+    "kernelflow.verification": _BASE
+    | {"kernelflow.verification", "kernelflow.sandbox", "kernelflow.events"},
+    "kernelflow.llm": _BASE | {"kernelflow.llm", "kernelflow.projections", "kernelflow.events"},
+    "kernelflow.tools": _BASE
+    | {
+        "kernelflow.tools",
+        "kernelflow.verification",
+        "kernelflow.sandbox",
         "kernelflow.projections",
-        "kernelflow.workflows",
         "kernelflow.events",
     },
-    "kernelflow.actors": {
-        "kernelflow.actors",
-        "kernelflow.projections",
-        "kernelflow.workflows",
-        "kernelflow.events",
-    },
+    "kernelflow.actors": set(LAYERS) - {"kernelflow", "kernelflow.telemetry"},
+    "kernelflow.telemetry": set(LAYERS) - {"kernelflow"},
     "kernelflow": set(LAYERS),
 }
+# The candidate's side of a check (the process that imports candidate code, and the judge
+# forked beside it) imports nothing of kernelflow but the sandbox and these.
+CANDIDATE_SIDE = "kernelflow.verification.child"
+CANDIDATE_SIDE_MAY_IMPORT = (
+    "kernelflow.verification.child",
+    "kernelflow.verification.backends",
+    "kernelflow.sandbox",
+)
 MAX_LINES = 700
 
 
@@ -141,11 +165,22 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
     assert wrong == []
 
 
-@pytest.mark.parametrize("folder", ["events", "actors", "projections", "workflows", "kernelflow"])
+def test_the_candidate_s_side_imports_only_the_sandbox_and_the_backends() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith(CANDIDATE_SIDE)
+        for target in targets
+        if not target.startswith(CANDIDATE_SIDE_MAY_IMPORT)
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("folder", sorted(LAYERS.values()))
 def test_nothing_imports_a_layer_by_its_folder_name(folder: str) -> None:
     """The folders install as ``kernelflow.<folder>``; a bare ``import events`` only works
     from a checkout's root and breaks in an installed wheel."""
-    bare = {"events", "actors", "projections", "workflows"}
+    bare = set(LAYERS.values()) - {"kernelflow"}
     sources = [p for d in (*LAYERS.values(), "tests", "bench") for p in (REPO / d).rglob("*.py")]
     wrong = [
         f"{path.relative_to(REPO)} imports {name}"

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.backends import (
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.conductor import Conductor
+from kernelflow.actors.prompts import agent_messages
+from kernelflow.actors.worker import Job
+from kernelflow.events import subjects
+from kernelflow.events.codec import decode_command, encode
+from kernelflow.events.model import BACKEND_NAME_PATTERN, SubmitTask, TaskRejected, TaskSubmitted
+from kernelflow.projections.task_state import fold
+from kernelflow.verification.backends import (
     NAME_PATTERN,
     Backend,
     UnknownBackend,
@@ -25,16 +33,8 @@ from kernelflow.actors.backends import (
     backend_names,
     register_backend,
 )
-from kernelflow.actors.backends import registry as backend_registry
-from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.conductor import Conductor
-from kernelflow.actors.prompts import agent_messages
-from kernelflow.actors.verifier.gate import check_candidate
-from kernelflow.actors.worker import Job
-from kernelflow.events import subjects
-from kernelflow.events.codec import decode_command, encode
-from kernelflow.events.model import BACKEND_NAME_PATTERN, SubmitTask, TaskRejected, TaskSubmitted
-from kernelflow.projections.task_state import fold
+from kernelflow.verification.backends import registry as backend_registry
+from kernelflow.verification.gate import check_candidate
 from kernelflow.workflows.loader import load_workflow
 from tests.child_jobs import RELU_TASK, run_child_job
 from tests.conftest import EXAMPLES, KERNELFLOW
@@ -47,8 +47,8 @@ TINY_RELU = RELU_SOLUTION.replace("relu_kernel", "relu_tiny")
 TINY_SOURCE = """
 import ast
 
-from kernelflow.actors.backends import Backend
-from kernelflow.actors.backends.triton import count_triton_launches
+from kernelflow.verification.backends import Backend
+from kernelflow.verification.backends.triton import count_triton_launches
 
 
 class TinyBackend(Backend):
@@ -132,7 +132,7 @@ def test_a_name_taken_by_another_backend_cannot_be_registered_again(tiny: Backen
 def test_a_plugin_backend_is_listed_through_its_entry_point(plugin_site: Path) -> None:
     probe = (
         "import json\n"
-        "from kernelflow.actors.backends import backend, backend_names, plugin_errors\n"
+        "from kernelflow.verification.backends import backend, backend_names, plugin_errors\n"
         "print(json.dumps([backend_names(), backend('tiny').title, plugin_errors()]))\n"
     )
     out = subprocess.run(

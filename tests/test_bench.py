@@ -21,9 +21,9 @@ import nats
 import pytest
 import yaml
 
-from kernelflow.actors.verifier.engine import VERIFIER_VERSION
 from kernelflow.events.log import EventLog
 from kernelflow.projections.search import SearchDatabase
+from kernelflow.verification.engine import VERIFIER_VERSION
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 from tests.fake_llm_servers import FakeOpenAI
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
-from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "examples" / "tasks"

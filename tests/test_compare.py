@@ -12,13 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelflow.actors.verifier.child.compare import (
+from kernelflow.verification.child.compare import (
     DEFAULT_TOLERANCES,
     compare_outputs,
     tolerances_of,
 )
-from kernelflow.actors.verifier.child.report import VerificationFailure
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.verification.child.report import VerificationFailure
+from kernelflow.verification.engine import VerifierConfig, verify
 
 TOLERANCES = tolerances_of({})
 

@@ -17,7 +17,6 @@ import pytest
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor, advance_on_loop
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.llm.scripted import ScriptedProvider
 from kernelflow.actors.worker import Delivery, Job
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
@@ -33,6 +32,7 @@ from kernelflow.events.model import (
     TaskCancelled,
     TaskSubmitted,
 )
+from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.projections.task_state import fold
 from kernelflow.workflows.loader import load_workflow
 from tests.conftest import REPO

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.workdirs import remove_abandoned_workdirs
 from kernelflow.commands.run import read_back
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, TaskFinished
@@ -23,6 +22,7 @@ from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import connected
+from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
 from kernelflow.settings import Settings
 from tests.conftest import KERNELFLOW, REPO, alive, cli_env, run_cli
 from tests.daemons import (

@@ -22,15 +22,15 @@ import pytest
 
 from kernelflow.actors.bridge import Bridge, NatsUnreachable
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.llm.scripted import ScriptedProvider
-from kernelflow.actors.verifier.engine import VerifierConfig
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import Event, SubmitTask, TaskRejected
+from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.nats_server import find_nats_server
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import follow_task
+from kernelflow.verification.engine import VerifierConfig
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
 from tests.daemons import wait_for_line
 

@@ -1,4 +1,4 @@
-"""The static gate (kernelflow.actors.verifier.gate) on its own: fast, no sandbox, nothing
+"""The static gate (kernelflow.verification.gate) on its own: fast, no sandbox, nothing
 run. Every escape is tried in every place code can hide in a candidate module (module
 level, class body, __init__, forward, a helper, a nested function, a lambda, a default
 argument, a decorator, a @triton.jit body), and every legitimate candidate of the
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernelflow.actors.verifier.gate import MAX_VIOLATIONS, check_candidate
+from kernelflow.verification.gate import MAX_VIOLATIONS, check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.verifier.gate import check_candidate, gate_findings
-from kernelflow.actors.verifier.policy import (
+from kernelflow.events.model import POLICY_NAME_PATTERN
+from kernelflow.verification.gate import check_candidate, gate_findings
+from kernelflow.verification.policy import (
     CHOICE_RULES,
     KERNELBENCH,
     NAME_PATTERN,
@@ -22,7 +23,6 @@ from kernelflow.actors.verifier.policy import (
     policy,
     policy_names,
 )
-from kernelflow.events.model import POLICY_NAME_PATTERN
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "examples" / "tasks"
@@ -337,7 +337,7 @@ def test_the_module_api_names_cover_the_installed_torch() -> None:
 
     import torch.nn as nn
 
-    from kernelflow.actors.verifier.gate_rules import NN_MODULE_API
+    from kernelflow.verification.gate_rules import NN_MODULE_API
 
     members = {
         n for n, v in inspect.getmembers(nn.Module) if callable(v) or isinstance(v, property)

@@ -15,10 +15,10 @@ import yaml
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.llm.base import LLMRequest, LLMResponse
-from kernelflow.actors.llm.scripted import ScriptedProvider
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentFailed, LLMCalled, SubmitTask, TaskFinished
+from kernelflow.llm.base import LLMRequest, LLMResponse
+from kernelflow.llm.scripted import ScriptedProvider
 from tests.conftest import EXAMPLES
 from tests.daemons import task_events, wait_until_settled
 

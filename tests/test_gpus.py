@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.daemon import DaemonConfig
-from kernelflow.actors.verifier.engine import VerifierConfig, detect_device
 from kernelflow.events.model import SubmitTask, VerificationCompleted
 from kernelflow.settings import Settings, SettingsError, parse_gpus
+from kernelflow.verification.engine import VerifierConfig, detect_device
 from tests.conftest import REPO, cli_env, run_cli
 from tests.daemons import publish, start_daemon, wait_for
 from tests.test_health import health

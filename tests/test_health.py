@@ -12,9 +12,9 @@ import nats
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.health import HealthResponder, daemon_describer
-from kernelflow.actors.verifier.engine import VerifierConfig
+from kernelflow.actors.presence import HealthResponder, daemon_describer
 from kernelflow.events.log import EventLog
+from kernelflow.verification.engine import VerifierConfig
 from tests.conftest import run_cli
 from tests.daemons import start_daemon
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
+from kernelflow.verification.engine import VerifierConfig, verify
 from tests.test_verifier import RELU_TASK, candidate
 
 GATE_OFF = VerifierConfig(trials=1, timeout_s=90.0, static_gate=False, shapes=({},))

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.verifier.child.taskload import load_task, split_key
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
-from kernelflow.actors.verifier.shapes import (
+from kernelflow.verification.child.taskload import load_task, split_key
+from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.shapes import (
     CPU_BUDGET,
     auto_shape_sets,
     fallback_shape_sets,
     input_shapes,
 )
-from kernelflow.actors.verifier.taskfile import task_constants
+from kernelflow.verification.taskfile import task_constants
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 KERNELBENCH = EXAMPLES / "kernelbench"

@@ -15,16 +15,16 @@ import pytest
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.llm import LLMError, make_provider
-from kernelflow.actors.llm.anthropic import AnthropicProvider
-from kernelflow.actors.llm.base import LLMRequest, LLMResponse
-from kernelflow.actors.llm.config import Limits, LLMConfig, ProviderSpecError
-from kernelflow.actors.llm.gateway import Gateway
-from kernelflow.actors.llm.openai import OpenAIProvider
-from kernelflow.actors.llm.scripted import ScriptedProvider
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import AgentFailed, SubmitTask
+from kernelflow.llm import LLMError, make_provider
+from kernelflow.llm.anthropic import AnthropicProvider
+from kernelflow.llm.base import LLMRequest, LLMResponse
+from kernelflow.llm.config import Limits, LLMConfig, ProviderSpecError
+from kernelflow.llm.gateway import Gateway
+from kernelflow.llm.openai import OpenAIProvider
+from kernelflow.llm.scripted import ScriptedProvider
 from tests.conftest import EXAMPLES
 from tests.daemons import wait_until_settled
 from tests.fake_llm_servers import FakeOpenAI

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.decide import finish_event
-from kernelflow.actors.llm.budget import task_budget_error
-from kernelflow.actors.llm.config import Budgets, ProviderSpecError, load_config
 from kernelflow.actors.prompts import agent_messages, conductor_messages
 from kernelflow.events.model import (
     AgentDispatched,
@@ -22,6 +20,8 @@ from kernelflow.events.model import (
     TaskSubmitted,
     Usage,
 )
+from kernelflow.llm.budget import task_budget_error
+from kernelflow.llm.config import Budgets, ProviderSpecError, load_config
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.verl_format import DATASET_ROW, DatasetRow, encode_dataset_row
 from kernelflow.workflows.loader import load_workflow, parse_workflow

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.llm import BUDGET_EXHAUSTED, LLMError, make_provider
-from kernelflow.actors.llm.base import LLMRequest, LLMResponse, llm_called
-from kernelflow.actors.llm.config import (
+from kernelflow.events.codec import encode
+from kernelflow.events.model import ChatMessage
+from kernelflow.llm import BUDGET_EXHAUSTED, LLMError, make_provider
+from kernelflow.llm.base import LLMRequest, LLMResponse, llm_called
+from kernelflow.llm.config import (
     AgentLLM,
     Budgets,
     Limits,
@@ -21,9 +23,7 @@ from kernelflow.actors.llm.config import (
     Price,
     ProviderSpecError,
 )
-from kernelflow.actors.llm.router import ProviderRouter
-from kernelflow.events.codec import encode
-from kernelflow.events.model import ChatMessage
+from kernelflow.llm.router import ProviderRouter
 from tests.fake_llm_servers import Failure, FakeAnthropic, FakeOpenAI
 
 KEY = "sk-ant-api03-TESTSECRET-0123456789abcdef"
@@ -303,7 +303,7 @@ def test_record_then_replay_round_trip(anthropic_server: FakeAnthropic, tmp_path
 
 
 def test_bad_specs_are_refused_up_front(tmp_path: Path) -> None:
-    from kernelflow.actors.llm import ProviderSpecError
+    from kernelflow.llm import ProviderSpecError
 
     for spec, problem in [
         ("claude:x", "unknown LLM provider 'claude'"),

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.llm import LLMError, make_provider
-from kernelflow.actors.llm.base import LLMRequest, LLMResponse, llm_called
-from kernelflow.actors.llm.config import Limits, LLMConfig
-from kernelflow.actors.llm.recording import request_key
-from kernelflow.actors.llm.router import ProviderRouter
-from kernelflow.actors.llm.scripted import ScriptedProvider, ScriptError
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import ChatMessage, LLMCalled, ToolUse
+from kernelflow.llm import LLMError, make_provider
+from kernelflow.llm.base import LLMRequest, LLMResponse, llm_called
+from kernelflow.llm.config import Limits, LLMConfig
+from kernelflow.llm.recording import request_key
+from kernelflow.llm.router import ProviderRouter
+from kernelflow.llm.scripted import ScriptedProvider, ScriptError
 from tests.fake_llm_servers import FakeAnthropic, FakeOpenAI, Reply, ScriptedAnswers, ToolCall
 
 KEY = "sk-ant-api03-TOOLSECRET-0123456789abcdef"

@@ -32,9 +32,7 @@ import yaml
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.health import HEALTH_SUBJECT
-from kernelflow.actors.llm.base import LLMRequest, LLMResponse
-from kernelflow.actors.llm.scripted import ScriptedProvider
+from kernelflow.actors.presence import HEALTH_SUBJECT
 from kernelflow.actors.readmodel import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
@@ -47,6 +45,8 @@ from kernelflow.events.model import (
     TaskCancelled,
     TaskFinished,
 )
+from kernelflow.llm.base import LLMRequest, LLMResponse
+from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.projections.task_state import fold
 from tests.conftest import EXAMPLES, run_cli
 from tests.daemons import (

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -14,15 +15,10 @@ import pytest
 
 from tests.conftest import EXAMPLES, REPO
 
-SOURCES = (
-    "pyproject.toml",
-    "README.md",
-    "kernelflow",
-    "events",
-    "actors",
-    "projections",
-    "workflows",
-)
+# What pip builds the wheel from: the project files and every folder pyproject's
+# package-dir names (one per layer).
+PACKAGE_DIRS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+SOURCES = ("pyproject.toml", "README.md", *sorted(set(PACKAGE_DIRS["package-dir"].values())))
 
 KERNELFLOW_VERIFY = (
     sys.executable,
@@ -109,7 +105,7 @@ def test_the_sandbox_runs_the_verifier_of_the_kernelflow_that_started_it(
     the checkout's editable install would have passed."""
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    child = site / "kernelflow" / "actors" / "verifier" / "child" / "__main__.py"
+    child = site / "kernelflow" / "verification" / "child" / "__main__.py"
     future = "from __future__ import annotations\n"
     broken = future + 'raise SystemExit("this wheel\'s verifier child ran")\n'
     child.write_text(child.read_text().replace(future, broken))

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from kernelflow.events.model import Event
-from kernelflow.progress import Progress, for_terminal
+from kernelflow.progress import ProgressLine, for_terminal
 from kernelflow.projections import logfile
 from tests.conftest import KERNELFLOW, REPO, cli_env
 from tests.test_export_log import append
@@ -32,7 +32,7 @@ def drawn(out: io.StringIO) -> list[str]:
 
 def test_progress_shows_position_rate_and_time_left_at_its_pace() -> None:
     out, clock = io.StringIO(), Clock()
-    progress = Progress(out, every_s=0.5, clock=clock)
+    progress = ProgressLine(out, every_s=0.5, clock=clock)
     with progress.phase("exporting", 10_000) as update:
         update(1)  # shown at once: a phase is never silent
         clock.now += 0.1
@@ -51,7 +51,7 @@ def test_progress_shows_position_rate_and_time_left_at_its_pace() -> None:
 
 def test_progress_says_minutes_and_hours_for_long_reads() -> None:
     out, clock = io.StringIO(), Clock()
-    with Progress(out, clock=clock).phase("reading", 10_000_000) as update:
+    with ProgressLine(out, clock=clock).phase("reading", 10_000_000) as update:
         update(1)
         clock.now += 10
         update(1_001)  # 100 events/s
@@ -63,7 +63,7 @@ def test_progress_says_minutes_and_hours_for_long_reads() -> None:
 
 def test_progress_counts_other_units_when_told() -> None:
     out, clock = io.StringIO(), Clock()
-    with Progress(out, clock=clock).phase("reading the target", 400, "task") as update:
+    with ProgressLine(out, clock=clock).phase("reading the target", 400, "task") as update:
         update(1)
         clock.now += 1
         update(101)

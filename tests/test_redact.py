@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelflow.actors.redact import MASK, scrub, secret_values
+from kernelflow.common.redact import MASK, scrub, secret_values
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ from pathlib import Path
 import nats
 import pytest
 
-from kernelflow.actors.verifier.engine import VERIFIER_VERSION
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import (
     ChatMessage,
@@ -24,6 +23,7 @@ from kernelflow.events.model import (
     VerificationCompleted,
     VerificationReport,
 )
+from kernelflow.verification.engine import VERIFIER_VERSION
 from kernelflow.workflows.loader import load_workflow
 from tests.conftest import EXAMPLES, run_cli
 

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.sandbox import filesystem
-from kernelflow.actors.sandbox import probe as sandbox_probe
-from kernelflow.actors.verifier import engine
-from kernelflow.actors.verifier.engine import (
+from kernelflow.sandbox import filesystem
+from kernelflow.sandbox import probe as sandbox_probe
+from kernelflow.verification import engine
+from kernelflow.verification.engine import (
     CHILD_MODULE,
     VerifierConfig,
     _sandbox_plan,
     detect_device,
     verify,
 )
-from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.verification.gate import check_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = ROOT / "examples" / "candidates"
@@ -223,7 +223,7 @@ from pathlib import Path
 def load(name):
     # From the sandbox package's files: this Python has no kernelflow installed.
     path = Path({where!r}, name + ".py")
-    spec = importlib.util.spec_from_file_location("kernelflow.actors.sandbox." + name, path)
+    spec = importlib.util.spec_from_file_location("kernelflow.sandbox." + name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

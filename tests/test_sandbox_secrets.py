@@ -34,10 +34,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kernelflow.actors.sandbox import probe as sandbox_probe
-from kernelflow.actors.sandbox.process import sandbox_env
-from kernelflow.actors.tools import ToolLimits, run_sandboxed
-from kernelflow.actors.verifier.engine import VerifierConfig, shutdown_workers, verify
+from kernelflow.sandbox import probe as sandbox_probe
+from kernelflow.sandbox.process import sandbox_env
+from kernelflow.tools import ToolLimits, run_sandboxed
+from kernelflow.verification.engine import VerifierConfig, shutdown_warm_processes, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "examples" / "candidates" / "hostile"
@@ -138,11 +138,11 @@ def planted() -> Iterator[Planted]:
     saved = {k: os.environ.get(k) for k in ("KF_DATA_DIR", "KF_TEST_TOKEN")}
     os.environ["KF_DATA_DIR"] = str(data_dir)
     os.environ["KF_TEST_TOKEN"] = found.token
-    shutdown_workers()  # the next warm worker starts with this environment
+    shutdown_warm_processes()  # the next warm worker starts with this environment
     try:
         yield found
     finally:
-        shutdown_workers()
+        shutdown_warm_processes()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -305,7 +305,7 @@ def test_the_sandbox_environment_is_minimal(planted: Planted) -> None:
 
 
 def test_the_view_hides_parents_first_and_keeps_what_python_needs() -> None:
-    from kernelflow.actors.sandbox.view import plan_view
+    from kernelflow.sandbox.view import plan_view
 
     plan = plan_view(
         "/tmp/kf-verify-1",
@@ -378,9 +378,9 @@ DAEMON = """
 import asyncio, json, sys
 from concurrent.futures import ThreadPoolExecutor
 import msgspec
-from kernelflow.actors.sandbox import sandbox_plan, network_prefixes
-from kernelflow.actors.tools import ToolError, ToolLimits, run_sandboxed
-from kernelflow.actors.verifier.engine import CHILD_MODULE, VerifierConfig, verify
+from kernelflow.sandbox import sandbox_plan, network_prefixes
+from kernelflow.tools import ToolError, ToolLimits, run_sandboxed
+from kernelflow.verification.engine import CHILD_MODULE, VerifierConfig, verify
 
 job = json.loads(sys.argv[1])
 out = {}
@@ -594,7 +594,7 @@ def test_health_shows_the_isolation_and_the_opt_in(monkeypatch: pytest.MonkeyPat
 CONFINE_ONE = """
 import json, os, sys, tempfile
 from pathlib import Path
-from kernelflow.actors.sandbox import confine_candidate, unshare_pid_namespace
+from kernelflow.sandbox import confine_candidate, unshare_pid_namespace
 
 work = Path(sys.argv[1])
 pid_namespace = sys.argv[2] == "pidns" and unshare_pid_namespace()

@@ -6,8 +6,8 @@ shape sets given explicitly are never skipped."""
 
 from __future__ import annotations
 
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
-from kernelflow.actors.verifier.shapes import auto_shape_sets, fallback_shape_sets
+from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.shapes import auto_shape_sets, fallback_shape_sets
 
 # The reference relies on a relation between two sizes (channels == 2 * length) that the
 # policy's sets break (channels shrink to their floor first) and scaling keeps.

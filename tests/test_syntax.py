@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kernelflow.actors.syntax import parse_expression, parse_module
+from kernelflow.common.syntax import parse_expression, parse_module
 
 
 def test_parses_from_many_threads_never_overlap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.verifier.child.taskload import load_task, override_source
-from kernelflow.actors.verifier.shapes import CPU_BUDGET, auto_shape_sets, input_shapes
-from kernelflow.actors.verifier.taskfile import (
+from kernelflow.verification.child.taskload import load_task, override_source
+from kernelflow.verification.shapes import CPU_BUDGET, auto_shape_sets, input_shapes
+from kernelflow.verification.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,

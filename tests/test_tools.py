@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelflow.actors.sandbox import isolation_prefix, network_prefixes
-from kernelflow.actors.tools import (
+from kernelflow.sandbox import isolation_prefix, network_prefixes
+from kernelflow.tools import (
     Tool,
     ToolContext,
     ToolLimits,
@@ -310,7 +310,7 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
 
 KILLED_DAEMON = """
 import asyncio, sys
-from kernelflow.actors.tools import ToolContext, make_tool, run_tool
+from kernelflow.tools import ToolContext, make_tool, run_tool
 
 code = "import subprocess, sys\\n" + (
     "subprocess.Popen([sys.executable, '-c', 'while True: pass', MARKER])\\nwhile True: pass"
@@ -336,7 +336,7 @@ def test_python_tool_dies_with_a_killed_daemon() -> None:
 
 SPAWNER_GONE_AT_ONCE = """
 import os, subprocess, sys
-from kernelflow.actors.sandbox.command import dying_with_this_process
+from kernelflow.sandbox.command import dying_with_this_process
 
 spin = [sys.executable, "-c", "while True: pass", sys.argv[1]]
 subprocess.Popen([*dying_with_this_process(), *spin])
@@ -447,7 +447,7 @@ def test_register_tool_refuses_bad_and_duplicate_names() -> None:
 
 
 PLUGIN = """
-from kernelflow.actors.tools import Tool
+from kernelflow.tools import Tool
 
 
 class Echo(Tool):
@@ -461,7 +461,7 @@ class Echo(Tool):
 
 CHECK_PLUGIN = """
 import asyncio
-from kernelflow.actors.tools import ToolContext, UnknownTool, make_tool, run_tool, tool_names
+from kernelflow.tools import ToolContext, UnknownTool, make_tool, run_tool, tool_names
 
 names = tool_names()
 assert "echo" in names and "calculator" in names and "broken" not in names, names

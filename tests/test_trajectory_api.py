@@ -14,7 +14,6 @@ import msgspec
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow.actors.llm.scripted import ScriptError, load_script, sample_index
 from kernelflow.events.model import (
     AgentDispatched,
     ChatMessage,
@@ -28,6 +27,7 @@ from kernelflow.events.model import (
     ToolUse,
     Usage,
 )
+from kernelflow.llm.scripted import ScriptError, load_script, sample_index
 from kernelflow.projections.flow_grpo import (
     GrpoOptions,
     GrpoSample,

@@ -15,21 +15,21 @@ import pytest
 import yaml
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.sandbox import probe as sandbox_probe
-from kernelflow.actors.sandbox import worker as sandbox_worker
-from kernelflow.actors.sandbox.probe import probed_once
-from kernelflow.actors.verifier import engine
-from kernelflow.actors.verifier.actor import Verifier
-from kernelflow.actors.verifier.engine import (
+from kernelflow.actors.verifier import Verifier
+from kernelflow.events.model import VerificationReport
+from kernelflow.sandbox import probe as sandbox_probe
+from kernelflow.sandbox import warm as sandbox_warm
+from kernelflow.sandbox.probe import probed_once
+from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
+from kernelflow.verification import engine
+from kernelflow.verification.engine import (
     CHILD_MODULE,
     VerifierConfig,
     _sandbox_plan,
     detect_device,
-    shutdown_workers,
+    shutdown_warm_processes,
     verify,
 )
-from kernelflow.actors.workdirs import remove_abandoned_workdirs
-from kernelflow.events.model import VerificationReport
 from tests.conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,7 +273,7 @@ def test_sandbox_dies_with_a_killed_daemon(tmp_path: Path) -> None:
     marker = f"{200 + time.time() % 100:.6f}"
     script = (
         "import sys\n"
-        "from kernelflow.actors.verifier.engine import VerifierConfig, verify\n"
+        "from kernelflow.verification.engine import VerifierConfig, verify\n"
         f"config = VerifierConfig(trials=1, timeout_s=300, static_gate=False)\n"
         f"verify(sys.stdin.read(), {candidate(sleeper_body(marker))!r}, config=config)\n"
     )
@@ -483,23 +483,23 @@ def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_
     strongest: tuple[str, ...] = ("env",)  # a prefix that changes nothing but is one
     monkeypatch.setattr(engine, "network_prefixes", lambda: (strongest, ()))
     monkeypatch.setattr(engine, "_sandbox_plan", lambda *_: sandbox_probe.SandboxPlan((), "as"))
-    started: list[tuple[list[str], sandbox_worker.WarmWorker]] = []
-    real_init = sandbox_worker.WarmWorker.__init__
+    started: list[tuple[list[str], sandbox_warm.WarmProcess]] = []
+    real_init = sandbox_warm.WarmProcess.__init__
 
     def init(self, cmd, env, home):  # type: ignore[no-untyped-def]
         started.append((cmd[: cmd.index(python)], self))
         real_init(self, cmd, env, home)
 
-    monkeypatch.setattr(sandbox_worker.WarmWorker, "__init__", init)
+    monkeypatch.setattr(sandbox_warm.WarmProcess, "__init__", init)
     try:
         engine.warm_up(VerifierConfig(python=python))
         [(first_prefix, first), (second_prefix, second)] = started
         assert (first_prefix, second_prefix) == (list(strongest), [])
         assert not first.alive() and second.alive()  # the early one is stopped, not leaked
-        ours = [key for key in sandbox_worker.WORKERS if key[0] == python]
+        ours = [key for key in sandbox_warm.WARM_PROCESSES if key[0] == python]
         assert ours == [(python, "cpu", (), None, CHILD_MODULE)]
     finally:
-        shutdown_workers()
+        shutdown_warm_processes()
 
 
 def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values() -> None:
@@ -529,7 +529,7 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
     """The probes and the warm worker happen as the verifier actor starts; the first
     candidate then runs in that worker with nothing left to start."""
     cold_steps: list[str] = []
-    real_worker_init = sandbox_worker.WarmWorker.__init__
+    real_worker_init = sandbox_warm.WarmProcess.__init__
     real_run_quiet = sandbox_probe.run_quiet
 
     def worker_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -540,9 +540,9 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
         cold_steps.append("probe")
         return real_run_quiet(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox_worker.WarmWorker, "__init__", worker_init)
+    monkeypatch.setattr(sandbox_warm.WarmProcess, "__init__", worker_init)
     monkeypatch.setattr(sandbox_probe, "run_quiet", run_quiet)
-    shutdown_workers()  # whatever earlier tests started
+    shutdown_warm_processes()  # whatever earlier tests started
     # A memory limit no other test uses: its sandbox plan is probed afresh.
     config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), memory_mb=12_345)
     bridge = Bridge(nats_url).start()
@@ -570,7 +570,7 @@ def test_report_roundtrips_msgspec() -> None:
 
 
 def test_a_verifier_pinned_to_a_gpu_shows_its_sandboxes_that_device_only() -> None:
-    from kernelflow.actors.sandbox import sandbox_env
+    from kernelflow.sandbox import sandbox_env
 
     assert sandbox_env("/tmp/w", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     assert "ANTHROPIC_API_KEY" not in sandbox_env("/tmp/w", "3")

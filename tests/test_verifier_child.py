@@ -1,5 +1,5 @@
 """The verifier's sandbox process stays light: started as ``python -I -m
-kernelflow.actors.verifier.child``, it imports the sandbox, child and backends packages and
+kernelflow.verification.child``, it imports the sandbox, child and backends packages and
 the stdlib (torch and triton where a check needs them), never the daemon's dependencies."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import json
 import subprocess
 import sys
 
-from kernelflow.actors.verifier.engine import CHILD_MODULE
+from kernelflow.verification.engine import CHILD_MODULE
 
 DAEMON_ONLY = {"msgspec", "nats", "pykka", "yaml"}
 # The namespace packages on the way (all empty), then the packages a sandbox may use.
-PARENTS = {"kernelflow", "kernelflow.actors", "kernelflow.actors.verifier"}
+PARENTS = {"kernelflow", "kernelflow.verification", "kernelflow.common"}
 SANDBOX_PACKAGES = (
     CHILD_MODULE,
-    "kernelflow.actors.sandbox",
-    "kernelflow.actors.backends",
-    "kernelflow.actors.plugins",  # the backends' plugin loader: stdlib only
+    "kernelflow.sandbox",
+    "kernelflow.verification.backends",
+    "kernelflow.common.plugins",  # the backends' plugin loader: stdlib only
 )
 
 
@@ -38,5 +38,5 @@ def test_the_sandbox_process_imports_nothing_of_the_daemon() -> None:
     assert not [m for m in modules if m.split(".")[0] in DAEMON_ONLY]
     ours = {m for m in modules if m.split(".")[0] == "kernelflow"}
     assert sorted(m for m in ours - PARENTS if not in_sandbox_packages(m)) == []
-    assert f"{CHILD_MODULE}.job" in ours and "kernelflow.actors.backends.cuda" in ours
+    assert f"{CHILD_MODULE}.job" in ours and "kernelflow.verification.backends.cuda" in ours
     assert "torch" not in modules  # imported where a check needs it, not on import

@@ -57,7 +57,7 @@ def test_bad_input_exits_2(
 
 
 def test_cuda_backend_is_unsupported_here(capsys: pytest.CaptureFixture[str]) -> None:
-    from kernelflow.actors.verifier.engine import detect_device
+    from kernelflow.verification.engine import detect_device
 
     if detect_device() == "cuda":
         pytest.skip("this machine has a GPU")

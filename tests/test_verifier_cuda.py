@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.verifier.engine import detect_device, verify
-from kernelflow.actors.verifier.gate import check_candidate
+from kernelflow.verification.engine import detect_device, verify
+from kernelflow.verification.gate import check_candidate
 from tests.child_jobs import RELU_TASK, run_child_job
 
 ROOT = Path(__file__).resolve().parent.parent

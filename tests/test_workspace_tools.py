@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from kernelflow.actors.tools import (
+from kernelflow.events.model import (
+    AgentDispatched,
+    Event,
+    OutputParsed,
+    TaskSubmitted,
+    ToolCalled,
+)
+from kernelflow.projections.task_state import fold
+from kernelflow.tools import (
     ToolContext,
     ToolError,
     ToolLimits,
@@ -21,14 +29,6 @@ from kernelflow.actors.tools import (
     run_tool,
     workspace_files,
 )
-from kernelflow.events.model import (
-    AgentDispatched,
-    Event,
-    OutputParsed,
-    TaskSubmitted,
-    ToolCalled,
-)
-from kernelflow.projections.task_state import fold
 
 ROOT = Path(__file__).resolve().parent.parent
 RELU_TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()

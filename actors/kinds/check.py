@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kernelflow.actors.kinds.base import AgentConfigError
 from kernelflow.actors.kinds.registry import UnknownAgentKind, agent_kind
-from kernelflow.actors.tools import UnknownTool, make_tool
+from kernelflow.tools import UnknownTool, make_tool
 from kernelflow.workflows.loader import WorkflowError
 from kernelflow.workflows.model import VERIFIER, Workflow
 

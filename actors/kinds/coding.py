@@ -4,7 +4,7 @@ It works through the phases understanding → exploration → planning → imple
 testing → refinement, which are read off what it has done (``CodebaseState``: files
 viewed and modified, test runs and errors), and after every observation it is shown that
 state and its phase, so a long session stays oriented. Its workspace is the projection of
-its file tools (``kernelflow.actors.tools.workspace``).
+its file tools (``kernelflow.tools.workspace``).
 
 Extra setting: ``answer_file`` — when set (e.g. ``candidate.py`` for a kernel coder) the
 agent's answer is that file's content in the workspace when it gives its Final Answer, so

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelflow.actors.syntax import parse_expression
+from kernelflow.common.syntax import parse_expression
 
 FINAL_ANSWER = re.compile(r"^[ \t]*(?:Action:[ \t]*)?Final Answer:[ \t]*", re.MULTILINE)
 _THOUGHT = re.compile(r"^[ \t]*Thought:[ \t]*", re.MULTILINE)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import cache
 
 from kernelflow.actors.kinds.base import AgentKind
-from kernelflow.actors.plugins import load_plugins, unknown_name
+from kernelflow.common.plugins import load_plugins, unknown_name
 
 ENTRY_POINT_GROUP = "kernelflow.agents"
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 
-from kernelflow.actors.backends import backend, backend_names
-from kernelflow.actors.backends import plugin_errors as backend_plugin_errors
 from kernelflow.actors.kinds import agent_kind, agent_kinds, plugin_errors
-from kernelflow.actors.tools import make_tool, tool_names
 from kernelflow.settings import Settings
+from kernelflow.tools import make_tool, tool_names
+from kernelflow.verification.backends import backend, backend_names
+from kernelflow.verification.backends import plugin_errors as backend_plugin_errors
 
 
 def catalogue() -> dict[str, Any]:

@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelflow.actors.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.actors.verifier.policy import DEFAULT_POLICY
-from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
@@ -33,7 +30,7 @@ from kernelflow.commands.options import (
     add_verifier_version_option,
 )
 from kernelflow.offline.sources import BENCH_RUN
-from kernelflow.projections.bench import (
+from kernelflow.projections.benchmark import (
     BENCH_FAST_P,
     ProblemResult,
     benchmark_card,
@@ -53,6 +50,9 @@ from kernelflow.search.driver import (
 from kernelflow.search.strategies import SearchSettings, UnknownStrategy, strategy_names
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
+from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.verification.taskfile import TaskFileError, check_task_source
 from kernelflow.workflows.loader import WorkflowError, parse_workflow, resolve_workflow
 
 PROBLEM = "problem"  # the metadata key of a candidate's problem file (BENCH_RUN: its run)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kernelflow.actors.connection import safe_url
 from kernelflow.actors.daemon import DEFAULT_ROLES
-from kernelflow.actors.health import HealthResponder, daemon_describer, new_daemon_id
+from kernelflow.actors.presence import HealthResponder, daemon_describer, new_daemon_id
 from kernelflow.actors.readmodel import ReadModel
 from kernelflow.commands.options import (
     LLM_HELP,
@@ -22,9 +22,9 @@ from kernelflow.commands.options import (
     add_connection_options,
     add_gpus_option,
 )
+from kernelflow.observability import start_telemetry
 from kernelflow.runtime import ABANDONED_STOP_WAIT_S, connected, start_daemon
 from kernelflow.settings import Settings, parse_give_up, parse_port
-from kernelflow.telemetry import start_telemetry
 from kernelflow.usage import EXIT_OK, UsageError
 from kernelflow.workflows.loader import is_agent_name
 

@@ -29,8 +29,6 @@ import nats
 import nats.js.errors
 from nats.js import api
 
-from kernelflow.actors.backends import backend, backend_names
-from kernelflow.actors.backends import plugin_errors as backend_plugin_errors
 from kernelflow.actors.connection import (
     ClientAuth,
     CredentialsError,
@@ -42,16 +40,18 @@ from kernelflow.actors.connection import (
     server_urls,
 )
 from kernelflow.actors.daemon import DEFAULT_ROLES
-from kernelflow.actors.health import llm_description, ping_daemons, safe_spec
-from kernelflow.actors.llm import ProviderSpecError, default_llm_spec, make_provider
-from kernelflow.actors.sandbox import isolation_status
-from kernelflow.actors.tools import make_tool, tool_names
+from kernelflow.actors.presence import llm_description, ping_daemons, safe_spec
 from kernelflow.commands.options import add_connection_options
 from kernelflow.events import subjects
+from kernelflow.llm import ProviderSpecError, default_llm_spec, make_provider
 from kernelflow.nats_server import NatsServerError
 from kernelflow.projections.report import table
+from kernelflow.sandbox import isolation_status
 from kernelflow.settings import Settings
+from kernelflow.tools import make_tool, tool_names
 from kernelflow.usage import UsageError
+from kernelflow.verification.backends import backend, backend_names
+from kernelflow.verification.backends import plugin_errors as backend_plugin_errors
 from kernelflow.workflows.model import VERIFIER
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"

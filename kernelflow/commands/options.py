@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import MutableMapping
 
-from kernelflow.actors.verifier.policy import DEFAULT_POLICY, policy_names
 from kernelflow.offline.since import SINCE_HELP
 from kernelflow.usage import UsageError
+from kernelflow.verification.policy import DEFAULT_POLICY, policy_names
 
 LLM_HELP = (
     "LLM provider (env KF_LLM): anthropic[:MODEL] | openai:URL[#MODEL] | scripted:FILE | "

@@ -13,7 +13,7 @@ from kernelflow.commands.options import add_source_options, add_verifier_version
 from kernelflow.events.model import Event
 from kernelflow.offline.files import atomic_output
 from kernelflow.offline.sources import Source, source_for
-from kernelflow.projections.bench import benchmark_card
+from kernelflow.projections.benchmark import benchmark_card
 from kernelflow.projections.flow_grpo import RewardFacts
 from kernelflow.projections.metrics import (
     DEFAULT_FAST_P,

@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Any
 
-from kernelflow.actors.verifier.engine import VERIFIER_VERSION, VerifierConfig
 from kernelflow.commands.options import add_source_options
 from kernelflow.offline.reverify import Outcome, check_again, kernels_to_check, record
 from kernelflow.offline.sources import LiveSource, source_for
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
+from kernelflow.verification.engine import VERIFIER_VERSION, VerifierConfig
 
 
 def register(subparsers: Any) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 from kernelflow.actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.actors.llm import ProviderSpecError
 from kernelflow.commands.options import LLM_HELP, add_connection_options, add_policy_option
 from kernelflow.events.codec import MalformedMessage
+from kernelflow.llm import ProviderSpecError
 from kernelflow.projections.rewards import (
     PROMPT_REWARDS,
     REWARD_FUNCTIONS,

@@ -16,16 +16,16 @@ import hashlib
 import uuid
 from pathlib import Path
 
-from kernelflow.actors.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.health import ping_daemons
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.actors.verifier.engine import VERIFIER_VERSION, check_reference, offered_backends
-from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
+from kernelflow.actors.presence import ping_daemons
 from kernelflow.commands.options import add_policy_option
 from kernelflow.events.codec import MalformedMessage, checked_command
 from kernelflow.events.model import Command, SubmitTask
 from kernelflow.usage import UsageError
+from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.engine import VERIFIER_VERSION, check_reference, offered_backends
+from kernelflow.verification.taskfile import TaskFileError, check_task_source
 from kernelflow.workflows.loader import (
     WorkflowError,
     check_candidate,

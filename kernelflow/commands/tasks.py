@@ -15,7 +15,6 @@ import msgspec
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.readmodel import NoAnswer, query_status, status_rows
-from kernelflow.actors.verifier.taskfile import TaskFileError, check_task_source
 from kernelflow.commands.options import add_connection_options
 from kernelflow.commands.submission import (
     add_task_options,
@@ -33,6 +32,7 @@ from kernelflow.render import describe, summary, unknown_kinds_note
 from kernelflow.runtime import UNTAKEN_HINT_AFTER_S, connected, follow_tasks, no_host, request_reply
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError, WaitTimeout, exit_code_for
+from kernelflow.verification.taskfile import TaskFileError, check_task_source
 
 
 def register(subparsers: Any) -> None:

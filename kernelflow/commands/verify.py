@@ -14,16 +14,16 @@ from typing import Any
 
 import msgspec
 
-from kernelflow.actors.backends import DEFAULT_BACKEND, backend_names
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
-from kernelflow.actors.verifier.taskfile import (
+from kernelflow.commands.options import add_policy_option
+from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.taskfile import (
     CandidateError,
     TaskFileError,
     check_candidate_source,
     check_task_source,
 )
-from kernelflow.commands.options import add_policy_option
-from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = ["cmd_verify", "parse_shapes", "register"]
 

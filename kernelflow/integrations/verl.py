@@ -39,9 +39,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kernelflow.actors.backends import backend_names
 from kernelflow.actors.kinds.formats import final_answer
-from kernelflow.actors.verifier.engine import VerifierConfig, verify
 from kernelflow.projections.rewards import (
     JUDGE_REWARD,
     KERNEL_REWARDS,
@@ -51,6 +49,8 @@ from kernelflow.projections.rewards import (
     get_reward,
 )
 from kernelflow.projections.verl_format import KERNEL_SOURCE_PREFIX, PROMPT_SOURCE
+from kernelflow.verification.backends import backend_names
+from kernelflow.verification.engine import VerifierConfig, verify
 from kernelflow.workflows.model import CODE_FIELD, AgentSpec, OutputField
 from kernelflow.workflows.parsing import ParseError, parse_output
 

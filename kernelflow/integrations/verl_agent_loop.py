@@ -53,8 +53,6 @@ from verl.utils.profiler import simple_timer  # type: ignore[import-not-found,un
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig, agent_durable
-from kernelflow.actors.llm.base import LLMError, LLMRequest
-from kernelflow.actors.llm.token_server import TokenServerProvider, TokenTurn
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.model import (
@@ -64,6 +62,8 @@ from kernelflow.events.model import (
     TaskFinished,
     TaskRejected,
 )
+from kernelflow.llm.base import LLMError, LLMRequest
+from kernelflow.llm.token_server import TokenServerProvider, TokenTurn
 from kernelflow.projections.rewards import JUDGE_REWARD, UnknownReward, get_reward, reward_input
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.rollout import SOLVER, RolloutConfig, prompt_item, rollout_complete

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.verifier.engine import VERIFIER_VERSION, VerifierConfig, verify
 from kernelflow.events.log import AppendConflict
 from kernelflow.events.model import (
     Event,
@@ -30,6 +29,7 @@ from kernelflow.offline.sources import Source
 from kernelflow.projections.rewards import revised_reward_events
 from kernelflow.projections.search import SearchDatabase
 from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.verification.engine import VERIFIER_VERSION, VerifierConfig, verify
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from kernelflow.events.model import Event, QuarantinedEvent, TaskSubmitted
 from kernelflow.events.quarantine import Quarantine
 from kernelflow.offline.files import file_events, open_blocks, refusing_corrupt
 from kernelflow.offline.since import BadTime, iso_utc, parse_since
-from kernelflow.progress import Progress, for_terminal
+from kernelflow.progress import ProgressLine, for_terminal
 from kernelflow.projections import logfile
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.runtime import connected
@@ -124,7 +124,7 @@ class Source:
     description: dict[str, Any]
     flt: EventFilter
     # Where a feed shows how far it got (a terminal); None: it does not.
-    progress: Progress | None = None
+    progress: ProgressLine | None = None
     # The quarantined messages the last feed passed on.
     quarantine = Quarantine()
 

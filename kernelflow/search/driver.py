@@ -24,7 +24,6 @@ from typing import Any
 import nats.errors
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.verifier.policy import DEFAULT_POLICY
 from kernelflow.events import subjects
 from kernelflow.events.model import CancelTask, Event, PriorKernel, SubmitTask
 from kernelflow.projections.search import (
@@ -47,6 +46,7 @@ from kernelflow.search.strategies import (
     plan,
     strategy,
 )
+from kernelflow.verification.policy import DEFAULT_POLICY
 
 # What a prompt shows of a prior kernel at most: a search's prompts stay bounded however
 # long the kernels it builds on.
@@ -114,7 +114,7 @@ class _Search:
 
 
 @dataclass
-class Progress:
+class SearchProgress:
     searches: int
     finished: int = 0
     candidates_done: int = 0
@@ -142,7 +142,7 @@ class SearchRunner:
         bridge: Bridge,
         searches: Sequence[SearchTask],
         concurrency: int = 4,
-        on_progress: Callable[[Progress], None] | None = None,
+        on_progress: Callable[[SearchProgress], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -160,7 +160,7 @@ class SearchRunner:
             )
             for s in searches
         }
-        self.progress = Progress(searches=len(self.searches))
+        self.progress = SearchProgress(searches=len(self.searches))
         self._inbox: queue.Queue[Event | int] = queue.Queue()
         # Seconds spent planning, folding and submitting (the search's own overhead).
         self.overhead_s = 0.0
@@ -408,7 +408,7 @@ def _prior(c: Candidate, role: str) -> PriorKernel:
     )
 
 
-def print_progress(progress: Progress) -> None:
+def print_progress(progress: SearchProgress) -> None:
     """A line redrawn in place on a terminal; in a log, a line each time a search ends."""
     last = progress.finished == progress.searches
     if sys.stderr.isatty():

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Protocol
 
-from kernelflow.actors.plugins import load_plugins, unknown_name
+from kernelflow.common.plugins import load_plugins, unknown_name
 from kernelflow.projections.search import Candidate, SearchDatabase
 
 ENTRY_POINT_GROUP = "kernelflow.search"

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from kernelflow.commands.bench import bench_text
-from kernelflow.projections.bench import (
+from kernelflow.projections.benchmark import (
     BENCH_FAST_P,
     benchmark_card,
     problem_result,

@@ -1,0 +1,177 @@
+"""Daemon health: each daemon answers pings on ``kf.health.ping`` (core NATS, every daemon
+answers) with who it is and what it hosts, and ``kernelflow health`` gathers the answers.
+
+The answer is a JSON object: ``daemon_id``, ``host``, ``pid``, ``roles``, ``pools`` (actors
+per role), ``started_at``, ``uptime_s``, ``nats_url`` (credentials removed), ``llm`` (the
+provider and, per LLM agent, provider spec and model — never a key) and ``read_model``
+(its position, when the daemon runs one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.connection import safe_url
+from kernelflow.events import subjects
+
+log = logging.getLogger("kernelflow.health")
+
+HEALTH_SUBJECT = "kf.health.ping"
+
+
+def new_daemon_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def safe_spec(spec: str | None) -> str | None:
+    """A provider spec fit to show: no user:password in a URL, no query string."""
+    if not spec:
+        return spec
+    kind, _, rest = spec.partition(":")
+    head, sep, model = rest.partition("#")
+    if "://" in head:
+        parts = urlsplit(head)
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        head = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return f"{kind}:{head}{sep}{model}" if rest else kind
+
+
+def llm_description(provider: object | None, agents: Iterable[str]) -> dict[str, Any]:
+    """Which provider and model each agent would call, from a provider built by
+    ``kernelflow.llm.make_provider`` (nothing is called). ``provider`` None: no LLM."""
+    if provider is None:
+        return {"provider": None, "spec": None, "agents": {}}
+    config = getattr(provider, "config", None)
+    default = getattr(config, "provider", None)
+    out: dict[str, Any] = {
+        "provider": (default or "").partition(":")[0] or getattr(provider, "name", None),
+        "spec": safe_spec(default),
+        "agents": {},
+    }
+    params_for = getattr(provider, "params_for", None)
+    build = getattr(provider, "provider", None)
+    for agent in agents:
+        entry: dict[str, Any] = {}
+        try:
+            spec = params_for(agent)[0] if params_for else default
+            entry["spec"] = safe_spec(spec)
+            entry["provider"] = (spec or "").partition(":")[0] or None
+            built = build(spec) if build and spec else None
+            model = getattr(built, "model", None)
+            inner = getattr(built, "inner", None)
+            entry["model"] = model or getattr(inner, "model", None)
+        except Exception as exc:  # a bad per-agent setting: say so, do not raise
+            entry["error"] = str(exc)
+        out["agents"][agent] = entry
+    return out
+
+
+def daemon_describer(
+    daemon_id: str,
+    nats_url: str,
+    roles: Iterable[str],
+    pools: dict[str, int],
+    llm: object | None,
+    read_model: Any = None,
+    warm_ups: Any = None,
+) -> Callable[[], dict[str, Any]]:
+    """What a daemon says about itself; ``read_model`` (an ``kernelflow.actors.readmodel.ReadModel``
+    or None) is asked for its position on every ping, ``warm_ups`` (the daemon's
+    ``kernelflow.actors.verifier.WarmUps``, or None) for how ready its verifiers are."""
+    roles = list(roles)
+    static = {
+        "daemon_id": daemon_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "roles": roles,
+        "pools": pools,
+        "nats_url": safe_url(nats_url),
+        "llm": llm_description(llm, [r for r in roles if r != "verifier"]),
+    }
+
+    def describe() -> dict[str, Any]:
+        return {
+            **static,
+            "read_model": read_model.describe() if read_model else None,
+            "verifier": warm_ups.describe() if warm_ups is not None else None,
+        }
+
+    return describe
+
+
+class HealthResponder:
+    """Answers ``kf.health.ping`` on the bridge loop with ``describe()`` (which must be
+    cheap: it runs on the loop) plus uptime."""
+
+    def __init__(self, bridge: Bridge, describe: Callable[[], dict[str, Any]]) -> None:
+        self.bridge = bridge
+        self._describe = describe
+        self._started = time.time()
+        self._sub: Subscription | None = None
+
+    def start(self) -> HealthResponder:
+        self._sub = self.bridge.call(self.bridge.nc.subscribe(HEALTH_SUBJECT, cb=self._on_ping))
+        return self
+
+    async def _on_ping(self, msg: Msg) -> None:
+        if not msg.reply:
+            return
+        if (why := subjects.reply_refusal(msg.reply)) is not None:
+            # An answer there could land in the log, or be taken for an API request.
+            log.warning("not answering a health ping: %s", why)
+            return
+        try:
+            body = self._describe()
+        except Exception as exc:  # still answer: a daemon that cannot describe itself
+            body = {"error": repr(exc)}
+        body |= {"started_at": self._started, "uptime_s": round(time.time() - self._started, 3)}
+        with contextlib.suppress(Exception):
+            await msg.respond(json.dumps(body, default=str).encode())
+
+    def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                self.bridge.call(self._sub.unsubscribe(), timeout=5)
+
+
+async def ping_daemons(nc: NATS, window_s: float) -> list[dict[str, Any]]:
+    """Every daemon's answer that arrives within ``window_s``."""
+    answers: list[dict[str, Any]] = []
+    inbox = nc.new_inbox()
+
+    async def collect(msg: Msg) -> None:
+        if not msg.data:  # a status message (e.g. 503: nobody listens), not an answer
+            return
+        try:
+            body = json.loads(msg.data)
+        except ValueError:
+            log.warning("unreadable health answer on %s", msg.subject)
+            return
+        if isinstance(body, dict):
+            answers.append(body)
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(HEALTH_SUBJECT, b"{}", reply=inbox)
+        await nc.flush()
+        await asyncio.sleep(window_s)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    return sorted(answers, key=lambda a: str(a.get("daemon_id", "")))

@@ -1,0 +1,103 @@
+"""Kernel tools for a coder: check a candidate before handing it to the verifier.
+
+``compile_kernel`` runs every check that needs no execution: the module compiles, defines
+``ModelNew``, and passes the verifier's static reward-hack gate. ``check_kernel`` runs the
+real verifier (its sandbox, its comparison against the reference) on small shapes with
+one trial and no timing: a quick signal, not the verdict of the verifier agent, which
+checks the full shapes. A failed check is a failed call, with the reasons as its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kernelflow.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
+from kernelflow.tools.registry import register_tool
+from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.gate import check_candidate
+from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.verification.shapes import SizeBudget
+from kernelflow.verification.taskfile import CandidateError, check_candidate_source
+
+__all__ = ["CHECK_BUDGET", "CheckKernel", "CompileKernel", "static_problems"]
+
+# On the CPU, check_kernel checks much smaller shapes than the verifier: it is an agent's
+# quick look, not the verdict.
+CHECK_BUDGET = SizeBudget(max_dim=64, max_elements=1 << 16, max_work=1 << 18, long_dim=1 << 12)
+
+_CODE = arguments({"code": {**TEXT, "description": "the whole candidate module"}})
+
+
+def static_problems(
+    code: str, backend: str, task_source: str = "", policy: str = DEFAULT_POLICY
+) -> list[str]:
+    """Why ``code`` cannot be a candidate under ``policy``, found without running it
+    (empty: none)."""
+    try:
+        check_candidate_source(code)
+        # compile() also reports what parsing accepts (`return` outside a function...).
+        compile(code, "candidate.py", "exec", dont_inherit=True)
+    except (CandidateError, SyntaxError, ValueError) as exc:
+        return [str(exc)]
+    violations = check_candidate(code, backend=backend, task_source=task_source, policy=policy)
+    return [f"static check: {v.text()}" for v in violations]
+
+
+@register_tool
+class CompileKernel(Tool):
+    name = "compile_kernel"
+    description = (
+        "Check a candidate kernel module without running it: it must compile, define "
+        "class ModelNew, and pass the verifier's static rules (the kernel does the work: "
+        "no PyTorch compute in forward, no fallbacks, no caching)."
+    )
+    parameters = _CODE
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        problems = static_problems(args["code"], ctx.backend, ctx.task_source, ctx.policy)
+        if problems:
+            raise ToolError("\n".join(problems))
+        return "ok: the module compiles, defines ModelNew and passes the static rules"
+
+
+@register_tool
+class CheckKernel(Tool):
+    name = "check_kernel"
+    description = (
+        "Run a candidate kernel module against the task's reference in the verifier's "
+        "sandbox, on small shapes with one trial and no timing; shows the verdict and what "
+        "went wrong. Passing here does not guarantee passing the full verification."
+    )
+    parameters = _CODE
+
+    @classmethod
+    def default_limits(cls) -> ToolLimits:
+        # Interpreted Triton on the CPU is slow; the verifier's memory limit applies.
+        return ToolLimits(
+            timeout_s=240.0, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
+        )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        if not ctx.task_source:
+            raise ToolError("check_kernel needs a kernel task: this task has no reference model")
+        config = VerifierConfig(
+            timeout_s=self.limits.work_timeout_s,
+            memory_mb=self.limits.memory_mb or VerifierConfig.memory_mb,
+            trials=1,
+            timing=False,
+            cpu_budget=CHECK_BUDGET,
+        )
+        report = await asyncio.to_thread(
+            verify,
+            ctx.task_source,
+            args["code"],
+            backend=ctx.backend,
+            policy=ctx.policy,
+            config=config,
+        )
+        where = f" on {report.device}" if report.device else ""
+        text = f"verdict: {report.verdict}{where} in {report.duration_s:.1f} s\n{report.feedback}"
+        if not report.passed:
+            raise ToolError(text)
+        return text

@@ -1,0 +1,112 @@
+"""What a backend (a kernel DSL: Triton, CUDA C, ...) is to kernelflow, as one object.
+
+A :class:`Backend` says what the prompt tells the coder about the DSL, what the static
+gate requires of a candidate (the extra modules it may import, the library calls that are
+glue, what counts as a launched kernel) and how the verifier's sandbox readies the DSL's
+runtime and counts its launches. Its module is imported inside sandboxes, so it imports
+only the stdlib at module level: torch, triton or cupy are imported inside the hooks that
+run in the sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import ClassVar, NoReturn, Protocol
+
+__all__ = ["NAME_PATTERN", "Backend", "CandidateModule", "LaunchCounter", "dotted_name"]
+
+# The names a backend may have: those ``SubmitTask.backend`` accepts when decoded
+# (``kernelflow.events.model.BACKEND_NAME_PATTERN``, not imported: a sandbox imports this
+# module and must not load msgspec; a test keeps the two equal).
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
+class CandidateModule(Protocol):
+    """What the static gate knows of a candidate module, for a backend's rules."""
+
+    tree: ast.Module
+    jit_kernels: dict[str, ast.FunctionDef]  # every function decorated with ...jit, by name
+    launched: set[str]  # the kernels the module launches: kernel[grid](...)
+
+    def resolve(self, node: ast.AST) -> str | None:
+        """``node``'s dotted name, its first part resolved through the module's imports."""
+        ...
+
+    def functions(self) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, bool]]:
+        """Every function but the jit kernels, with whether it is an ``__init__``."""
+        ...
+
+    def add(self, rule: str, node: ast.AST, message: str) -> None:
+        """Record a broken rule at ``node``'s line."""
+        ...
+
+
+class LaunchCounter(Protocol):
+    """The sandbox's count of kernel launches: a backend wraps each launch in
+    ``launching()``, so the runtime guards know forward() launched a kernel and look away
+    from the tensor ops the launch itself runs; ``refuse`` ends a launch the backend's own
+    rules refuse (as a broken rule, not as the candidate's crash)."""
+
+    def launching(self) -> AbstractContextManager[None]: ...
+
+    def refuse(self, rule: str, message: str) -> NoReturn: ...
+
+
+class Backend(ABC):
+    """One kernel DSL. Subclass it, set the class attributes, implement the hooks, and
+    register an instance (:func:`kernelflow.verification.backends.register_backend`, or the
+    ``kernelflow.backends`` entry-point group)."""
+
+    name: ClassVar[str]  # what tasks name (``SubmitTask.backend``): NAME_PATTERN
+    title: ClassVar[str]  # in the prompt: "... turns PyTorch operators into <title> kernels"
+    needs_gpu: ClassVar[bool] = False  # False: also checked on the CPU
+    device_note: ClassVar[str] = ""  # for the prompt: where and how kernels are checked
+    dsl_notes: ClassVar[str] = ""  # for the prompt: the DSL in brief (``$dsl_guidance``)
+    # Modules a candidate may import besides the ones every backend allows.
+    extra_imports: ClassVar[tuple[str, ...]] = ()
+    # What forward() must launch at least once, in words ("": no such runtime check).
+    launch_label: ClassVar[str] = ""
+    # Why the verdict is ``unsupported`` when start_runtime fails, in words.
+    runtime_unavailable: ClassVar[str] = "its runtime cannot start here"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name is not None and not re.match(NAME_PATTERN, name):
+            raise ValueError(f"backend name {name!r} does not match {NAME_PATTERN}")
+
+    # ------------------------------------------------------------------ static gate
+
+    @abstractmethod
+    def check_kernels(self, module: CandidateModule) -> None:
+        """Add a ``no_kernel`` violation unless ``module`` defines a kernel of this DSL and
+        launches it."""
+
+    def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
+        """Judge a call of ``name`` (resolved dotted name) outside ``__init__`` that belongs
+        to this DSL's own library, adding violations for what is not glue; return whether
+        it was this backend's to judge (False: the gate's PyTorch rules apply)."""
+        return False
+
+    # ------------------------------------------------------------------ sandbox
+
+    @abstractmethod
+    def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+        """In the sandbox, before the candidate is imported: ready the DSL's runtime on
+        ``device`` and make every launch of one of its kernels go through ``launches``.
+        Raise if it cannot run here: the verdict is then ``unsupported``."""
+
+
+def dotted_name(node: ast.AST) -> str | None:
+    """``torch.nn.functional.relu`` for an Attribute chain rooted at a Name, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None

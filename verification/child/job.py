@@ -1,0 +1,215 @@
+"""One verification job, phase by phase, in the judge's process: fork the candidate's
+process first (:mod:`.remote`), confine this one, load the task, have the candidate's
+process load the candidate and start the backend's runtime, let the judge run the trials
+(:mod:`.judge`), time the candidate on a GPU, and hand the result to the parent.
+
+The job is ``WORKDIR/job.json`` (written by :mod:`kernelflow.verification.engine`);
+the candidate's files are in ``WORKDIR/candidate/``. The result, the fields of
+``VerificationReport``, leaves through :func:`~.report.write_result` on a pipe only this
+process holds: the candidate's process closes its copy before any of its code runs.
+Anything else (a crash, a timeout, no result) is turned into a verdict by the parent.
+
+Child side: stdlib at module level; torch is imported where it is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelflow.sandbox import confine_judge
+from kernelflow.sandbox.limits import libc
+from kernelflow.verification.child.compare import compare_outputs, tolerances_of
+from kernelflow.verification.child.environment import environment
+from kernelflow.verification.child.judge import (
+    Checks,
+    Judge,
+    Judged,
+    candidate_died,
+    candidate_raised,
+)
+from kernelflow.verification.child.loading import load_module
+from kernelflow.verification.child.remote import (
+    CandidateDied,
+    CandidateRaised,
+    RemoteCandidate,
+    Unsupported,
+    start_candidate,
+)
+from kernelflow.verification.child.report import (
+    Reports,
+    Verdict,
+    VerificationFailure,
+    finite,
+    format_exception,
+    internal_error,
+    write_result,
+)
+from kernelflow.verification.child.taskload import load_task
+from kernelflow.verification.child.timing import timing_report
+
+__all__ = ["execute", "run_job"]
+
+PR_SET_DUMPABLE = 4
+
+
+def execute(workdir: Path, result_fd: int) -> None:
+    """Run the job of ``workdir`` in this (not yet confined) process and write its result
+    on ``result_fd``; never returns."""
+    started = time.perf_counter()
+    me = os.getpid()
+    job: dict[str, Any] = {}
+    candidate: RemoteCandidate | None = None
+    try:
+        job = json.loads((workdir / "job.json").read_text())
+        # A job that checks only the task's reference starts no candidate process.
+        candidate = None if job.get("reference_only") else start_candidate(workdir, job)
+        confine_judge(
+            workdir,
+            fs_isolation=bool(job.get("fs_isolation")),
+            memory_kind=job.get("memory_kind", "as"),
+            memory_mb=int(job.get("memory_mb", 0)),
+        )
+        # Not traceable, its memory not readable, by a process of the same user.
+        libc().prctl(PR_SET_DUMPABLE, 0)
+        result = run_job(workdir, job, candidate)
+    except BaseException as exc:  # a bug here must still produce a readable verdict
+        result = internal_error(exc, workdir, str(job.get("device") or ""))
+    finally:
+        if candidate is not None and os.getpid() == me:
+            candidate.close()
+    if os.getpid() != me:  # never the candidate's process, but be sure: only the judge reports
+        os._exit(0)
+    result["duration_s"] = time.perf_counter() - started
+    try:
+        write_result(result_fd, result)
+    except BaseException:
+        os._exit(70)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_job(
+    workdir: Path, job: dict[str, Any], candidate: RemoteCandidate | None
+) -> dict[str, Any]:
+    """The job's result (a dict of ``VerificationReport`` fields); without a candidate,
+    whether the task's reference runs on every shape set (``task_error`` if it cannot)."""
+    import torch
+
+    checks = Checks.from_job(job)
+    reports = Reports(checks.device, environment(checks.device))
+    if checks.device == "cuda":
+        # Full-precision fp32 reference: TF32 would loosen it beyond the tolerances.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    # What the sandbox plan says is missing (only where the operator opted in to run
+    # candidates anyway), then what confining the candidate's process found.
+    notes: list[str] = [str(note) for note in job.get("sandbox_notes") or []]
+    tag = f"{os.getpid()}_{time.monotonic_ns()}"
+    wd = str(workdir)
+    try:
+        # The reference comes first: a broken task is not the coder's fault.
+        task = import_task(workdir, job["task_file"], f"kf_task_{tag}", reports)
+        if getattr(task, "Model", None) is None:
+            msg = "the reference task defines no Model"
+            raise reports.failed("task_error", msg, ["no Model"], "task_error: no Model")
+        if candidate is not None:
+            load_candidate(candidate, job, f"kf_candidate_{tag}", checks.device, reports)
+            notes.extend(note for note in candidate.notes if note not in notes)
+        task_file = workdir / job["task_file"]
+
+        def task_for(shapes: dict[str, int]) -> Any:
+            # Executed afresh with the set's sizes: shapes derived at import follow.
+            return task if not shapes else load_task(task_file, shapes, f"kf_task_{tag}")
+
+        judged = Judge(task_for, candidate, checks, reports, notes, wd).run()
+    except Verdict as verdict:
+        return verdict.result
+    if candidate is None:
+        return reports.reference_runs(judged.shapes, notes)
+    speedup, timing = time_candidate(candidate, judged, job, notes, wd)
+    return reports.passed(
+        trials=judged.trials,
+        shapes=judged.shapes,
+        max_abs=judged.max_abs,
+        max_rel=judged.max_rel,
+        speedup=speedup,
+        timing=timing,
+        notes=notes,
+        warnings=judged.warnings,
+    )
+
+
+def import_task(workdir: Path, file: str, name: str, reports: Reports) -> Any:
+    try:
+        return load_module(workdir / file, name)
+    except BaseException as exc:
+        tb = format_exception(exc, str(workdir))
+        raise reports.failed(
+            "task_error", "the reference task failed to import", tb, "task_error: " + tb[-1]
+        ) from None
+
+
+def load_candidate(
+    candidate: RemoteCandidate, job: dict[str, Any], name: str, device: str, reports: Reports
+) -> None:
+    """The candidate's process imports the candidate (after readying the backend's
+    runtime); it must define ``ModelNew``."""
+    label = "import"
+    try:
+        has_model = candidate.load(
+            str(job["candidate_file"]),
+            str(job.get("backend", "triton")),
+            device,
+            name,
+            list(job.get("warned_rules") or []),
+        )
+    except Unsupported as exc:  # the backend's runtime, or the sandbox, cannot run here
+        msg = str(exc)
+        raise reports.failed("unsupported", msg, [msg], "unsupported: " + msg) from None
+    except VerificationFailure as failure:
+        raise reports.refused(failure, 0, label, []) from None
+    except CandidateRaised as raised:
+        info = dict(raised.info)
+        if info.get("kind") != "compile_error" and not info.get("wrote_outside"):
+            info["kind"] = "compile_error"  # a module that does not import does not compile
+        raise candidate_raised(reports, info, "the candidate's import", 0, label) from None
+    except CandidateDied as died:
+        raise candidate_died(reports, died, 0, label) from None
+    if not has_model:
+        msg = "candidate module defines no ModelNew after import"
+        raise reports.failed("compile_error", msg, [msg], "no_modelnew: " + msg)
+
+
+def time_candidate(
+    candidate: RemoteCandidate,
+    judged: Judged,
+    job: dict[str, Any],
+    notes: list[str],
+    workdir: str,
+) -> tuple[float | None, dict[str, Any] | None]:
+    """Speedup and timing details on a GPU when asked for; interpreted Triton on the CPU
+    has no meaningful timing, so (None, None) there. A failed timing is a note."""
+    if job.get("device") != "cuda" or not job.get("timing", True):
+        return None, None
+    try:
+        tolerances = tolerances_of(job)
+        speedup, timing = timing_report(
+            judged.reference_model,
+            candidate,
+            judged.inputs,
+            judged.expected,
+            job,
+            lambda outputs: compare_outputs(judged.expected, outputs, tolerances),
+        )
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        notes.append("timing failed: " + " | ".join(format_exception(exc, workdir)[-3:]))
+        return None, None
+    return finite(speedup), timing

@@ -1,0 +1,477 @@
+"""Parent side of the verifier: check one candidate in a sandboxed child process.
+
+This module runs inside the daemon and never imports or executes candidate code (nor torch:
+initialising CUDA here would break forking and tie the daemon to the GPU). Before anything
+runs, the candidate passes the static reward-hack gate (:mod:`kernelflow.verification.gate`).
+Then each verification gets a private temp dir with ``job.json`` and runs the sandbox
+process :mod:`kernelflow.verification.child` in the sandbox
+(:mod:`kernelflow.sandbox`): by default forked from a warm worker (torch and triton
+already imported, CUDA never initialised) that lives in its own network namespace when the
+machine allows it; the sandbox gets resource limits, its own PID namespace and the
+``nobody`` user where possible, a wall-clock timeout that kills its whole process group,
+and bounded output. Where mount namespaces work (probed once, ``SandboxPlan.fs_isolation``),
+everything but its temp dir is read-only to it, so writes elsewhere fail at runtime
+whatever the gate missed; elsewhere each report notes that the file system is not
+isolated. ``VerifierConfig(warm=False)`` starts a fresh
+``python -I -m kernelflow.verification.child WORKDIR`` instead. What the sandbox leaves
+behind becomes the report in :mod:`kernelflow.verification.results`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from kernelflow.common.redact import scrub, secret_values
+from kernelflow.events.model import VerificationReport
+from kernelflow.sandbox import (
+    ProcessOutcome,
+    SandboxPlan,
+    WarmKey,
+    WarmProcessLost,
+    detect_device,
+    device_env,
+    discard_warm_process,
+    isolated_module,
+    network_prefixes,
+    run_in_warm_process,
+    run_process,
+    sandbox_plan,
+    shutdown_warm_processes,
+    warm_process_for,
+)
+from kernelflow.sandbox.process import read_tail
+from kernelflow.sandbox.workdirs import VERIFY_PREFIX, locked_workdir
+from kernelflow.verification.backends import DEFAULT_BACKEND, UnknownBackend, backend_names
+from kernelflow.verification.backends import backend as find_backend
+from kernelflow.verification.child.compare import DEFAULT_TOLERANCES
+from kernelflow.verification.child.remote import CANDIDATE_DIR
+from kernelflow.verification.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
+from kernelflow.verification.gate import gate_findings
+from kernelflow.verification.policy import DEFAULT_POLICY, STRICT, Policy, UnknownPolicy
+from kernelflow.verification.policy import policy as find_policy
+from kernelflow.verification.results import feedback_text, interpret
+from kernelflow.verification.shapes import (
+    CPU_BUDGET,
+    SizeBudget,
+    auto_shape_sets,
+    fallback_shape_sets,
+)
+from kernelflow.verification.taskfile import (
+    CandidateError,
+    TaskFileError,
+    check_candidate_source,
+    check_task_source,
+)
+
+__all__ = [
+    "CHILD_MODULE",
+    "VERIFIER_VERSION",
+    "VerifierConfig",
+    "check_reference",
+    "checking_device",
+    "detect_device",
+    "offered_backends",
+    "shutdown_warm_processes",
+    "verify",
+    "warm_up",
+]
+
+# The sandbox process: run as ``python -I -m CHILD_MODULE`` (see its ``__main__``).
+CHILD_MODULE = "kernelflow.verification.child"
+# What every report says judged it. Raise it whenever a change can turn a verdict (a gate
+# rule, a runtime guard, inputs, tolerances, shapes): ``kernelflow reverify`` re-checks
+# kernels whose newest check is older. 0 marks reports recorded before versions were.
+# 2: a shape set the reference fails on is skipped whichever it is, and where that is
+# every set the fallback sets are checked (a correct kernel was refused before).
+# 3: strictness policies; gate rules that follow data and the Triton language (correct
+# kernels written elsewhere were refused); the task's and the node's faults are verdicts
+# of their own; tolerances scale with outputs near zero.
+VERIFIER_VERSION = 3
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    timeout_s: float = 300.0
+    memory_mb: int = 16384
+    trials: int = 3
+    # None: seeds no one can predict, drawn for every check (inputs and parameters); an
+    # int makes a check reproducible, for debugging only (a known seed is a known input).
+    seed: int | None = None
+    max_output_bytes: int = 64_000
+    python: str = sys.executable
+    tolerances: dict[str, tuple[float, float]] | None = None  # None: DEFAULT_TOLERANCES
+    # Size overrides of the task's module-level size constants, one dict per shape set
+    # (the task module is executed afresh with them, so derived shapes follow); None: the
+    # policy of ``shapes.auto_shape_sets`` (within ``cpu_budget`` on the CPU, and sets of
+    # other sizes that catch shape-specialised code). ``({},)``: the task's own sizes only.
+    shapes: tuple[dict[str, int], ...] | None = None
+    cpu_budget: SizeBudget = CPU_BUDGET  # how large a shape set may be on the CPU
+    static_gate: bool = True  # the AST reward-hack gate (disable only to test the sandbox)
+    warm: bool = True  # fork from a warm worker instead of starting a fresh interpreter
+    device: str | None = None  # "cpu" / "cuda" to require one; None: whatever is here
+    # The CUDA device (index or UUID) this verifier owns; its sandboxes see only that one
+    # (``kernelflow daemon --gpus``: one verifier actor per device). None: all of them.
+    gpu: str | None = None
+    timing: bool = True  # on a GPU: time candidate vs baseline
+    timing_reps: int = 50
+    baseline: str = "eager"  # or "compile" (torch.compile of the reference)
+    # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
+    compare_compile: bool = False
+    feedback_chars: int = 2000
+
+
+DEFAULT_CONFIG = VerifierConfig()
+# The judge's result is bounded well below this (it must fit in a pipe's buffer).
+_MAX_RESULT_BYTES = 64 * 1024
+
+
+def _sandbox_plan(python: str, device: str, memory_mb: int) -> SandboxPlan:
+    """The sandbox plan of the verifier's sandbox process (probed once)."""
+    return sandbox_plan(python, device, memory_mb, CHILD_MODULE)
+
+
+def _worker_key(config: VerifierConfig, device: str, prefix: tuple[str, ...]) -> WarmKey:
+    """The warm worker of ``config``'s sandboxes on ``device`` under network ``prefix``."""
+    return WarmKey(config.python, device, prefix, config.gpu, CHILD_MODULE)
+
+
+def checking_device(config: VerifierConfig = DEFAULT_CONFIG) -> str:
+    """The device verifications under ``config`` run on here: "cpu", "cuda", or "" when
+    ``config`` asks for a device this machine lacks."""
+    device = detect_device(config.python, config.gpu)
+    if config.device == "cuda" and device != "cuda":
+        return ""
+    return config.device or device
+
+
+def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
+    """Do now what the first verification under ``config`` would otherwise do first: find
+    the device, probe the sandbox and start the warm worker (seconds of importing torch
+    and triton each). What was readied, in words.
+
+    A daemon's verifier calls this as it starts, so that its first candidate, which comes
+    only after the designer's and coder's LLM calls, waits for none of it. Raises what
+    those steps raise (no python with torch, a worker that cannot start): the
+    verification would then report the same problem itself. Call it from a thread that
+    outlives the verifications: the worker dies with the thread that started it (Linux
+    sends PR_SET_PDEATHSIG when that thread ends). Verifiers of a pool that
+    share a configuration probe once and share the worker: each step is done once, and
+    a verification that asks meanwhile waits for it."""
+    device = detect_device(config.python, config.gpu)
+    if config.device == "cuda" and device != "cuda":
+        return "nothing to ready: no CUDA GPU here, every verification answers unsupported"
+    if config.device == "cpu":
+        device = "cpu"
+    if not config.warm:
+        _sandbox_plan(config.python, device, config.memory_mb)
+    else:
+        # The probe and the worker each spend seconds importing torch and triton: the
+        # worker starts beside the probe, under the network isolation the probe picks
+        # whenever torch works under it at all (the strongest that works here), and is
+        # replaced in the rare case the probe picked another.
+        with concurrent.futures.ThreadPoolExecutor(1, "kf-sandbox-probe") as probing:
+            planned = probing.submit(_sandbox_plan, config.python, device, config.memory_mb)
+            likely = network_prefixes()[0]
+            early = None
+            with contextlib.suppress(WarmProcessLost):  # the probe finds out what works instead
+                early = warm_process_for(_worker_key(config, device, likely))
+            plan = planned.result()
+        if early is not None and plan.prefix != likely:
+            discard_warm_process(early)
+        warm_process_for(_worker_key(config, device, plan.prefix))
+    return f"{device}, " + ("warm worker up" if config.warm else "a fresh sandbox per candidate")
+
+
+def verify(
+    task_source: str,
+    candidate_source: str,
+    *,
+    backend: str = DEFAULT_BACKEND,
+    policy: str = DEFAULT_POLICY,
+    config: VerifierConfig = DEFAULT_CONFIG,
+) -> VerificationReport:
+    """Check ``candidate_source`` (defines ModelNew) against ``task_source`` (defines Model)
+    under the strictness ``policy`` (:mod:`.policy`).
+
+    Never raises for problems of the candidate or the task: every outcome is a report.
+    """
+    started = time.perf_counter()
+    device = detect_device(config.python, config.gpu)
+    warnings: list[str] = []
+    try:
+        try:
+            judged_by = find_policy(policy)
+        except UnknownPolicy as exc:
+            raise _Refused("task_error", str(exc)) from None
+        try:
+            check_candidate_source(candidate_source)
+        except CandidateError as exc:
+            raise _Refused("compile_error", str(exc)) from None
+        device = _device_to_run(backend, device, config)
+        warnings = _check_statically(task_source, candidate_source, backend, judged_by, config)
+        report = _run_sandboxed(task_source, candidate_source, backend, device, judged_by, config)
+    except _Refused as refused:
+        report = refused.report
+    if report.passed:
+        report = msgspec.structs.replace(report, warnings=[*warnings, *report.warnings])
+    report = scrubbed(report)
+    tolerances = config.tolerances or DEFAULT_TOLERANCES
+    return msgspec.structs.replace(
+        report,
+        device=device,
+        backend=backend,
+        duration_s=time.perf_counter() - started,
+        feedback=feedback_text(report, config.feedback_chars),
+        verifier_version=VERIFIER_VERSION,
+        checks=report.checks or checks_on(config, None),
+        policy=policy,
+        tolerances={dtype: list(pair) for dtype, pair in sorted(tolerances.items())},
+    )
+
+
+def checks_on(config: VerifierConfig, plan: SandboxPlan | None) -> list[str]:
+    """The anti-cheat checks a verification under ``config`` had on (``plan``: the
+    sandbox it ran in, None when it ended before one ran), for reports and benchmark cards."""
+    checks = ["static_gate"] if config.static_gate else []
+    # Always: the candidate's process only produces outputs, the judge decides; inputs
+    # beyond get_inputs() (signs, edges) and a check that outputs follow the inputs;
+    # guards against torch compute, threads and patching inside the candidate's process.
+    checks += ["judge_isolation", "varied_inputs", "runtime_guards"]
+    checks.append("secret_seeds" if config.seed is None else "fixed_seed")
+    if config.shapes is None:
+        checks.append("shape_sets")
+    if plan is not None:
+        checks += [
+            name
+            for name, on in (
+                ("fs_isolation", plan.fs_isolation),
+                ("network_isolation", plan.network_isolated),
+            )
+            if on
+        ]
+    return checks
+
+
+def scrubbed(report: VerificationReport) -> VerificationReport:
+    """``report`` with every credential removed from its texts: they carry what the
+    candidate printed and raised, and go into the log and the coder's next prompt."""
+    secrets = secret_values()
+    return msgspec.structs.replace(
+        report,
+        summary=scrub(report.summary, secrets),
+        errors=[scrub(e, secrets) for e in report.errors],
+        reasons=[scrub(r, secrets) for r in report.reasons],
+        warnings=[scrub(w, secrets) for w in report.warnings],
+        mismatches=[scrub(m, secrets) for m in report.mismatches],
+    )
+
+
+class _Refused(Exception):
+    """A verification that ends before (or instead of) running its sandbox."""
+
+    def __init__(
+        self,
+        verdict: str,
+        summary: str,
+        errors: list[str] | None = None,
+        reasons: list[str] | None = None,
+    ) -> None:
+        super().__init__(summary)
+        self.report = VerificationReport(
+            verdict=verdict,  # type: ignore[arg-type]
+            summary=summary,
+            errors=errors if errors is not None else [summary],
+            reasons=reasons if reasons is not None else [f"{verdict}: {summary}"],
+        )
+
+
+def _device_to_run(backend: str, device: str, config: VerifierConfig) -> str:
+    """Where a candidate of ``backend`` runs, ``device`` being what this machine has;
+    refused ``unsupported`` if it cannot run here."""
+    try:
+        dsl = find_backend(backend)
+    except UnknownBackend:
+        supported = ", ".join(backend_names())
+        raise _Refused(
+            "unsupported", f"backend {backend!r} is unsupported (supported: {supported})"
+        ) from None
+    if config.device == "cuda" and device != "cuda":
+        where = f"GPU {config.gpu} is not visible" if config.gpu else "no CUDA GPU"
+        raise _Refused("unsupported", f"device 'cuda' is unsupported here ({where})")
+    if dsl.needs_gpu and device != "cuda":
+        raise _Refused(
+            "unsupported", f"backend {backend!r} is unsupported on this device (no CUDA GPU)"
+        )
+    if config.device == "cpu" and device != "cpu":
+        # A GPU machine asked to check on the CPU: only a backend that runs there.
+        if dsl.needs_gpu:
+            raise _Refused("unsupported", f"backend {backend!r} cannot run on the CPU")
+        return "cpu"
+    return device
+
+
+def _check_statically(
+    task_source: str, candidate_source: str, backend: str, policy: Policy, config: VerifierConfig
+) -> list[str]:
+    """The task must be a usable reference, the candidate pass the reward-hack gate under
+    ``policy``; what the policy lets pass but records (warnings)."""
+    try:
+        check_task_source(task_source, "task.py")
+    except TaskFileError as exc:
+        raise _Refused("task_error", str(exc), reasons=[f"task_error: {exc}"]) from None
+    if not config.static_gate:
+        return []
+    violations, warnings = gate_findings(
+        candidate_source, backend=backend, task_source=task_source, policy=policy.name
+    )
+    if violations:
+        first = violations[0]
+        raise _Refused(
+            "rejected_static",
+            f"static check: {first.rule} at line {first.line}: {first.message}"
+            + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
+            errors=[v.text() for v in violations[:10]],
+            reasons=[v.text() for v in violations],
+        )
+    return [v.text() for v in warnings]
+
+
+def offered_backends(device: str) -> list[str]:
+    """The backends a verifier on ``device`` ("cpu" or "cuda"; "" for none) can check."""
+    if not device:
+        return []
+    return [
+        name for name in backend_names() if device == "cuda" or not find_backend(name).needs_gpu
+    ]
+
+
+def check_reference(
+    task_source: str, *, backend: str = DEFAULT_BACKEND, config: VerifierConfig = DEFAULT_CONFIG
+) -> VerificationReport:
+    """Whether ``task_source``'s reference runs, in the sandbox, on the shape sets a
+    verification of a ``backend`` candidate under ``config`` would check: verdict
+    ``pass``, or ``task_error`` saying how it fails (``unsupported`` when this node cannot
+    run the check). What ``submit`` and ``run`` ask before a task is published, so that no
+    LLM call is spent on a task that cannot be checked. Never raises for the task's
+    problems."""
+    started = time.perf_counter()
+    device = detect_device(config.python, config.gpu)
+    try:
+        device = _device_to_run(backend, device, config)
+        try:
+            check_task_source(task_source, "task.py")
+        except TaskFileError as exc:
+            raise _Refused("task_error", str(exc), reasons=[f"task_error: {exc}"]) from None
+        reference_only = dataclasses.replace(config, trials=1, timing=False)
+        report = _run_sandboxed(task_source, None, backend, device, STRICT, reference_only)
+    except _Refused as refused:
+        report = refused.report
+    return msgspec.structs.replace(
+        scrubbed(report),
+        device=device,
+        backend=backend,
+        duration_s=time.perf_counter() - started,
+        verifier_version=VERIFIER_VERSION,
+    )
+
+
+def _run_sandboxed(
+    task_source: str,
+    candidate_source: str | None,
+    backend: str,
+    device: str,
+    policy: Policy,
+    config: VerifierConfig,
+) -> VerificationReport:
+    """Run the check in a sandbox (forked from the warm worker, or a fresh process) in a
+    locked work dir of its own; the report made of what it left behind. Without a
+    candidate, the job checks only that the reference runs."""
+    shapes = (
+        [dict(s) for s in config.shapes]
+        if config.shapes is not None
+        else auto_shape_sets(task_source, device, config.cpu_budget)
+    )
+    plan = _sandbox_plan(config.python, device, config.memory_mb)
+    if plan.refusal:
+        raise _Refused("unsupported", plan.refusal)
+    with locked_workdir(VERIFY_PREFIX) as workdir:
+        Path(workdir, "task.py").write_text(task_source)
+        # The candidate's process works in a dir of its own and sees nothing else of these.
+        Path(workdir, CANDIDATE_DIR).mkdir()
+        if candidate_source is not None:
+            Path(workdir, CANDIDATE_DIR, "candidate.py").write_text(candidate_source)
+        job = {
+            "reference_only": candidate_source is None,
+            "task_file": "task.py",
+            "candidate_file": "candidate.py",
+            "trials": config.trials,
+            "seed": config.seed,
+            "device": device,
+            "backend": backend,
+            "shapes": shapes,
+            "auto_shapes": config.shapes is None,
+            "fallback_shapes": (
+                fallback_shape_sets(task_source, device, config.cpu_budget)
+                if config.shapes is None
+                else []
+            ),
+            "tolerances": config.tolerances or DEFAULT_TOLERANCES,
+            "memory_kind": plan.memory_kind,
+            "fs_isolation": plan.fs_isolation,
+            "sandbox_notes": list(plan.notes),
+            "memory_mb": config.memory_mb,
+            "timing": config.timing,
+            "timing_reps": config.timing_reps,
+            "baseline": config.baseline,
+            "compare_compile": config.compare_compile,
+            # What the candidate's process records instead of refusing (the policy's).
+            "warned_rules": sorted(policy.warned),
+        }
+        Path(workdir, "job.json").write_text(json.dumps(job))
+        try:
+            if config.warm:
+                key = _worker_key(config, device, plan.prefix)
+                outcome = run_in_warm_process(
+                    key, workdir, config.timeout_s, config.max_output_bytes
+                )
+            else:
+                outcome = _run_fresh(plan, device, workdir, config)
+        except (OSError, WarmProcessLost) as exc:  # the node's fault, not the candidate's
+            raise _Refused("unsupported", f"could not run the sandbox: {exc}") from None
+        printed = read_tail(Path(workdir, CANDIDATE_DIR, CANDIDATE_OUTPUT), config.max_output_bytes)
+        report = interpret(outcome, workdir, config.timeout_s, printed)
+        return msgspec.structs.replace(report, checks=checks_on(config, plan))
+
+
+def _run_fresh(
+    plan: SandboxPlan, device: str, workdir: str, config: VerifierConfig
+) -> ProcessOutcome:
+    """The naive path: a fresh interpreter for this one check, its result on a pipe."""
+    env = device_env(workdir, device, config.gpu)
+    env["TRITON_CACHE_DIR"] = str(Path(workdir, ".triton", "cache"))
+    result_r, result_w = os.pipe()
+    try:
+        args = (workdir, "--result-fd", str(result_w))
+        cmd = [*plan.prefix, *isolated_module(config.python, CHILD_MODULE, *args)]
+        outcome = run_process(
+            cmd, workdir, env, config.timeout_s, config.max_output_bytes, pass_fds=(result_w,)
+        )
+    finally:
+        os.close(result_w)
+    os.set_blocking(result_r, False)
+    with os.fdopen(result_r, "rb") as pipe:
+        try:
+            result = pipe.read(_MAX_RESULT_BYTES) or b""
+        except BlockingIOError:  # a process the candidate left behind holds the pipe open
+            result = b""
+    return dataclasses.replace(outcome, result=result)

@@ -1,0 +1,96 @@
+"""Checks of a single call that need nothing but the call: the ways to look attributes up
+by name (``getattr``/``hasattr`` at all, three-argument ``type()``, ``str.format``
+templates) and the ways to change precision without naming a low-precision dtype (dtypes
+built from values, tf32 ``tl.dot``). Each returns its findings as ``(rule, node, message)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import string
+
+from kernelflow.verification.backends import dotted_name
+from kernelflow.verification.gate_rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
+
+__all__ = ["Finding", "lookup_findings", "precision_findings"]
+
+Finding = tuple[str, ast.AST, str]
+
+
+def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
+    """``builtin``: the builtin ``node`` calls by name ("" for none)."""
+    found: list[Finding] = []
+    if builtin in ("getattr", "hasattr"):
+        # A literal name is as good as `obj.name`; any other hides what is reached.
+        found.append(("introspection", node, f"{builtin}() looks attributes up: write obj.attr"))
+    if builtin == "type" and (len(node.args) != 1 or node.keywords):
+        found.append(("introspection", node, "type() with three arguments builds a class"))
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in ("format", "format_map"):
+        template = func.value
+        text = template.value if isinstance(template, ast.Constant) else None
+        if not isinstance(text, str) or _format_reaches_attributes(text):
+            found.append(
+                (
+                    "introspection",
+                    node,
+                    "str.format reads attributes of its arguments ({0.attr}); use a literal "
+                    "template with plain fields, or an f-string",
+                )
+            )
+    return found
+
+
+def precision_findings(node: ast.Call, path: str | None, full_precision: bool) -> list[Finding]:
+    """``path``: the callee's resolved path when it is an attribute of an imported module;
+    ``full_precision``: the task computes in fp32 (or wider)."""
+    found: list[Finding] = []
+    given_precision = {k.arg for k in node.keywords} & set(FULL_PRECISION_DOT)
+    if path == "triton.language.dot" and full_precision and not given_precision:
+        found.append(
+            (
+                "precision_downgrade",
+                node,
+                "`tl.dot` without input_precision multiplies fp32 in tf32 on NVIDIA GPUs "
+                '(Triton\'s default): pass input_precision="ieee"',
+            )
+        )
+    given = [*node.args, *(k.value for k in node.keywords)]
+    literal = all(isinstance(value, ast.Constant) for value in given)
+    retyped = isinstance(node.func, ast.Attribute) and node.func.attr == "type" and given
+    named = all(isinstance(v, ast.Constant) or dotted_name(v) for v in given)
+    if (path in DTYPE_CONSTRUCTORS and not literal) or (retyped and not named):
+        found.append(
+            (
+                "precision_downgrade",
+                node,
+                "a dtype built at run time (`tl.dtype(name)`, `.type(name)`) hides its "
+                "precision: name dtypes literally (tl.float32, torch.float32)",
+            )
+        )
+    for keyword in node.keywords:
+        allowed = FULL_PRECISION_DOT.get(keyword.arg or "")
+        value = keyword.value
+        if allowed and not (isinstance(value, ast.Constant) and value.value in allowed):
+            found.append(
+                (
+                    "precision_downgrade",
+                    value,
+                    f"`{keyword.arg}`: tf32 rounds fp32 inputs to 10 mantissa bits; use "
+                    'input_precision="ieee"',
+                )
+            )
+    return found
+
+
+def _format_reaches_attributes(text: str) -> bool:
+    """Whether a str.format template reads attributes or items of its arguments
+    (``{0.__class__}``, ``{0[key]}``), nested format specs included."""
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return True
+    return any(
+        "." in (field or "") or "[" in (field or "") or _format_reaches_attributes(spec or "")
+        for _, field, spec, _ in fields
+    )

@@ -1,0 +1,362 @@
+"""The gate's checks of single nodes (:mod:`.gate` walks the module and calls them): an
+imported module's attribute chain, a decorator, a function's name, a call, a write, a
+precision downgrade. :class:`Checks` is the walker's base: it holds what the walk
+collected about the module (the attributes declared below) and records violations
+through ``add``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from kernelflow.verification.backends import Backend, dotted_name
+from kernelflow.verification.gate_calls import lookup_findings, precision_findings
+from kernelflow.verification.gate_chains import judge_chain, refused_dunder, shown
+from kernelflow.verification.gate_rules import (
+    BANNED_ATTRS,
+    BUILTIN_TYPES,
+    CACHE_DECORATORS,
+    CALLBACK_KEYWORDS,
+    CALLBACK_METHODS,
+    FILE_ATTRS,
+    FILE_CALLS,
+    LOW_PRECISION,
+    LOW_PRECISION_STRINGS,
+    MUTATING_METHODS,
+    NN_ANYWHERE,
+    STREAM_ATTRS,
+    STREAM_MODULES,
+    TENSOR_COMPUTE,
+    TRITON_DECORATORS,
+)
+from kernelflow.verification.gate_scopes import Scope, kept_state, write_root
+from kernelflow.verification.gate_state import StateReads, state_write_problem
+from kernelflow.verification.gate_strict import (
+    STRICT_RULES,
+    attribute_problem,
+    call_problem,
+)
+
+__all__ = ["Checks", "Violation"]
+
+_AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    line: int
+    message: str
+
+    def text(self) -> str:
+        return f"{self.rule}: line {self.line}: {self.message}"
+
+
+class Checks:
+    """The checks; the walker that subclasses it fills these in before it walks."""
+
+    tree: ast.Module
+    backend: Backend
+    extra_roots: tuple[str, ...]
+    task_uses_half: bool
+    aliases: dict[str, str]  # local name -> imported path
+    refused_imports: set[str]  # aliases whose import is reported already
+    kernel_names: set[str]  # every @triton.jit function
+    candidate: set[str]  # the module's own functions, methods and classes
+    decorators: set[int]  # ids of decorator expressions and their callees
+    called: set[int]  # ids of expressions called directly
+    assigned: dict[int, ast.expr]  # assignment targets' ids -> the value
+    state: dict[int, StateReads]  # methods' ids -> their class's state use
+    no_conversion: set[int]  # ids of nodes where a low-precision dtype converts nothing
+    _submodules: set[str] | None
+    out: list[Violation]
+    # What a backend's hooks read (kernelflow.verification.backends.CandidateModule).
+    jit_kernels: dict[str, ast.FunctionDef]  # every kernel, by name
+    jit_ids: set[int]  # ids of every @triton.jit function's node
+    launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
+
+    def functions(self) -> list[tuple[_AnyFunction, bool]]:
+        """Every non-kernel function, with whether it is an ``__init__``."""
+        return [
+            (node, node.name == "__init__")
+            for node in ast.walk(self.tree)
+            if isinstance(node, _AnyFunction) and id(node) not in self.jit_ids
+        ]
+
+    # ------------------------------------------------------------------ passes
+
+    def add(self, rule: str, node: ast.AST, message: str) -> None:
+        self.out.append(Violation(rule, getattr(node, "lineno", 0), message))
+
+    def resolve(self, node: ast.AST) -> str | None:
+        """Dotted name with the first part resolved through import aliases."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        base = self.aliases.get(head)
+        if base is None:
+            return name
+        return f"{base}.{rest}" if rest else base
+
+    def alias_path(self, node: ast.AST) -> str | None:
+        """The imported path ``node`` names when it is rooted at an import (else None)."""
+        name = dotted_name(node)
+        if name is None or name.partition(".")[0] not in self.aliases:
+            return None
+        return self.resolve(node)
+
+    def judge(self, node: ast.AST, path: str, scope: Scope) -> None:
+        """An attribute chain of an imported module (``path`` resolved), read here."""
+        if (dotted_name(node) or "").partition(".")[0] in self.refused_imports:
+            return
+        verdict = judge_chain(path, scope.context, self.extra_roots)
+        if verdict is not None:
+            self.add(verdict[0], node, verdict[1])
+        triton_decorator = path.startswith("triton.") and path[7:] in TRITON_DECORATORS
+        if triton_decorator and id(node) not in self.decorators:
+            self.add(
+                "kernel_body",
+                node,
+                f"`{path}` is used only as the decorator of a module-level kernel",
+            )
+
+    def check_node(self, node: ast.AST, scope: Scope) -> None:
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            self.add("caching", node, "`global`/`nonlocal` state is not allowed (result caching)")
+        if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await):
+            self.add(
+                "caching",
+                node,
+                "generators and coroutines keep their state between calls (result caching)",
+            )
+        if isinstance(node, ast.Try | ast.TryStar) and node.handlers:
+            reraises = all(h.body and isinstance(h.body[-1], ast.Raise) for h in node.handlers)
+            if not reraises and scope.where not in ("module", "class"):
+                self.add(
+                    "exception_fallback",
+                    node,
+                    "try/except in candidate code (a fallback to PyTorch?): let errors "
+                    "surface; the kernel must handle every input",
+                )
+        matmul = isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult)
+        if matmul and scope.context == "forward":
+            self.add("torch_compute", node, "`@` is a PyTorch matmul standing in for the kernel")
+        if isinstance(node, ast.Constant) and node.value in LOW_PRECISION_STRINGS:
+            self.check_half(node, str(node.value))
+
+    def check_attribute_name(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        if attr in BANNED_ATTRS:
+            self.add("introspection", node, f"attribute `.{attr}` is not allowed")
+        elif refused_dunder(attr):
+            self.add(
+                "introspection",
+                node,
+                f"attribute `.{shown(attr)}`: dunder attributes reach Python's and PyTorch's "
+                "internals (__class__, __globals__, __array__, __torch_function__ ...)",
+            )
+        if attr in LOW_PRECISION:
+            self.check_half(node, attr)
+        path = self.resolve(node) or ""
+        if path.startswith(STREAM_MODULES) and attr in STREAM_ATTRS:
+            self.add(
+                "stream_trick",
+                node,
+                f"`{shown(path)}`: no streams, events or graphs; launch on the current stream",
+            )
+
+    def check_value_attribute(self, node: ast.Attribute, scope: Scope) -> None:
+        """An attribute read of a value (not of a module)."""
+        if scope.where in STRICT_RULES:
+            problem = attribute_problem(node, scope, called=id(node) in self.called)
+            if problem:
+                self.add(STRICT_RULES[scope.where], node, problem)
+        owner = node.value
+        if (
+            isinstance(owner, ast.Name)
+            and owner.id in BUILTIN_TYPES
+            and not scope.shadows(owner.id)
+        ):
+            self.add(
+                "introspection",
+                node,
+                f"`{owner.id}.{shown(node.attr)}`: unbound builtin methods act on objects out "
+                "of the gate's sight (dict.setdefault(d, ...)); call methods on the object",
+            )
+
+    def check_decorator(self, dec: ast.expr) -> None:
+        dotted = dotted_name(dec.func if isinstance(dec, ast.Call) else dec) or ""
+        name = dotted.split(".")[-1]
+        if name in CACHE_DECORATORS:
+            self.add("caching", dec, f"@{name}: results must not be cached across calls")
+        elif dotted == "property":
+            self.add(
+                "callback",
+                dec,
+                "@property runs candidate code whenever the attribute is read (in launch "
+                "callbacks too): set plain attributes in __init__",
+            )
+        elif dotted.split(".")[0] in self.candidate:
+            self.add(
+                "caching",
+                dec,
+                f"@{shown(dotted)}: a decorator of the candidate's own wraps calls out of the "
+                "gate's sight (a result cache?); decorate only with triton's, torch.no_grad(), "
+                "staticmethod and the like",
+            )
+
+    def check_function_name(self, node: _AnyFunction, *, method: bool) -> None:
+        if refused_dunder(node.name) or (method and node.name in CALLBACK_METHODS):
+            self.add(
+                "callback",
+                node,
+                f"defining `{shown(node.name)}` makes PyTorch or Triton call candidate code on "
+                "their own (protocol methods, dunders): a class defines __init__, forward and "
+                "helpers",
+            )
+
+    def check_call(self, node: ast.Call, scope: Scope) -> None:
+        func = node.func
+        path = self.alias_path(func)
+        method = func.attr if isinstance(func, ast.Attribute) else ""
+        if method in FILE_ATTRS and not (path or "").startswith(FILE_CALLS):
+            self.add(
+                "file_io",
+                node,
+                f"`.{method}(...)` reads or writes files: candidates must not touch the file "
+                "system (no saved or precomputed results)",
+            )
+        builtin = func.id if isinstance(func, ast.Name) and not scope.shadows(func.id) else ""
+        full_precision = not self.task_uses_half
+        findings = lookup_findings(node, builtin) + precision_findings(node, path, full_precision)
+        for rule, where, message in findings:
+            self.add(rule, where, message)
+        if path is not None and path.startswith("triton."):
+            for keyword in node.keywords:
+                if keyword.arg in CALLBACK_KEYWORDS:
+                    self.add(
+                        "callback",
+                        keyword.value,
+                        f"`{keyword.arg}=`: a hook Triton runs around launches, out of the "
+                        "runtime guard's sight",
+                    )
+        launch = isinstance(func, ast.Subscript) and dotted_name(func.value) in self.kernel_names
+        if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
+            problem = call_problem(node, scope, self.kernel_names, path)
+            if problem:
+                self.add(STRICT_RULES[scope.where], node, problem)
+        elif scope.context == "forward":
+            self.check_forward_call(node, path)
+        if scope.where == "function":
+            self.check_mutation(node, scope)
+
+    def check_forward_call(self, node: ast.Call, path: str | None) -> None:
+        """A call in forward, a helper, the module or a class body."""
+        func = node.func
+        full = path or self.resolve(func)
+        if full is not None and self.backend.check_library_call(self, node, full):
+            return
+        parts = (path or "").split(".")
+        nn_class = parts[:2] == ["torch", "nn"] and len(parts) == 3 and parts[2][:1].isupper()
+        if nn_class and parts[2] not in NN_ANYWHERE:
+            self.add(
+                "torch_compute",
+                node,
+                f"`{path}(...)` outside __init__: PyTorch modules must not do the work",
+            )
+        if not isinstance(func, ast.Attribute) or path is not None:
+            return
+        if func.attr in TENSOR_COMPUTE:
+            self.add(
+                "torch_compute",
+                node,
+                f"`.{func.attr}()` computes with PyTorch instead of the kernel",
+            )
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id == "self" and func.attr in self.submodules():
+            self.add(
+                "torch_compute",
+                node,
+                f"`self.{func.attr}(...)` runs a PyTorch module; use its parameters in your "
+                "kernel instead",
+            )
+
+    def check_mutation(self, node: ast.Call, scope: Scope) -> None:
+        """A method call in a forward path that changes its receiver."""
+        func = node.func
+        if not isinstance(func, ast.Attribute):
+            return
+        in_place = func.attr.endswith("_") and not func.attr.startswith("__")
+        if func.attr not in MUTATING_METHODS and not in_place:
+            return
+        root = write_root(func.value)
+        if (root in self.aliases and root not in scope.bound) or root in scope.fresh:
+            return  # module functions are judged as chains
+        own_container = isinstance(func.value, ast.Name) and root in scope.containers
+        if own_container and func.attr in MUTATING_METHODS:
+            return  # a container made in the call, changed itself (perm.pop(d))
+        self.add("caching", node, kept_state(root, scope, f"`.{func.attr}(...)` changes"))
+
+    def check_write(self, target: ast.Attribute | ast.Subscript, scope: Scope) -> None:
+        """An assignment, augmented assignment or del of an attribute or item. In forward
+        paths it must land in a value made in the call; elsewhere attributes are set on
+        ``self`` in ``__init__`` only (anything else patches a module, class or function,
+        under whatever name it is reached)."""
+        root = write_root(target)
+        module = root in self.aliases and root not in scope.bound
+        attribute = isinstance(target, ast.Attribute)
+        if scope.where == "function" and not module:
+            # An item of a container made in the call (shape[d] = 1) is the call's too.
+            own_item = isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+            if root in scope.fresh or (own_item and root in scope.containers):
+                return
+            why = kept_state(root, scope, "writing into")
+            if root == scope.receiver and isinstance(target, ast.Attribute):
+                state = self.state.get(scope.function)
+                problem = (
+                    state_write_problem(
+                        target, self.assigned.get(id(target)), root, scope.tainted, state
+                    )
+                    if state is not None
+                    else "a method outside a class"
+                )
+                if problem is None:
+                    return  # a value no call's data went into (gate_state)
+                why = f"writing into `{root}` in forward: {problem} (result caching)"
+            self.add("caching", target, why)
+        elif module or (attribute and not (scope.where == "init" and root == scope.receiver)):
+            self.add(
+                "monkey_patch",
+                target,
+                f"writing `{shown(dotted_name(target) or str(root))}` patches a module, class or "
+                "function (outside forward, attributes are set on self in __init__ only)",
+            )
+
+    def check_half(self, node: ast.AST, name: str) -> None:
+        if not self.task_uses_half and id(node) not in self.no_conversion:
+            self.add(
+                "precision_downgrade",
+                node,
+                f"`{shown(name)}`: the task computes in full precision; do not downgrade to "
+                "fp16/bf16/fp8",
+            )
+
+    def submodules(self) -> set[str]:
+        """``self.<name>`` attributes holding PyTorch modules (built in ``__init__``)."""
+        if self._submodules is None:
+            self._submodules = set()
+            for node in ast.walk(self.tree):
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Attribute)
+                    and isinstance(node.targets[0].value, ast.Name)
+                    and node.targets[0].value.id == "self"
+                ):
+                    full = self.resolve(node.value.func) or ""
+                    if full.startswith("torch.nn.") and full.split(".")[2] not in NN_ANYWHERE:
+                        self._submodules.add(node.targets[0].attr)
+        return self._submodules

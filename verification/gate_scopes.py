@@ -1,0 +1,294 @@
+"""Where candidate code runs, for the gate, and which of a function's names hold values the
+call itself made.
+
+Every function body is judged by where it runs (:class:`Scope`): ``__init__`` builds
+state; a ``@triton.jit`` body is the kernel; a lambda, or a function passed around as a
+value (a grid, a hook), may run during a launch; every other function is a forward path.
+In a forward path a write (``a.b = ...``, ``a[k] = ...``, ``a.append(...)``,
+``a.copy_(...)``) must land in a value made in this call (a *fresh* local): anything else
+(``self``, arguments, globals, closures, and locals that alias them) outlives the call and
+could carry results from one call to the next. A container made in the call
+(``list(x.shape)``, ``[...]``, ``dict(...)``, a comprehension) may itself be changed
+(``perm.pop(d)``, ``shape[d] = 1``) even when what it holds is not the call's: changing
+what it holds is judged by where that came from.
+
+A name is judged by what it refers to: a function's own parameter or local named like a
+builtin (``input``, ``vars``) is that value, not the builtin.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from kernelflow.verification.backends import dotted_name
+from kernelflow.verification.gate_chains import Context, shown
+from kernelflow.verification.gate_rules import COPYING_METHODS
+from kernelflow.verification.gate_state import input_locals
+
+__all__ = [
+    "CLASS_BODY",
+    "MODULE",
+    "Scope",
+    "bindings_of",
+    "function_scope",
+    "held_names",
+    "kept_state",
+    "write_root",
+]
+
+Where = Literal["module", "class", "init", "function", "launch", "jit"]
+AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+
+
+@dataclass(frozen=True)
+class Scope:
+    where: Where
+    params: frozenset[str] = frozenset()
+    bound: frozenset[str] = frozenset()  # every local name, the parameters included
+    fresh: frozenset[str] = frozenset()  # locals only ever bound to values made in the call
+    constexprs: frozenset[str] = frozenset()  # parameters annotated tl.constexpr
+    receiver: str = ""  # a method's first parameter (self)
+    makers: frozenset[str] = frozenset()  # names whose calls make new values (held_names)
+    # Locals only ever bound to containers made in the call, whose elements may be
+    # outside objects: the container may be changed, what it holds may not.
+    containers: frozenset[str] = frozenset()
+    enclosing: frozenset[str] = frozenset()  # names bound in enclosing function scopes
+    # In a @triton.jit body: the names that may hold objects of the host (a launched
+    # kernel's arguments, and what is made of them without the Triton language).
+    host: frozenset[str] = frozenset()
+    # The call's inputs (every parameter but the receiver) and the locals made from their
+    # data (gate_state).
+    tainted: frozenset[str] = frozenset()
+    function: int = 0  # the id of the function (or lambda) whose body this is
+
+    def shadows(self, name: str) -> bool:
+        """Whether ``name`` here refers to a local of this or an enclosing function (so
+        not to a builtin of that name)."""
+        return name in self.bound or name in self.enclosing
+
+    @property
+    def context(self) -> Context:
+        """How the module chains used here are judged (gate_chains)."""
+        if self.where == "init" or self.where == "launch" or self.where == "jit":
+            return self.where
+        return "forward"
+
+
+MODULE = Scope("module")
+CLASS_BODY = Scope("class")
+
+# A binding whose value always outlives the call (a `global` name).
+_OUTSIDE = ast.Name(id="<outside>")
+
+
+def function_scope(
+    func: AnyFunction,
+    where: Where,
+    *,
+    makers: frozenset[str],
+    method: bool,
+    enclosing: frozenset[str] = frozenset(),
+    host: frozenset[str] = frozenset(),
+    fresh_params: frozenset[str] = frozenset(),
+) -> Scope:
+    """``makers``: names whose calls make new values (see held_names); ``method``: whether
+    ``func`` is defined in a class body; ``enclosing``: the names enclosing functions
+    bind; ``host`` (a kernel's): its names that may hold host objects; ``fresh_params``:
+    parameters whose value is made for each call (an autograd function's ctx)."""
+    args = func.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    every += [a for a in (args.vararg, args.kwarg) if a is not None]
+    params = frozenset(a.arg for a in every)
+    constexprs = frozenset(
+        a.arg
+        for a in every
+        if a.annotation is not None and (dotted_name(a.annotation) or "").endswith("constexpr")
+    )
+    body = [func.body] if isinstance(func, ast.Lambda) else func.body
+    bindings = bindings_of(body)
+    fresh = {name for name, _ in bindings} - params
+    changed = True
+    while changed:  # a local that may alias a non-fresh name is not fresh either
+        changed = False
+        for name, value in bindings:
+            if name in fresh and value is not None and not held_names(value, makers) <= fresh:
+                fresh.discard(name)
+                changed = True
+    fresh |= fresh_params
+    bound = params | {name for name, _ in bindings}
+    containers = _containers(bindings, fresh, bound | enclosing) - params
+    positional = [*args.posonlyargs, *args.args]
+    receiver = positional[0].arg if method and positional else ""
+    tainted = input_locals(bindings, params - {receiver})
+    return Scope(
+        where,
+        params,
+        frozenset(bound),
+        frozenset(fresh),
+        constexprs,
+        receiver,
+        makers,
+        frozenset(containers),
+        enclosing,
+        host,
+        tainted,
+        id(func),
+    )
+
+
+# Builtins whose call makes a new container (when not shadowed by a local).
+_CONTAINER_BUILTINS = frozenset({"list", "dict", "set", "sorted", "bytearray"})
+_DISPLAYS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def _new_container(value: ast.AST | None, shadowed: frozenset[str] | set[str]) -> bool:
+    """Whether ``value`` always evaluates to a new (mutable) container: a display, a
+    comprehension, ``list(...)``/``dict(...)``/``sorted(...)``, or a shallow ``.copy()``."""
+    if isinstance(value, _DISPLAYS):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Name):
+        return func.id in _CONTAINER_BUILTINS and func.id not in shadowed
+    return isinstance(func, ast.Attribute) and func.attr == "copy" and not value.args
+
+
+def _containers(
+    bindings: list[tuple[str, ast.AST | None]], fresh: set[str], shadowed: frozenset[str]
+) -> set[str]:
+    """The names every binding of which is a new container, or another such name."""
+    names = {name for name, _ in bindings} - fresh
+    changed = True
+    while changed:
+        changed = False
+        for name, value in bindings:
+            if name not in names:
+                continue
+            aliased = isinstance(value, ast.Name) and value.id in names | fresh
+            if not (aliased or _new_container(value, shadowed)):
+                names.discard(name)
+                changed = True
+    return names
+
+
+def held_names(node: ast.AST, makers: frozenset[str] = frozenset()) -> set[str]:
+    """The names whose objects ``node`` may evaluate to or hold: through attributes, items,
+    conditionals, displays, and calls (``x.view(-1)``, ``d.get(k)``, ``list(d.values())``,
+    ``f(x)`` may give back their receiver or arguments, or objects kept in them); not
+    through the functions of ``makers`` (imported modules: ``torch.empty_like(x)``; in a
+    kernel, other kernels) or copying methods (``x.clone()``), which make new values."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute | ast.Subscript | ast.Starred | ast.NamedExpr):
+        return held_names(node.value, makers)
+    if isinstance(node, ast.Call):
+        callee = held_names(node.func, makers)
+        if callee <= makers or getattr(node.func, "attr", "") in COPYING_METHODS:
+            return set()
+        given = [*node.args, *(keyword.value for keyword in node.keywords)]
+        names = set().union(*(held_names(value, makers) for value in given))
+        return names | (callee if isinstance(node.func, ast.Attribute) else set())
+    if isinstance(node, ast.IfExp):
+        return held_names(node.body, makers) | held_names(node.orelse, makers)
+    parts: list[ast.AST] = []
+    if isinstance(node, ast.BoolOp):
+        parts = list(node.values)
+    elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+        parts = list(node.elts)
+    elif isinstance(node, ast.Dict):
+        parts = list(node.values)
+    elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+        parts = [gen.iter for gen in node.generators]
+    return set().union(*(held_names(part, makers) for part in parts))
+
+
+def write_root(target: ast.AST) -> str | None:
+    """The name a write into ``target`` (an attribute, item, or a method's receiver) lands
+    in: ``self`` for ``self.d[k]``, ``type`` for ``type(self).d``; None when it is not a
+    name at all."""
+    node = target
+    while True:
+        if isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Name):
+            return node.id
+        else:
+            return None
+
+
+def kept_state(root: str | None, scope: Scope, what: str) -> str:
+    """The caching message for ``what`` (a write) landing in ``root``, outside the call."""
+    if root is None:
+        holder = "an object that outlives the call"
+    elif root == scope.receiver:
+        holder = f"`{root}`, whose state outlives the call"
+    elif root in vars(builtins):
+        holder = f"an object reached through `{root}(...)`"
+    elif root in scope.params:
+        holder = f"`{shown(root)}`, an argument (the inputs belong to the caller)"
+    elif root in scope.bound:
+        holder = f"`{shown(root)}`, which refers to state kept outside the call"
+    else:
+        holder = f"`{shown(root)}`, defined outside this function"
+    return (
+        f"{what} {holder}: forward must not keep results across calls (result caching); "
+        "write only into tensors allocated in the call, keep state in __init__"
+    )
+
+
+def bindings_of(body: list[ast.stmt] | list[ast.expr]) -> list[tuple[str, ast.AST | None]]:
+    """(name, the value it is bound to; None for a new object) for every name the body
+    binds, nested functions and classes excluded (but their names)."""
+    return list(_bindings(body))
+
+
+def _bindings(body: list[ast.stmt] | list[ast.expr]) -> Iterator[tuple[str, ast.AST | None]]:
+    """(name, the value it is bound to; None for a new object) for every name the body binds,
+    nested functions and classes excluded (but their names)."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node.name, None
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield from _targets(target, node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            yield from _targets(node.target, node.value)
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+            yield from _targets(node.target, node.iter)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    yield from _targets(item.optional_vars, item.context_expr)
+        elif isinstance(node, ast.NamedExpr):
+            yield from _targets(node.target, node.value)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            yield node.name, None
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                yield (alias.asname or alias.name).split(".")[0], None
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            for name in node.names:
+                yield name, _OUTSIDE
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _targets(target: ast.AST, value: ast.AST) -> Iterator[tuple[str, ast.AST]]:
+    if isinstance(target, ast.Name):
+        yield target.id, value
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _targets(element, value)
+    elif isinstance(target, ast.Starred):
+        yield from _targets(target.value, value)

@@ -1,0 +1,135 @@
+"""The parent's side of a sandbox's result: what the sandbox left behind (its exit, its
+output, the result its judge wrote on the result pipe) turned into a
+``VerificationReport``, and the bounded feedback text a coder reads.
+
+The judge writes the result in :func:`kernelflow.verification.child.report.write_result`
+on a pipe the candidate's process never holds; a result that is missing or malformed is
+never trusted.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import msgspec
+
+from kernelflow.events.model import VerificationReport
+from kernelflow.sandbox import ProcessOutcome
+
+__all__ = ["feedback_text", "interpret"]
+
+_FEEDBACK_LINES = 30
+
+
+_VERDICT_ADVICE = {
+    "compile_error": "The module or a kernel does not compile; fix the error below.",
+    "runtime_error": "The candidate crashed while running; fix the error below.",
+    "timeout": "The candidate did not finish in time (endless loop, or far too slow).",
+    "mismatch": "The kernel runs but its results differ from the reference.",
+    "rejected_static": "The code breaks a verifier rule; the kernel itself must do the work.",
+    "rejected_runtime": "The candidate broke a rule while running; see the reason below.",
+    "unsupported": "This node cannot run this check (not the candidate's fault).",
+    "task_error": "The task itself is broken (not the candidate's fault).",
+}
+
+
+def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
+    """A concise text for the coder: verdict, rule(s) broken, key error lines, mismatches."""
+    if report.passed:
+        text = f"pass: {report.summary}"
+        if report.warnings:
+            text += "\nPassed with warnings (the task's policy allows them):\n" + "\n".join(
+                f"- {w}" for w in report.warnings[:8]
+            )
+        return text[:limit]
+    parts = [f"Verdict: {report.verdict}. {_VERDICT_ADVICE.get(report.verdict, '')}"]
+    parts.append(report.summary)
+    if report.reasons and report.verdict.startswith("rejected"):
+        parts.append("Rules broken:\n" + "\n".join(f"- {r}" for r in report.reasons[:8]))
+    if report.mismatches:
+        parts.append("First mismatching positions:\n" + "\n".join(report.mismatches[:5]))
+    shown = set(report.reasons) | {report.summary}
+    body = "\n".join(e for e in report.errors if e and e not in shown)
+    if body:
+        lines = body.splitlines()
+        if len(lines) > 20:
+            lines = ["...", *lines[-20:]]
+        parts.append("\n".join(lines))
+    text = "\n".join(p for p in parts if p)
+    return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
+
+
+def _tail(text: str, workdir: str, lines: int = _FEEDBACK_LINES) -> str:
+    """Last lines of the child's output, with sandbox paths shortened to ``candidate.py``."""
+    text = text.replace(workdir.rstrip("/") + "/", "")
+    kept = [ln[:400] for ln in text.strip().splitlines()[-lines:]]
+    return "\n".join(kept)
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the sandbox process was killed by {name}"
+    return f"the sandbox process exited with status {returncode} before reporting a result"
+
+
+def interpret(
+    outcome: ProcessOutcome, workdir: str, timeout_s: float, candidate_output: str = ""
+) -> VerificationReport:
+    """Turn what the sandbox left behind (its exit, its output, its judge's result, what
+    the candidate printed) into a report: the result, if the sandbox exited cleanly with
+    one; otherwise a verdict on how it ended."""
+    if outcome.returncode is None:
+        summary = f"timeout: verification exceeded the {timeout_s:g} s limit and was killed"
+        errors = [
+            summary + " (an endless loop in forward() or in the kernel, or a kernel far "
+            "too slow for the input size?)"
+        ]
+        for said in (candidate_output, outcome.output):
+            if said.strip():
+                errors.append("last output:\n" + _tail(said, workdir, 10))
+        return VerificationReport(
+            verdict="timeout", summary=summary, errors=errors, reasons=[f"timeout: {summary}"]
+        )
+    parsed: VerificationReport | None = None
+    if outcome.result:
+        try:
+            parsed = msgspec.json.decode(outcome.result, type=VerificationReport)
+        except msgspec.DecodeError:
+            parsed = None
+    if parsed is not None and outcome.returncode == 0:
+        return parsed
+    tail = (
+        ["output of the sandbox (tail):\n" + _tail(outcome.output, workdir)]
+        if outcome.output.strip()
+        else []
+    )
+    if outcome.result and parsed is None:
+        summary = "verifier internal error: the judge's result could not be read"
+        return VerificationReport(
+            verdict="runtime_error",
+            summary=summary,
+            errors=[summary, *tail],
+            reasons=[f"internal: {summary}"],
+        )
+    if outcome.supervisor_lost:
+        summary = (
+            "the candidate killed the process supervising it (os.kill of its parent or its "
+            "process group?)"
+        )
+        return VerificationReport(
+            verdict="rejected_runtime",
+            summary=summary,
+            errors=[summary, *tail],
+            reasons=[f"hostile: {summary}"],
+        )
+    summary = _describe_exit(outcome.returncode)
+    return VerificationReport(
+        verdict="runtime_error",
+        summary=summary,
+        errors=[summary, *tail],
+        reasons=[f"crash: {summary}"],
+    )
