@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: gpu-check demo test test-fast lint bench clean
 
 $(BIN)/.installed: pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(BIN)/.installed
 # module's tests stay together, in order, with their module-wide servers and daemons.
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The inner loop: every test that starts no server, daemon, CLI process or compiler
+# (tests marked `integration`, or holding a NATS server, are left out; tests/conftest.py).
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not integration"
 
 # mypy cannot follow the editable install's import hook, so it checks the package through a
 # tree of links laid out as the wheel installs it (kernelflow/events -> events/, ...).
@@ -43,6 +48,12 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/verify_speed.py
 	$(BIN)/python bench/llm_gateway.py
 	$(BIN)/python bench/readmodel_save.py
+
+# On a CUDA machine (install with '.[verifier,cupy]' and the corpus fetched, see
+# bench/corpus/fetch.py): the GPU acceptance run, then the full verifier on corpus kernels.
+gpu-check:
+	$(BIN)/python bench/gpu_check.py
+	$(BIN)/python bench/verifier_precision.py --corpus .corpus --run 24
 
 clean:
 	rm -rf $(VENV) build kernelflow-runs .pytest_cache

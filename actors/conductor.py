@@ -12,9 +12,12 @@ the dispatch it calls for, a finish and its rewards) are planned on top of one a
 and appended together: one call into the bridge, where the log records them one after
 the other (a crash in between leaves the trigger unacked: the rest is decided again).
 
-Most triggers never reach a conductor thread: the daemon's loop decides them as they
-arrive (``advance_on_loop``), with the same pure functions, claims and appends, and hands
-a conductor actor only what needs an LLM or has failed.
+One algorithm advances a task, ``advance_claimed``, and it runs on the bridge loop for
+both of its callers. Most triggers never reach a conductor thread: the daemon's loop runs
+it as they arrive (``advance_on_loop``), as far as no LLM is needed, and hands a
+conductor actor what needs one or has failed. An actor (recording a new task, a trigger
+the loop handed it) runs it with one call into the bridge, asking its LLM where a
+decision needs it.
 
 Commands come from anyone who may publish on ``kf.cmd.>``: each is answered once, at its
 first delivery, unless recording it fails (NATS) and it is delivered again. What is wrong
@@ -34,10 +37,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
-
-import nats.js.errors
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
@@ -53,7 +54,7 @@ from kernelflow.actors.worker import (
     task_of,
     workflow_of,
 )
-from kernelflow.common.redact import scrub, scrubbed_traceback
+from kernelflow.common.redact import scrub
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command, decode_event, encode
 from kernelflow.events.log import AppendConflict, RecentIds, TaskHistory, numbered_after
@@ -184,7 +185,7 @@ class Conductor(Worker):
             delivery.release()  # free for other work; the claim holder settles this one
             return
         try:
-            self._advance_claimed(key, lambda: self.history_at(job), [delivery])
+            self._advance_claimed(key, job, [delivery])
         except Exception as exc:  # the triggers held were settled above
             self.after_failure(job, exc)
 
@@ -202,7 +203,8 @@ class Conductor(Worker):
                 return
             finish = end_task(state, trigger.event_id, "failed", f"conductor {error}")
             ending = [finish, *finish_reward_events(state, finish)]
-            history = self._append_or_reload(history, numbered_after(history.events, ending))
+            ending = numbered_after(history.events, ending)
+            history = self.bridge.call(_append_or_reload(self.bridge, history, ending))
 
     # ------------------------------------------------------------------ commands
 
@@ -254,7 +256,7 @@ class Conductor(Worker):
         history = TaskHistory(task_id)
         key = (self.bridge, task_id)
         if _CLAIMS.claim(key, None):  # else another conductor here is advancing that task
-            history = self._advance_claimed(key, lambda: history, [], first=first)
+            history = self._advance_claimed(key, history, [], first=first)
         if not history.events or history.events[0].cause != first.cause:
             reply = {"ok": True, "task_id": task_id, "duplicate": True}
         self.reply(job, reply)
@@ -301,6 +303,10 @@ class Conductor(Worker):
         return submitted
 
     def cancel(self, job: Job, command: CancelTask) -> Settlement:
+        """Cancel a running task. One not in the log yet is waited for while a submit
+        published before this cancel is unsettled (its submit may be one of them: queued,
+        or being recorded by another conductor); once none is, it is in the log or there
+        is no such task."""
         pending_checked = False
         while True:
             history = self.read(command.task_id)
@@ -309,10 +315,13 @@ class Conductor(Worker):
                 if pending_checked:
                     self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
                     return "ack"
-                if not job.last_delivery and self.earlier_submits_pending(job):
-                    # Its submit may be one of them, handled by another conductor right
-                    # now (or queued with it while no daemon ran): cancel after it.
-                    return "soon"
+                if self.earlier_submits_pending(job):
+                    if not job.last_delivery:
+                        return "soon"  # looked at again when the submits ahead are settled
+                    why = f"task {command.task_id} is not in the log yet, and submits queued "
+                    why += "before this cancel still wait: cancel it again once it runs"
+                    self.reply(job, {"ok": False, "error": why})
+                    return "ack"
                 # None is pending now, so its submit, if any, was settled, and a command
                 # is settled after what it records: a second read sees the task. (The
                 # first may have come just before another conductor recorded it.)
@@ -334,13 +343,9 @@ class Conductor(Worker):
         """Whether submits published before this command are still unsettled (the command
         stream is a work queue: a settled command leaves it). Only a submit can make the
         task a cancel is for: waiting on every earlier command instead, a flood of cancels
-        of tasks that never existed held each other up for all of their deliveries."""
-        js = self.bridge.log.jetstream
-        first_submit = js.get_msg(subjects.COMMANDS_STREAM, 1, subjects.SUBMIT, next=True)
-        try:
-            seq = self.bridge.call(first_submit).seq
-        except nats.js.errors.NotFoundError:
-            return False
+        of tasks that never existed held each other up for all of their deliveries. (The
+        daemon role may read the command stream's messages for this: docs/security.md.)"""
+        seq = self.bridge.call(self.bridge.log.oldest_command_seq(subjects.SUBMIT))
         return seq is not None and seq < job.stream_seq
 
     def reply(self, job: Job, body: dict[str, object], *, also_errors: bool = False) -> None:
@@ -361,86 +366,28 @@ class Conductor(Worker):
         task is over (or leave it to the conductor of this process advancing it now)."""
         key = (self.bridge, history.task_id)
         if _CLAIMS.claim(key, None):
-            self._advance_claimed(key, lambda: history, [])
+            self._advance_claimed(key, history, [])
 
     def _advance_claimed(
         self,
         key: _ClaimKey,
-        first_history: Callable[[], TaskHistory],
+        start: TaskHistory | Job,
         held: list[Delivery],
         first: Event | None = None,
     ) -> TaskHistory:
-        """Advance a task whose claim this conductor holds (recording ``first`` first, for
-        a new task), then again for whatever was handed over meanwhile; settle the
-        ``held`` triggers and those handed over. The history it ended on."""
-        settlement: Settlement = "nak"
-        try:
-            history = self._advance(first_history(), first)
-            while handed := _CLAIMS.next_or_release(key):
-                held.extend(d for d in handed if d is not None)
-                history = self._advance(self._through(history, handed))
-            settlement = "ack"
-            return history
-        finally:
-            if settlement == "nak":
-                held.extend(d for d in _CLAIMS.release(key) if d is not None)
-            for delivery in held:
-                delivery.settle(settlement)
+        """``advance_claimed`` for this actor: on the bridge loop (one hand-off for the
+        whole advance), asking this conductor's LLM where a decision needs it."""
+        return self.bridge.call(
+            advance_claimed(self.bridge, key, start, held, first=first, ask=self._answer)
+        )
 
-    def _through(self, history: TaskHistory, handed: list[Delivery | None]) -> TaskHistory:
-        """The newest history known that includes the events of the triggers handed over."""
-        if (job := _newest_trigger(handed)) is not None:
-            history = _newest(history, self.history_at(job))
-        return self._latest(history)
+    async def _answer(self, question: Question) -> Event:
+        state, plan = question
+        if plan is None:  # the judge scores a finished prompt task's answer
+            return await self.judge(state)
+        return await self.ask(state, workflow_of(state), plan)
 
-    def _latest(self, history: TaskHistory) -> TaskHistory:
-        """``history``, or the one this process remembers for the task if it is newer."""
-        return _newest(history, self.bridge.log.remembered(history.task_id))
-
-    def _advance(self, history: TaskHistory, first: Event | None = None) -> TaskHistory:
-        """Decide and append until the workflow waits on an agent or the task is over.
-        ``first``, a new task's first event, goes first, and only into an empty log. An
-        append refused because the task moved on meanwhile is followed by a fresh read
-        and a fresh decision."""
-        for _ in range(MAX_ROUNDS):
-            history, planned = self._plan(self._latest(history), first)
-            if not planned:
-                return history
-            try:
-                return self.append(history, *planned)
-            except AppendConflict:  # ``first`` still goes first into a history of no events
-                history = self.read(history.task_id)
-        raise RuntimeError(f"task {history.task_id}: still contended after {MAX_ROUNDS} tries")
-
-    def _plan(self, history: TaskHistory, first: Event | None) -> tuple[TaskHistory, list[Event]]:
-        """What to append on top of ``history`` (which may grow on the way) up to the next
-        wait. What needs no I/O is decided on top of what was decided before it and
-        appended with it; before asking an LLM, what was decided is appended first."""
-        # A task already in the log (a redelivered or repeated submit) is advanced as it
-        # stands.
-        planned = [] if first is None or history.events else numbered_after((), [first])
-        for _ in range(MAX_ROUNDS):
-            planned, question = decided(self.bridge, history, planned)
-            if question is None:
-                return history, planned
-            if planned:  # an LLM is only asked on what the log holds
-                history, planned = self._append_or_reload(history, planned), []
-                continue
-            state, plan = question
-            if plan is None:  # the judge scores a finished prompt task's answer
-                history = self._append_or_reload(history, [self.judge(state)])
-                continue
-            event = self.ask(state, workflow_of(state), plan)
-            planned = numbered_after(history.events, [event, *_rewards_for(state, event)])
-        raise RuntimeError(f"task {history.task_id}: no stable state after {MAX_ROUNDS} rounds")
-
-    def _append_or_reload(self, history: TaskHistory, events: Sequence[Event]) -> TaskHistory:
-        try:
-            return self.append(history, *events)
-        except AppendConflict:
-            return self.read(history.task_id)  # someone moved the task on: decide again
-
-    def judge(self, state: TaskState) -> Event:
+    async def judge(self, state: TaskState) -> Event:
         """Ask the judge LLM whether a finished prompt task's answer is right; its
         recorded answer is what the ``judge`` reward reads."""
         finished = state.finished
@@ -454,12 +401,12 @@ class Conductor(Worker):
             messages=judge_messages(state),
         )
         try:
-            response = self.bridge.call(self.llm.complete(request))
+            response = await self.llm.complete(request)
         except LLMError as exc:
             return judge_failed_event(state, scrub(str(exc)))
         return llm_called(request, response, dispatch_id=finished.event_id, cause=finished.event_id)
 
-    def ask(self, state: TaskState, workflow: Workflow, plan: AskLLM) -> Event:
+    async def ask(self, state: TaskState, workflow: Workflow, plan: AskLLM) -> Event:
         """Ask the conductor's LLM to choose; the answer is recorded, then decided on."""
         if self.llm is None:
             return fallback_decision(state, plan, "no LLM provider configured")
@@ -473,7 +420,7 @@ class Conductor(Worker):
             messages=conductor_messages(state, workflow, plan.options, plan.after_agent),
         )
         try:
-            response = self.bridge.call(self.llm.complete(request))
+            response = await self.llm.complete(request)
         except LLMError as exc:
             if is_budget_error(str(exc)):  # the daemon's per-run budget is spent
                 return end_task(state, plan.decision_point, "budget_exceeded", str(exc))
@@ -524,6 +471,125 @@ def _rewards_for(state: TaskState, event: Event) -> list[Event]:
     return [*finish_reward_events(state, event)] if isinstance(event, TaskFinished) else []
 
 
+class NeedsLLM(Exception):
+    """What comes next needs an LLM, and none may be asked here (the bridge loop)."""
+
+
+async def advance_claimed(
+    bridge: Bridge,
+    key: _ClaimKey,
+    start: TaskHistory | Job,
+    held: list[Delivery],
+    *,
+    first: Event | None = None,
+    ask: Callable[[Question], Awaitable[Event]] | None = None,
+) -> TaskHistory:
+    """Advance a task whose claim the caller holds, from ``start`` (its history, or the
+    trigger to read it through), recording ``first`` first for a new task; then again for
+    the triggers handed over meanwhile. Settles the ``held`` triggers and those handed
+    over: ack once every decision they call for is recorded, nak on a failure ("soon"
+    where an LLM is needed and no ``ask`` given: NeedsLLM is raised). The history it ended
+    on. One algorithm for both callers: a conductor actor (``ask``: its LLM) and the
+    bridge loop as triggers arrive (``advance_on_loop``, no ``ask``)."""
+    settlement: Settlement = "nak"
+    try:
+        history = await _advance(bridge, await _history_of(bridge, start), ask, first)
+        while handed := _CLAIMS.next_or_release(key):
+            held.extend(d for d in handed if d is not None)
+            history = await _advance(bridge, await _through(bridge, history, handed), ask)
+        settlement = "ack"
+        return history
+    except NeedsLLM:
+        settlement = "soon"  # to an actor, which asks
+        raise
+    finally:
+        if settlement != "ack":
+            held.extend(d for d in _CLAIMS.release(key) if d is not None)
+        for delivery in held:
+            delivery.settle(settlement)
+
+
+async def _advance(
+    bridge: Bridge,
+    history: TaskHistory,
+    ask: Callable[[Question], Awaitable[Event]] | None,
+    first: Event | None = None,
+) -> TaskHistory:
+    """Decide and append until the workflow waits on an agent or the task is over.
+    ``first``, a new task's first event, goes first, and only into an empty log. An
+    append refused because the task moved on meanwhile is followed by a fresh read and a
+    fresh decision."""
+    for _ in range(MAX_ROUNDS):
+        history, planned = await _plan(bridge, _latest(bridge, history), ask, first)
+        if not planned:
+            return history
+        try:
+            return await bridge.log.append(history, planned)
+        except AppendConflict:  # ``first`` still goes first into a history of no events
+            history = await bridge.log.read_task(history.task_id)
+    raise RuntimeError(f"task {history.task_id}: still contended after {MAX_ROUNDS} tries")
+
+
+async def _plan(
+    bridge: Bridge,
+    history: TaskHistory,
+    ask: Callable[[Question], Awaitable[Event]] | None,
+    first: Event | None,
+) -> tuple[TaskHistory, list[Event]]:
+    """What to append on top of ``history`` (which may grow on the way) up to the next
+    wait. What needs no I/O is decided on top of what was decided before it and appended
+    with it; before asking an LLM, what was decided is appended first."""
+    # A task already in the log (a redelivered or repeated submit) is advanced as it stands.
+    planned = [] if first is None or history.events else numbered_after((), [first])
+    for _ in range(MAX_ROUNDS):
+        planned, question = decided(bridge, history, planned)
+        if question is None:
+            return history, planned
+        if planned:  # an LLM is only asked on what the log holds
+            history, planned = await _append_or_reload(bridge, history, planned), []
+            continue
+        if ask is None:
+            raise NeedsLLM(history.task_id)
+        state, plan = question
+        event = await ask(question)
+        if plan is None:  # the judge's answer: recorded, then decided on
+            history = await _append_or_reload(bridge, history, [event])
+            continue
+        planned = numbered_after(history.events, [event, *_rewards_for(state, event)])
+    raise RuntimeError(f"task {history.task_id}: no stable state after {MAX_ROUNDS} rounds")
+
+
+async def _append_or_reload(
+    bridge: Bridge, history: TaskHistory, events: Sequence[Event]
+) -> TaskHistory:
+    try:
+        return await bridge.log.append(history, events)
+    except AppendConflict:
+        return await bridge.log.read_task(history.task_id)  # moved on: decide again
+
+
+async def _history_of(bridge: Bridge, start: TaskHistory | Job) -> TaskHistory:
+    """``start``, or the history of a trigger's task through it (free where this process
+    remembers it)."""
+    if isinstance(start, TaskHistory):
+        return start
+    return await bridge.log.history_through(decode_event(start.data), start.stream_seq)
+
+
+async def _through(
+    bridge: Bridge, history: TaskHistory, handed: list[Delivery | None]
+) -> TaskHistory:
+    """The newest history known that includes the events of the triggers handed over."""
+    if (job := _newest_trigger(handed)) is not None:
+        history = _newest(history, await _history_of(bridge, job))
+    return _latest(bridge, history)
+
+
+def _latest(bridge: Bridge, history: TaskHistory) -> TaskHistory:
+    """``history``, or the one this process remembers for the task if it is newer."""
+    return _newest(history, bridge.log.remembered(history.task_id))
+
+
 def advance_on_loop(
     bridge: Bridge,
     delivery: Delivery,
@@ -531,11 +597,11 @@ def advance_on_loop(
     to_actor: Callable[[], None],
 ) -> bool:
     """On the bridge loop, as a trigger arrives: advance its task right there (``spawn``
-    runs the work, which settles the trigger) when what comes next needs no LLM: most
-    decisions (a routing rule, a dispatch, a finish). What does, and what fails, goes to a
-    conductor actor (``to_actor``), which asks the LLM or reports the failure as it does
-    any. False: the trigger goes to an actor at once (its last delivery: giving up on it
-    is recorded by one).
+    runs the work, which settles the trigger) with ``advance_claimed``, as far as no LLM
+    is needed: most decisions (a routing rule, a dispatch, a finish). What needs one, and
+    what fails, goes to a conductor actor (``to_actor``), which asks the LLM or reports
+    the failure as it does any. False: the trigger goes to an actor at once (its last
+    delivery: giving up on it is recorded by one).
 
     Deciding where the trigger arrives spares a decision its two thread hand-offs (to a
     conductor thread, and back to the loop to append), which under load are most of its
@@ -554,72 +620,18 @@ def advance_on_loop(
 async def _advance_on_loop(
     bridge: Bridge, delivery: Delivery, to_actor: Callable[[], None]
 ) -> None:
-    decision = await _decided_on_loop(bridge, delivery.job)
-    if decision is None:
+    key = (bridge, task_of(delivery.job.subject))
+    if not _CLAIMS.claim(key, delivery):
+        return  # handed to the conductor advancing the task, which settles it
+    try:
+        await advance_claimed(bridge, key, delivery.job, [])
+    except Exception:  # NeedsLLM, or a failure: the claim is released
         to_actor()
         return
-    history, planned = decision
-    key = (bridge, history.task_id)
-    if _CLAIMS.claim(key, delivery):  # else handed to the conductor advancing the task
-        await _append_on_loop(bridge, key, history, planned, delivery)
-
-
-async def _decided_on_loop(bridge: Bridge, job: Job) -> tuple[TaskHistory, list[Event]] | None:
-    """The trigger's task's history and what to append on it; None where that takes an
-    LLM, or fails (an actor meets the failure again, and reports it as it does any)."""
-    try:
-        trigger = decode_event(job.data)
-        history = await bridge.log.history_through(trigger, job.stream_seq)
-        planned, question = decided(bridge, history, [])
-    except Exception:
-        return None
-    return (history, planned) if question is None else None
-
-
-async def _append_on_loop(
-    bridge: Bridge, key: _ClaimKey, history: TaskHistory, planned: list[Event], first: Delivery
-) -> None:
-    """Append what ``advance_on_loop`` decided, then advance again for the triggers handed
-    over meanwhile, as ``Conductor._advance_claimed`` does on a thread; a conflict (the
-    task moved on elsewhere) reads the log and decides again. Where an LLM is needed
-    after all, the triggers held are delivered again shortly, to a conductor actor."""
-    held = [first]
-    settlement: Settlement = "nak"
-    try:
-        for _ in range(MAX_ROUNDS):
-            try:
-                if planned:
-                    history = await bridge.log.append(history, planned)
-                if not (handed := _CLAIMS.next_or_release(key)):
-                    settlement = "ack"
-                    return
-                held.extend(d for d in handed if d is not None)
-                history = await _through_on_loop(bridge, history, handed)
-            except AppendConflict:
-                history = await bridge.log.read_task(history.task_id)
-            planned, question = decided(bridge, history, [])
-            if question is not None:
-                settlement = "soon"
-                return
-        raise RuntimeError(f"task {key[1]}: still contended after {MAX_ROUNDS} tries")
-    except Exception:
-        why = scrubbed_traceback()
-        log.error("deciding task %s failed; its trigger will be redelivered\n%s", key[1], why)
-    finally:
-        if settlement != "ack":
-            held.extend(d for d in _CLAIMS.release(key) if d is not None)
-        for delivery in held:
-            delivery.settle(settlement)
-
-
-async def _through_on_loop(
-    bridge: Bridge, history: TaskHistory, handed: list[Delivery | None]
-) -> TaskHistory:
-    """``Conductor._through``, on the loop."""
-    if (job := _newest_trigger(handed)) is not None:
-        trigger = decode_event(job.data)
-        history = _newest(history, await bridge.log.history_through(trigger, job.stream_seq))
-    return _newest(history, bridge.log.remembered(history.task_id))
+    except BaseException:  # the daemon stops: delivered again later
+        delivery.settle("nak")
+        raise
+    delivery.settle("ack")
 
 
 def _newest_trigger(handed: list[Delivery | None]) -> Job | None:

@@ -1,5 +1,7 @@
-"""The status read model: per-task summaries a daemon keeps current from the log, answering
-``kernelflow status`` over NATS request/reply instead of every caller re-reading the log.
+"""The status read model, the answering side: per-task summaries a daemon keeps current
+from the log, answering ``kernelflow status`` over NATS request/reply instead of every
+caller re-reading the log. The protocol and the asking side (``query_status``, what
+``kernelflow status`` and the dashboard call) are ``kernelflow.actors.readmodel_client``.
 
 What it is: ``kernelflow.projections.metrics.MetricsProjection`` (a pure fold that remembers the
 stream sequence of the last event it applied and ignores anything at or before it), fed
@@ -28,14 +30,11 @@ store chunks each object, so neither head nor page is limited by the NATS messag
 What older versions saved there (unpaged snapshots, older folds' heads and pages) is
 removed when a read model starts, once untouched for an hour (``stale_objects``).
 
-Queries may name a stream sequence (``after``): the answer waits (up to ``wait_s``) until
-the fold has applied it, so ``kernelflow status`` sees everything recorded before it
-asked. Replies carry at most ``limit`` rows (``offset`` pages through the rest), in the
-order tasks first appeared in the log, which is the same in every daemon's read model.
-Every query is answered, at once when it is not one (``{"ok": false, "error": ...}``),
-unless its reply subject is not an inbox (``subjects.reply_refusal``: an answer must
-never land in the log); at most ``_MAX_WAITING`` wait at a time, later ones are answered
-as the fold stands.
+Queries (``readmodel_client`` says what they may ask) wait for the fold to reach the
+position they name, and are answered in pages of rows in log order. Every query is
+answered, at once when it is not one (``{"ok": false, "error": ...}``), unless its reply
+subject is not an inbox (``subjects.reply_refusal``: an answer must never land in the
+log); at most ``_MAX_WAITING`` wait at a time, later ones are answered as the fold stands.
 
 A message of the log that is not an event of its task (``kernelflow.events.quarantine``;
 the fold holds every event before its position, so each task's first event must be its
@@ -52,78 +51,39 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 import msgspec
-import nats.errors
 import nats.js.errors
-from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext, api
+from nats.js import api
 from nats.js.object_store import ObjectStore
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.readmodel_client import PAGE, QUERY_SUBJECT, StatusQuery, status_row
 from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from kernelflow.events import subjects
 from kernelflow.events.log import delivery_of
 from kernelflow.events.model import QuarantinedEvent
 from kernelflow.events.pull import CreditPuller, cancel_and_wait
 from kernelflow.events.quarantine import HistoryCheck
-from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection, TaskMetrics
+from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 
 log = logging.getLogger("kernelflow.readmodel")
 
-QUERY_SUBJECT = "kf.query.status"
 QUEUE_GROUP = "kf-readmodel"
 BUCKET = "KF_READMODEL"
 # The head's name (not the unpaged ``status-vN`` of earlier versions, which would read a
 # head as a whole state and miss the paged rows).
 SNAPSHOT = f"status-v{FOLD_VERSION}.head"
 STALE_AFTER_S = 3600.0  # see ``stale_objects``
-PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
-MAX_REASON = 300
 _BATCH = 256
 _MAX_WAITING = 1000  # queries waiting for the fold to catch up, at most
 
-
-class StatusQuery(msgspec.Struct, frozen=True):
-    """A query on ``kf.query.status`` (JSON; every field may be left out)."""
-
-    after: int = 0  # answer once the fold applied this stream sequence...
-    wait_s: float = 5.0  # ...waiting at most this long for it (at most 30 s)
-    offset: int = 0
-    limit: int = PAGE
-    task_id: str | None = None  # one task's row instead of a page of all
-
-
 _query_decoder = msgspec.json.Decoder(StatusQuery)
-
-
-def status_row(t: TaskMetrics) -> dict[str, Any]:
-    """A task's line in ``kernelflow status``: the keys of the CLI's one-task summary,
-    without the final code (``kernelflow status TASK`` shows it)."""
-    reason = t.reason if t.ended else None
-    if reason is not None and len(reason) > MAX_REASON:
-        reason = reason[: MAX_REASON - 1] + "…"
-    return {
-        "task_id": t.task_id,
-        "status": t.status,
-        "steps": t.steps,
-        "verdict": t.final_verdict,
-        "speedup": t.final_speedup,
-        "reason": reason,
-        "verifications": list(t.verdicts),
-        "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, *_ in t.revisions],
-        "events": t.events,
-    }
-
-
-def status_rows(projection: MetricsProjection) -> list[dict[str, Any]]:
-    return [status_row(t) for t in projection.tasks.values()]
 
 
 _OUR_OBJECT = re.compile(r"status-v(\d+)(\.head(\..+)?)?")
@@ -550,62 +510,3 @@ async def _respond(msg: Msg, body: dict[str, Any]) -> None:
 def _position_of(description: str | None) -> int:
     match = re.fullmatch(r"position (\d+)", description or "")
     return int(match.group(1)) if match else 0
-
-
-# --------------------------------------------------------------------------- clients
-
-
-@dataclass(frozen=True)
-class StatusAnswer:
-    rows: list[dict[str, Any]]
-    instance: str
-    position: int
-
-
-class NoAnswer(Exception):
-    """No read model could answer (none running, or none caught up in time): why."""
-
-
-async def query_status(
-    nc: NATS,
-    js: JetStreamContext,
-    wait_s: float = 5.0,
-    on_catching_up: Callable[[str, int, int], None] | None = None,
-) -> StatusAnswer:
-    """Every task's status row from a daemon's read model, as of (at least) the end of the
-    log when asked. A read model still catching up (a daemon just restarted after the log
-    grew) is waited for as long as it moves, ``wait_s`` at a time: reading the log here
-    instead would start from its first event. ``on_catching_up(instance, position,
-    end)`` hears of each wait. Raises NoAnswer."""
-    stream = await js.stream_info(subjects.EVENTS_STREAM)
-    after = int(stream.state.last_seq)
-    rows: list[dict[str, Any]] = []
-    instance, position = "", 0
-    behind_at: dict[str, int] = {}  # instance → where it was when last found behind
-    while True:
-        query = {"after": after, "wait_s": wait_s, "offset": len(rows), "limit": PAGE}
-        try:
-            msg = await nc.request(QUERY_SUBJECT, json.dumps(query).encode(), timeout=wait_s + 5.0)
-        except nats.errors.NoRespondersError:
-            raise NoAnswer("no daemon runs a read model") from None
-        except (nats.errors.TimeoutError, TimeoutError):
-            raise NoAnswer(f"no read model answered within {wait_s + 5.0:g}s") from None
-        body = json.loads(msg.data)
-        if not body.get("ok"):
-            raise NoAnswer(f"the read model refused the query: {body.get('error')}")
-        if body.get("behind"):
-            who, at = str(body.get("instance")), int(body.get("position", 0))
-            if at <= behind_at.get(who, -1):
-                raise NoAnswer(
-                    f"the read model of {who} is catching up but did not move in "
-                    f"{wait_s:g}s (at {at} of {after})"
-                )
-            behind_at[who] = at
-            if on_catching_up is not None:
-                on_catching_up(who, at, after)
-            continue  # the same page again
-        instance, position = body["instance"], max(position, int(body["position"]))
-        page = body.get("rows") or []
-        rows.extend(page)
-        if not page or len(rows) >= int(body.get("total", 0)):
-            return StatusAnswer(rows, instance, position)

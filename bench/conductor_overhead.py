@@ -92,7 +92,9 @@ class NoopVerifier(Verifier):
     def warm_up(self) -> None:
         pass
 
-    def check(self, task_source: str, code: str | None, backend: str) -> VerificationReport:
+    def check(
+        self, task_source: str, code: str | None, backend: str, policy: str = ""
+    ) -> VerificationReport:
         return VerificationReport(verdict="pass", summary="no-op verifier", backend=backend)
 
 

@@ -38,7 +38,7 @@ import nats
 from nats.aio.msg import Msg
 
 from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel import QUERY_SUBJECT
+from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import OutputParsed, TaskCancelled

@@ -60,7 +60,8 @@ from kernelflow.offline.sources import EventFilter, FileSource, Source, live_eve
 from kernelflow.projections import logfile
 from kernelflow.projections.counters import repeat_counters
 from kernelflow.projections.flow_grpo import GrpoOptions
-from kernelflow.projections.metrics import MetricsProjection, projection_metrics
+from kernelflow.projections.metrics import MetricsProjection
+from kernelflow.projections.statistics import projection_metrics
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.projections.trajectory import build_trajectory
 

@@ -1,5 +1,5 @@
 """Entry-point plugins, as every registry of kernelflow loads them (agent kinds, kernel
-backends, search strategies): once, the first time a name is asked for that is not
+backends, search strategies, tools): once, the first time a name is asked for that is not
 registered already; a broken plugin is reported, never fatal."""
 
 from __future__ import annotations
@@ -11,10 +11,15 @@ def load_plugins(
     group: str,
     problem: Callable[[str, object], str | None],
     register: Callable[[str, object], object],
+    *,
+    label: str = "plugin",
+    on_problem: Callable[[str, str], object] | None = None,
 ) -> tuple[str, ...]:
     """Load the entry points of ``group``: ``problem(name, obj)`` says why an object is not
-    one of the group's plugins (None: it is), ``register(name, obj)`` registers it. The
-    problems, one line each."""
+    one of the group's plugins (None: it is; an exception it raises counts as the plugin
+    failing to load), ``register(name, obj)`` registers it. The problems, one line each
+    (``"<label> 'name' (module:object) why"``); ``on_problem(name, line)`` also hears of
+    each, by the entry point's name."""
     # Imported here: a process that only resolves built-ins never scans the distributions.
     from importlib.metadata import entry_points
 
@@ -22,14 +27,15 @@ def load_plugins(
     for ep in entry_points(group=group):
         try:
             obj = ep.load()
+            why = problem(ep.name, obj)
         except Exception as exc:  # any error of a third-party import is the plugin's
-            errors.append(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+            why = f"failed to load: {type(exc).__name__}: {exc}"
+        if why is None:
+            register(ep.name, obj)
             continue
-        why = problem(ep.name, obj)
-        if why is not None:
-            errors.append(f"plugin {ep.name!r} ({ep.value}) {why}")
-            continue
-        register(ep.name, obj)
+        errors.append(f"{label} {ep.name!r} ({ep.value}) {why}")
+        if on_problem is not None:
+            on_problem(ep.name, errors[-1])
     return tuple(errors)
 
 

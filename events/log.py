@@ -1,5 +1,10 @@
 """The EventLog: kernelflow's only source of truth, on NATS JetStream.
 
+This is the JetStream adapter of the log's port (``kernelflow.events.port``: the
+interface, and what both adapters build on stored messages); the in-memory adapter is
+``kernelflow.events.memory``. The names callers import from here (``TaskHistory``,
+``AppendConflict``...) are the port's.
+
 Invariants (what every caller may rely on):
 - one gap-free sequence per task: event ``seq`` n+1 is only recorded on top of event n;
 - an append names the task history it was decided on (``TaskHistory``); if anything was
@@ -32,13 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -49,9 +50,15 @@ from nats.js import api
 
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
-from kernelflow.events.model import Command, Event, QuarantinedEvent, ends_task
+from kernelflow.events.model import Command, Event
+from kernelflow.events.port import AppendConflict as AppendConflict
+from kernelflow.events.port import EventLogPort as EventLogPort
+from kernelflow.events.port import RecentIds as RecentIds
+from kernelflow.events.port import StoredEventLog
+from kernelflow.events.port import StreamSettings as StreamSettings
+from kernelflow.events.port import TaskHistory as TaskHistory
+from kernelflow.events.port import numbered_after as numbered_after
 from kernelflow.events.pull import wait_until_set
-from kernelflow.events.quarantine import HistoryCheck, Quarantine, describe
 from kernelflow.events.replies import STATUS, Replies
 from kernelflow.events.scan import Scanner, Stored
 
@@ -61,84 +68,16 @@ _FETCH_BATCH = 256  # events a direct get for one task asks for at a time
 _READ_BATCH = 512  # events a read of many tasks asks for at a time
 # How long an append waits for its stream to have a leader again, and how often it asks.
 _NO_LEADER_S, _NO_LEADER_RETRY_S = 10.0, 0.25
-# Quarantined messages this process said it met (by stream sequence), to say it once.
-_REPORTED_QUARANTINED = 10_000
-_logger = logging.getLogger("kernelflow.eventlog")
 T = TypeVar("T")
-K = TypeVar("K")
-
-
-class AppendConflict(Exception):
-    """The task's history moved on since it was read: reload it and decide again."""
 
 
 class StreamMismatch(RuntimeError):
     """An existing stream has a configuration kernelflow cannot work with."""
 
 
-@dataclass(frozen=True)
-class TaskHistory:
-    """A task's events as read from the log, and where the next append must go."""
+class EventLog(StoredEventLog):
+    """The log on JetStream: the port's adapter for every daemon and tool."""
 
-    task_id: str
-    events: tuple[Event, ...] = ()
-    # Stream sequence of the newest message on the task's subjects (its newest event, or
-    # a quarantined message after it), 0 for none: where the next append goes on top of.
-    last_stream_seq: int = 0
-    # The messages on the task's subjects that are not its events, left out of ``events``.
-    quarantine: Quarantine = field(default_factory=Quarantine)
-
-    @property
-    def next_seq(self) -> int:
-        return len(self.events) + 1
-
-
-def numbered_after(prior: Sequence[Event], events: Sequence[Event]) -> list[Event]:
-    """``events`` numbered and timed as an append after a task's ``prior`` events would
-    record them (the append stamps them again, with their publish times): for deciding on
-    top of events not recorded yet."""
-    first, now = len(prior) + 1, time.time()
-    return [msgspec.structs.replace(e, seq=first + i, at=now) for i, e in enumerate(events)]
-
-
-class RecentIds(Generic[K]):
-    """The last ``size`` keys added, for membership tests (the oldest are forgotten).
-    Safe from any thread."""
-
-    def __init__(self, size: int) -> None:
-        self._lock = threading.Lock()
-        self._keys: OrderedDict[K, None] = OrderedDict()
-        self._size = size
-
-    def add(self, key: K) -> None:
-        with self._lock:
-            self._keys[key] = None
-            if len(self._keys) > self._size:
-                self._keys.popitem(last=False)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    """What the streams promise (the README's Configuration section says what each buys).
-
-    replicas: copies of each message in a JetStream cluster (1 on a single server, 3 to
-      survive the loss of one node). max_age_s: 0 keeps events forever.
-    duplicate_window_s: how long a re-sent publish is recognised by its message id.
-    """
-
-    replicas: int = 1
-    max_age_s: float = 0.0
-    duplicate_window_s: float = 120.0
-    # Histories of unfinished tasks kept in memory to save re-reading them.
-    remembered_tasks: int = 512
-    # Ids of tasks seen to end, kept so that work left over for them is dropped unread.
-    ended_tasks: int = 100_000
-
-
-class EventLog:
     def __init__(
         self,
         nc: NATS,
@@ -147,17 +86,11 @@ class EventLog:
     ) -> None:
         # Not thread-safe: use one EventLog from one event loop (the bridge's); only
         # ``remembered`` may be called from any thread.
+        super().__init__(settings, after_append)
         self._nc = nc
         self._js = nc.jetstream()
-        self._settings = settings or StreamSettings()
-        self._known: OrderedDict[str, TaskHistory] = OrderedDict()
-        self._ended: RecentIds[str] = RecentIds(self._settings.ended_tasks)
-        # Called on the loop with each event once it is recorded, and its task's history
-        # through it (fault injection in tests, a daemon's metrics and traces): keep it cheap.
-        self._after_append = after_append
         self._replies = Replies(nc)
         self.scanner = Scanner(nc, self._replies)
-        self._reported: RecentIds[int] = RecentIds(_REPORTED_QUARANTINED)
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
@@ -210,29 +143,21 @@ class EventLog:
 
     # ------------------------------------------------------------------ writing
 
-    async def append(self, history: TaskHistory, new_events: Sequence[Event]) -> TaskHistory:
-        """Record ``new_events`` after ``history``; return the history that includes them.
+    async def _record(self, event: Event, after_stream_seq: int, then: Callable[[int], T]) -> T:
+        """Publish ``event`` with the headers that make JetStream store it only on top of
+        ``after_stream_seq`` and only once; ``then`` runs as the answer arrives (events
+        are published one after the other: the next one's check needs this one's
+        sequence)."""
 
-        Events are stamped here with their task sequence and the time each is published
-        (the one before it acknowledged). Raises AppendConflict when the task gained events
-        since ``history`` was read (or when these very events were recorded already, by an
-        earlier attempt whose answer was lost).
-        """
-        task_id = history.task_id
-        # A remembered history is known not to have ended: only new events can end it.
-        ended = self._known.get(task_id) is not history and _ended(history.events)
-        for event in new_events:
-            if event.task_id != task_id:
-                raise ValueError(f"event for task {event.task_id} appended to {task_id}")
-            stamped = msgspec.structs.replace(event, seq=history.next_seq, at=time.time())
-            ended = ended or ends_task(stamped)
-            history = await self._publish_event(
-                subjects.event_subject(stamped),
-                encode(stamped),
-                _append_headers(stamped, history.last_stream_seq),
-                functools.partial(self._recorded, history, stamped, ended),
-            )
-        return history
+        def stored(ack: Msg) -> T:
+            return then(_stored_at(event, after_stream_seq, ack))
+
+        return await self._publish_event(
+            subjects.event_subject(event),
+            encode(event),
+            _append_headers(event, after_stream_seq),
+            stored,
+        )
 
     async def _publish_event(
         self, subject: str, data: bytes, headers: dict[str, str], read: Callable[[Msg], T]
@@ -248,18 +173,6 @@ class EventLog:
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(_NO_LEADER_RETRY_S)
-
-    def _recorded(self, before: TaskHistory, event: Event, ended: bool, ack: Msg) -> TaskHistory:
-        """The history once the server acknowledged ``event`` on top of ``before``. Run as
-        soon as the answer arrives: a delivery of the event that came with it then finds
-        the history remembered."""
-        seq = _stored_at(event, before.last_stream_seq, ack)
-        after = self._remember(
-            TaskHistory(before.task_id, (*before.events, event), seq, before.quarantine), ended
-        )
-        if self._after_append is not None:
-            self._after_append(event, after)
-        return after
 
     async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:
         """Publish an event recorded elsewhere (an imported log) as it is, its ``seq`` and
@@ -280,117 +193,30 @@ class EventLog:
         """Publish a command to its stream; its stream sequence."""
         return await self._replies.request(subject, encode(command), headers or {}, _command_seq)
 
+    async def publish_raw(self, subject: str, data: bytes) -> int:
+        """Publish ``data`` on ``subject`` of the events stream with no headers, as any
+        publisher allowed on ``kf.ev.>`` can; its stream sequence."""
+        return (await self._js.publish(subject, data)).seq
+
+    async def oldest_command_seq(self, subject: str) -> int | None:
+        first = self._js.get_msg(subjects.COMMANDS_STREAM, 1, subject, next=True)
+        try:
+            return (await first).seq
+        except nats.js.errors.NotFoundError:
+            return None
+
     # ------------------------------------------------------------------ reading
 
-    def remembered(self, task_id: str) -> TaskHistory | None:
-        """The history of an unfinished task this process last recorded or read, if it
-        still remembers it (possibly behind the log, never wrong). Safe from any thread:
-        it looks up one immutable value."""
-        return self._known.get(task_id)
+    async def end_seq(self) -> int:
+        return int((await self._js.stream_info(subjects.EVENTS_STREAM)).state.last_seq)
 
-    def has_ended(self, task_id: str) -> bool:
-        """Whether this process has seen the task end (read or recorded its terminal
-        event, among the last ``ended_tasks`` to end). Nothing is ever dispatched for a
-        task after its end, so work still queued for it (a log replayed to a new consumer,
-        an imported one) can be dropped without reading it. Safe from any thread."""
-        return task_id in self._ended
+    async def _fetch(self, seq: int, subject: str, *, leader: bool) -> list[Stored]:
+        return await self.scanner.all(seq, subject, size=_FETCH_BATCH, leader=leader)
 
-    def remembered_through(self, event: Event) -> TaskHistory | None:
-        """The remembered history of ``event``'s task if it already holds ``event`` (this
-        process recorded or read it): no read needed. Safe from any thread."""
-        known = self._known.get(event.task_id)
-        return known if known is not None and known.next_seq > event.seq else None
-
-    async def read_task(self, task_id: str, *, leader: bool = False) -> TaskHistory:
-        """The task's events, fetching only those after the history remembered for it.
-
-        Read from any replica, or from the stream's leader (``leader``: a replica may be a
-        little behind). Messages that are not the task's events are quarantined.
-        """
-        known = self._known.get(task_id)
-        before = known or TaskHistory(task_id)
-        events = list(before.events)
-        last, quarantine = before.last_stream_seq, before.quarantine
-        subject = subjects.task_events(task_id)
-        fetched = await self.scanner.all(last + 1, subject, size=_FETCH_BATCH, leader=leader)
-        check = HistoryCheck(lambda _: len(events))
-        for stream_seq, subject, data in fetched:
-            event = check.place(subject, data, stream_seq)
-            if type(event) is QuarantinedEvent:
-                quarantine = quarantine.add(event)
-                self.report_quarantined(event)
-            else:
-                events.append(event)
-            last = stream_seq
-        # A remembered history is known not to have ended: only new events can end it.
-        ended = _ended(events[len(before.events) :] if known is not None else events)
-        return self._remember(TaskHistory(task_id, tuple(events), last, quarantine), ended)
-
-    def report_quarantined(self, q: QuarantinedEvent) -> None:
-        """Log a quarantined message, once per process (many reads may meet it)."""
-        if q.stream_seq not in self._reported:
-            self._reported.add(q.stream_seq)
-            _logger.info("quarantined %s", describe(q))
-
-    async def history_through(self, event: Event, stream_seq: int) -> TaskHistory:
-        """The task's history up to at least ``event`` (just delivered from the stream at
-        ``stream_seq``): free when every event before it is remembered."""
-        if (through := self.remembered_through(event)) is not None:
-            return through
-        known = self._known.get(event.task_id)
-        if known is None or known.next_seq < event.seq:
-            known = await self.read_task(event.task_id)
-            if known.next_seq < event.seq:
-                # In a cluster any replica may answer a direct get, one a little behind
-                # the stream: ask the leader.
-                known = await self.read_task(event.task_id, leader=True)
-        if known.next_seq == event.seq:
-            history = TaskHistory(
-                event.task_id, (*known.events, event), stream_seq, known.quarantine
-            )
-            return self._remember(history, _ended([event]))
-        return known
-
-    def _remember(self, history: TaskHistory, ended: bool) -> TaskHistory:
-        # A remembered history is never wrong, only possibly behind (the log only grows):
-        # reads fetch what came after it, and an append decided on a stale one is refused
-        # by the concurrency check. Finished tasks (``ended``) are not worth the memory.
-        self._known.pop(history.task_id, None)
-        if history.events and not ended:
-            self._known[history.task_id] = history
-            if len(self._known) > self._settings.remembered_tasks:
-                self._known.popitem(last=False)
-        elif ended:
-            self._ended.add(history.task_id)
-        return history
-
-    async def read(
-        self,
-        start_seq: int = 1,
-        subject: str = subjects.ALL_EVENTS,
-        *,
-        follow: bool = False,
-        idle_timeout: float = 1.0,
-    ) -> AsyncGenerator[tuple[int, Event], None]:
-        """Yield ``(stream_seq, event)`` in log order from ``start_seq``; a message that is
-        not an event of its task comes as its ``QuarantinedEvent`` placeholder.
-
-        Without ``follow`` it stops at the end of the log as it was when reading began;
-        with ``follow`` it waits for new events (looking again at least every
-        ``idle_timeout`` seconds) until the caller stops iterating.
-        """
-        # Whole histories: the whole log's, or one task's (not some kinds of events only).
-        whole = subject in (subjects.ALL_EVENTS, subjects.task_events(subjects.task_of(subject)))
-        check = HistoryCheck(whole=whole, from_first=start_seq <= 1)
-        if follow:
-            reading = self._following(start_seq, subject, idle_timeout)
-        else:
-            end = (await self._js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
-            reading = self.scanner.batches(start_seq, subject, size=_READ_BATCH, through=end)
-        async with contextlib.aclosing(reading):
-            async for batch in reading:
-                for stream_seq, msg_subject, data in batch:
-                    yield stream_seq, check.place(msg_subject, data, stream_seq)
+    def _batches(
+        self, seq: int, subject: str, *, through: int
+    ) -> AsyncGenerator[list[Stored], None]:
+        return self.scanner.batches(seq, subject, size=_READ_BATCH, through=through)
 
     async def _following(
         self, seq: int, subject: str, idle_timeout: float
@@ -417,11 +243,6 @@ class EventLog:
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-
-
-def _ended(events: Sequence[Event]) -> bool:
-    # Rewards (and the judge's call) follow the end they score: look past them.
-    return any(ends_task(event) for event in reversed(events))
 
 
 class DeliveryInfo(NamedTuple):

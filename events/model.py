@@ -169,7 +169,8 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
 
 class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
-    """GPU timing of candidate and baseline (milliseconds per call), measured interleaved."""
+    """Timing of candidate and baseline (milliseconds per call) on the device that checked
+    them (a GPU; the CPU for C++ kernels), measured interleaved."""
 
     candidate_ms: dict[str, float] = {}  # quantiles: "p20", "median", "p80", "min", "mean"
     baseline_ms: dict[str, float] = {}
@@ -184,6 +185,11 @@ class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     warmup: int = 0  # calls per side before the first round
     # The speedup over each baseline timed ("eager"; "compile" too when asked for).
     speedups: dict[str, float] = {}
+    # The speedup's range that both medians' intervals allow ([low, high]); empty in
+    # reports that predate it.
+    speedup_ci95: list[float] = []
+    threads: int = 0  # the CPU threads candidate and baseline computed with (0: not set)
+    input_copies: int = 0  # the copies of the inputs calls took in turn (cold caches)
     method: str = ""  # how the times were taken, in words
 
 

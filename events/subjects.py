@@ -59,6 +59,18 @@ def task_of(subject: str) -> str:
     return subject[len(EVENTS_ROOT) + 1 :].partition(".")[0]
 
 
+def matches(pattern: str, subject: str) -> bool:
+    """Whether ``subject`` is one of those NATS means by ``pattern`` (``*``: any one token;
+    ``>`` at the end: one token or more)."""
+    wanted, tokens = pattern.split("."), subject.split(".")
+    for i, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (token != "*" and token != tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
+
 def task_events(task_id: str) -> str:
     return f"{EVENTS_ROOT}.{task_id}.>"
 

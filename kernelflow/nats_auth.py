@@ -6,8 +6,9 @@ Roles (docs/security.md has the tables, and what each entry is for):
 
 - ``publisher``: submits and cancels tasks, follows them, asks for status and health;
 - ``reader``: reads (``log export``, ``export grpo``, ``report``, ``replay``, ``status``);
-- ``daemon``: what a daemon does (appends events, takes work from its durable consumers,
-  creates the streams, keeps the read model's object store) and what a publisher does
+- ``daemon``: what a daemon does (appends events, takes work from its durable consumers
+  and looks at the commands queued there, creates the streams, keeps the read model's
+  object store) and what a publisher does
   (``kernelflow run`` is both; ``log import`` appends too);
 - ``verifier``: a verifier-only daemon (``daemon --roles verifier --no-read-model``):
   records verification results, and giving up on one, and nothing else.
@@ -38,7 +39,8 @@ import nkeys
 from kernelflow.actors.connection import inbox_prefix, public_key_of
 from kernelflow.actors.daemon import agent_durable
 from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel import BUCKET, QUERY_SUBJECT
+from kernelflow.actors.readmodel import BUCKET
+from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentFailed, Event, VerificationCompleted
 from kernelflow.workflows.model import VERIFIER
@@ -135,6 +137,9 @@ ROLES = {
                 *(_api("CONSUMER.MSG.NEXT", s, "*") for s in (_EVENTS, _COMMANDS)),
                 # Its read model's cursor, recreated on every start.
                 _api("CONSUMER.DELETE", _EVENTS, "*"),
+                # The conductor: whether a submit queued before a cancel is unsettled (a
+                # cancel of a task not in the log yet waits for its submit).
+                _api("STREAM.MSG.GET", _COMMANDS),
                 *_acks(_EVENTS),
                 *_acks(_COMMANDS),
                 *_SNAPSHOTTING,

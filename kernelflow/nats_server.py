@@ -105,8 +105,8 @@ class EmbeddedNats:
     ``sync_interval`` is JetStream's fsync period ("2m" by default, "always" to fsync every
     write): a killed process loses nothing either way, a power loss loses at most that much.
     ``authorization`` is the configuration of who may connect
-    (``LocalKeys.server_authorization``); without it, anyone who reaches the port may do
-    anything (tests and benchmarks, which connect without credentials).
+    (``LocalKeys.server_authorization``: see ``keyed_server``); without it, anyone who
+    reaches the port may do anything (benchmarks, and tests of anonymous access).
     """
 
     def __init__(
@@ -235,6 +235,14 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
+def keyed_server(data_dir: Path, *, sync_interval: str | None = None) -> EmbeddedNats:
+    """The server of the store ``data_dir`` as the embedded default runs it: letting in
+    only the holders of the store's keys (``local_keys``), each with its role's
+    permissions (tests run their servers so too, as users see them)."""
+    authorization = local_keys(data_dir).server_authorization()
+    return EmbeddedNats(data_dir, sync_interval=sync_interval, authorization=authorization)
+
+
 @contextlib.contextmanager
 def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterator[NatsEndpoint]:
     """The embedded server for ``data_dir``: the one another kernelflow process runs there
@@ -242,11 +250,8 @@ def embedded_nats(data_dir: Path, *, sync_interval: str | None = None) -> Iterat
     new one that lives as long as the block; with the daemon's credentials. Two processes
     starting at once end up on one server (the store's lock decides whose); should the one
     whose server this process joined end first, this one runs the server on (``_Succession``)."""
-    keys = local_keys(data_dir)
-    auth = ClientAuth(creds=keys.seed_file(OWNER_ROLE))
-    server = EmbeddedNats(
-        data_dir, sync_interval=sync_interval, authorization=keys.server_authorization()
-    )
+    auth = ClientAuth(creds=local_keys(data_dir).seed_file(OWNER_ROLE))
+    server = keyed_server(data_dir, sync_interval=sync_interval)
     deadline = time.monotonic() + JOIN_WAIT_S
     while (url := running_embedded_server(data_dir)) is None:
         try:

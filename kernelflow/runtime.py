@@ -35,7 +35,7 @@ from kernelflow.llm import ProviderSpecError, default_llm_spec, make_provider
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError, WaitTimeout
-from kernelflow.verification.engine import VerifierConfig, detect_device
+from kernelflow.verification.engine import detect_device
 
 # The name these warnings have always carried on stderr, from when this was the CLI's.
 log = logging.getLogger("kernelflow.cli")
@@ -116,9 +116,7 @@ def start_daemon(
         pool_sizes=pools,
         ack_wait_s=settings.ack_wait_s,
         llm=llm,
-        verifier=VerifierConfig(
-            timeout_s=settings.verify_timeout_s, compare_compile=settings.compare_compile
-        ),
+        verifier=settings.verifier_config(),
         gpus=settings.gpus,
         on_job=on_job,
     )

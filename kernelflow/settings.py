@@ -9,11 +9,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from platformdirs import user_data_dir
 
 from kernelflow.actors.connection import ClientAuth, NatsEndpoint
 from kernelflow.nats_server import embedded_nats
+
+if TYPE_CHECKING:
+    from kernelflow.verification.engine import VerifierConfig
 
 
 class SettingsError(ValueError):
@@ -141,6 +145,19 @@ class Settings:
     )
     # On a GPU, time torch.compile of the reference too (a second baseline; bench does).
     compare_compile: bool = field(default_factory=lambda: _env_bool("KF_COMPARE_COMPILE"))
+    # The CPU threads candidate and baseline alike compute with where C++ kernels are timed
+    # on the CPU; None: every core this process may use.
+    verify_threads: int | None = field(
+        default_factory=lambda: (
+            _env_int("KF_VERIFY_THREADS", 1) if os.environ.get("KF_VERIFY_THREADS") else None
+        )
+    )
+    # Where verifiers keep the extensions they built; None: the data dir's.
+    extension_dir: Path | None = field(default_factory=lambda: _env_path("KF_EXTENSION_CACHE"))
+    # Wall-clock limit for building one candidate's C++/CUDA extensions (load_inline).
+    compile_timeout_s: float = field(
+        default_factory=lambda: _env_seconds("KF_COMPILE_TIMEOUT", 300.0)
+    )
     # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
     gpus: tuple[str, ...] = field(default_factory=_env_gpus)
     # Where a daemon serves its Prometheus metrics (/metrics); None: it serves none. The
@@ -164,6 +181,27 @@ class Settings:
     @property
     def nats_store(self) -> Path:
         return self.data_dir / "nats"
+
+    @property
+    def extension_cache(self) -> Path:
+        """Where verifiers keep the C++/CUDA extensions they built (``KF_EXTENSION_CACHE``;
+        by default the data dir's, shared by its processes): a source built once is never
+        built again."""
+        return self.extension_dir or self.data_dir / "extensions"
+
+    def verifier_config(self, **fields: Any) -> VerifierConfig:
+        """The verifier's configuration under these settings; ``fields``: a command's own
+        (trials, timeout, shapes ...) over them."""
+        from kernelflow.verification.engine import VerifierConfig
+
+        configured: dict[str, Any] = {
+            "timeout_s": self.verify_timeout_s,
+            "compare_compile": self.compare_compile,
+            "threads": self.verify_threads,
+            "extension_cache": str(self.extension_cache),
+            "compile_timeout_s": self.compile_timeout_s,
+        }
+        return VerifierConfig(**{**configured, **fields})
 
     @property
     def nats_auth(self) -> ClientAuth:

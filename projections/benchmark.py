@@ -29,10 +29,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernelflow.events.model import FAULT_VERDICTS
-from kernelflow.projections.metrics import geomean
 from kernelflow.projections.search import Candidate, SearchDatabase
+from kernelflow.projections.statistics import geomean
 
 BENCH_FAST_P: tuple[float, ...] = (0.0, 1.0, 1.2, 2.0)
+# The metadata key of a bench candidate's problem file (its run's: ``BENCH_RUN``, in
+# ``kernelflow.offline.sources``).
+PROBLEM = "problem"
 # Verdicts from best to worst: what "the best verdict" of a problem means.
 VERDICT_ORDER = (
     "pass",
@@ -49,7 +52,8 @@ VERDICT_ORDER = (
 )
 NO_TIMING = (
     "no kernel was timed (Triton runs in its CPU interpreter here, which has no timing "
-    "meaning): fast_p for p > 0, speedups and per-faster-kernel costs are not measured"
+    "meaning; the cpp backend's kernels are timed on the CPU): fast_p for p > 0, speedups "
+    "and per-faster-kernel costs are not measured"
 )
 
 
@@ -216,16 +220,21 @@ def benchmark_card(
             facts.checks.append(frozenset(report.checks))
             t = report.timing
             if t is not None and t.method:
-                facts.methods.setdefault(
+                method = facts.methods.setdefault(
                     t.method,
                     {
                         "method": t.method,
                         "warmup": t.warmup,
                         "rounds": t.rounds,
-                        "reps": t.reps,
+                        "reps": [t.reps, t.reps],  # the fewest and most calls of a round
+                        "threads": sorted({t.threads} - {0}),
                         "baselines": sorted(t.speedups) or [t.baseline],
                     },
                 )
+                reps = method["reps"]
+                method["reps"] = [min(reps[0], t.reps), max(reps[1], t.reps)]
+                if t.threads and t.threads not in method["threads"]:
+                    method["threads"] = sorted([*method["threads"], t.threads])
     if timed is None:
         timed = [(r.problem, r.best_task) for r in results if r.solved and r.best_task]
     timings, flagged = [], []
@@ -245,6 +254,7 @@ def benchmark_card(
                 "baseline_ci95_ms": list(t.baseline_ci_ms),
                 "speedups": dict(t.speedups)
                 or ({t.baseline: kernel.speedup} if kernel.speedup is not None else {}),
+                "speedup_ci95": list(t.speedup_ci95),
             }
         )
         flagged += [{"problem": label, "task": task_id, "flag": f} for f in t.flags]
@@ -265,22 +275,33 @@ def benchmark_card(
     }
 
 
+def _interval(pair: list[float]) -> str:
+    return f"[{pair[0]:.4g}, {pair[1]:.4g}]" if pair else "[]"
+
+
 def card_lines(card: dict[str, Any]) -> list[str]:
     """The card as lines of text (the terminal's and the report's)."""
     lines = []
     for env in card["devices"] or [{}]:
         lines.append("  device: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "unknown"))
     for t in card["timing"] or ():
+        fewest, most = t["reps"]
+        calls = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+        threads = f"; threads {', '.join(map(str, t['threads']))}" if t["threads"] else ""
         lines.append(
             f"  timing: {t['method']}; {t['warmup']} warm-up calls, {t['rounds']} rounds of "
-            f"{t['reps']} calls; baselines {', '.join(t['baselines'])}"
+            f"{calls} calls; baselines {', '.join(t['baselines'])}{threads}"
         )
     if not card["timing"]:
         lines.append(f"  timing: none: {card['timing_note']}")
     for t in card["timings"]:
+        interval = t["speedup_ci95"]
+        candidate = f"{t['candidate_ms']:.4g} ms {_interval(t['candidate_ci95_ms'])}"
+        baseline = f"{t['baseline_ms']:.4g} ms {_interval(t['baseline_ci95_ms'])}"
         lines.append(
-            f"  {t['problem']}: candidate {t['candidate_ms']:.4g} ms {t['candidate_ci95_ms']}, "
-            f"{t['baseline']} {t['baseline_ms']:.4g} ms {t['baseline_ci95_ms']} (95 % intervals)"
+            f"  {t['problem']}: candidate {candidate}, {t['baseline']} {baseline} (95 % "
+            "intervals)"
+            + (f"; speedup {interval[0]:.2f}x to {interval[1]:.2f}x" if interval else "")
         )
     versions = ", ".join(map(str, card["verifier_versions"])) or "-"
     lines.append(f"  verifier version(s): {versions}")

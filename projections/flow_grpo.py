@@ -1,4 +1,5 @@
-"""Flow-GRPO training samples (seed 002), folded from the log in two passes.
+"""Flow-GRPO training samples (docs/datasets.md, "Flow-GRPO in kernelflow"), folded from
+the log in two passes.
 
 One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent; never the judge's,
 which grades the rollout) of a task that ended. Every turn of a rollout (task) carries the

@@ -1,4 +1,6 @@
-"""``kernelflow report``: run metrics as terminal tables (pure: strings in, strings out).
+"""``kernelflow report``: run metrics as terminal tables (pure: strings in, strings out);
+and ``bench_text``, a bench run's results with its benchmark card (``kernelflow bench``,
+the dashboard's bench page).
 
 "finished" and "correct" are two columns: a task *finished* when it ended with status
 ``success`` (its workflow got to the end: a kernel passed, an answer was given); it is
@@ -15,9 +17,10 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from kernelflow.projections.benchmark import card_lines
+from kernelflow.projections.benchmark import ProblemResult, card_lines
 from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
-from kernelflow.projections.metrics import RunMetrics, TaskMetrics
+from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.statistics import RunMetrics
 
 OWN_REWARD = GrpoOptions()  # each task scored by its own reward function
 
@@ -342,3 +345,48 @@ def report_json(
         ],
         "card": card,
     }
+
+
+# --------------------------------------------------------------------------- bench runs
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def bench_text(
+    run: str, results: list[ProblemResult], summary: dict[str, Any], card: dict[str, Any]
+) -> str:
+    """A bench run's report (``kernelflow bench``, the dashboard's bench page): a row per
+    problem, the run's summary (``benchmark.run_summary``) and its benchmark card."""
+    rows = [
+        [
+            r.problem,
+            r.best_verdict or "-",
+            _x(r.speedup),
+            _x(r.speedup_compile),
+            r.candidates,
+            r.verifications,
+            r.tokens,
+            "-" if r.cost_usd is None else f"{r.cost_usd:.4f}",
+        ]
+        for r in results
+    ]
+    headers = ["problem", "best", "vs eager", "vs compile", "candidates", "checks", "tokens", "usd"]
+    fast = ", ".join(
+        f"fast_{p}={'-' if v is None else f'{v:.2f}'}" for p, v in summary["fast_p"].items()
+    )
+    lines = [
+        f"bench {run}",
+        table(headers, rows),
+        "",
+        f"solved {summary['solved']}/{summary['problem_count']}  {fast}  "
+        f"geomean {_x(summary['geomean_speedup'])}",
+        f"tokens {summary['tokens']}  usd "
+        + ("-" if summary["dollars"] is None else f"{summary['dollars']:.4f}")
+        + f"  gpu-seconds {summary['gpu_seconds']:.1f}",
+    ]
+    if summary["note"]:
+        lines.append(f"note: {summary['note']}")
+    lines += ["", "benchmark card", *card_lines(card)]
+    return "\n".join(lines)

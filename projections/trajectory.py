@@ -1,4 +1,5 @@
-"""Trajectories in the AgenticRollout format (seed 003 §5), rebuilt from a task's events.
+"""Trajectories in the AgenticRollout format (docs/agents.md, "Trajectories"), rebuilt from
+a task's events.
 
 Mapping: the submitted task is the first ``observation``; every conductor decision is a
 ``thought`` (its LLM exchange attached when it asked one); every LLM turn of an agent is an

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from kernelflow.sandbox.filesystem import PROBE_PREFIX, point_caches_at
 from kernelflow.sandbox.limits import (
+    JUDGE_FILE_SIZE_LIMIT,
     NPROC_LIMIT,
     apply_limits,
     drop_capabilities,
@@ -244,7 +245,7 @@ def confine_judge(workdir: Path, *, fs_isolation: bool, memory_kind: str, memory
     if os.geteuid() == 0:
         with contextlib.suppress(OSError):
             drop_capabilities()
-    apply_limits(memory_kind, memory_mb)
+    apply_limits(memory_kind, memory_mb, file_size=JUDGE_FILE_SIZE_LIMIT)
 
 
 def probe_isolation(check: Callable[[], int]) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "FILE_SIZE_LIMIT",
+    "JUDGE_FILE_SIZE_LIMIT",
     "NOBODY",
     "NPROC_LIMIT",
     "apply_limits",
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 FILE_SIZE_LIMIT = 64 * 1024 * 1024
+# The judge's: torch.compile of the reference (the second baseline) builds a precompiled
+# header of torch's on the CPU, well over the candidate's limit.
+JUDGE_FILE_SIZE_LIMIT = 1024 * 1024 * 1024
 NOBODY = 65534
 NPROC_LIMIT = 256  # threads count too; generous for torch, fatal for a fork bomb
 PR_SET_PDEATHSIG = 1
@@ -68,18 +72,21 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
-def apply_limits(memory_kind: str, memory_mb: int, parent: int | None = None) -> None:
+def apply_limits(
+    memory_kind: str, memory_mb: int, parent: int | None = None, file_size: int = FILE_SIZE_LIMIT
+) -> None:
     """Limit this process before any untrusted code runs.
 
     Soft and hard limits are both lowered so the candidate cannot raise them again.
     ``memory_kind`` is "as" (address space: exact, fine for CPU torch and the Triton
     interpreter), "data" (RLIMIT_DATA: CUDA reserves terabytes of virtual address space,
     which RLIMIT_AS would refuse) or "none". ``parent``: as for :func:`die_with_parent`
-    (a change of user since the last request cleared it).
+    (a change of user since the last request cleared it); ``file_size``: the largest file
+    it may write.
     """
     die_with_parent(parent)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     if memory_kind != "none" and memory_mb > 0:
         which = resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA
         limit = memory_mb * 1024 * 1024

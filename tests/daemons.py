@@ -1,4 +1,6 @@
-"""Helpers for tests that drive `kernelflow daemon` processes against a NATS server."""
+"""Helpers for tests that drive `kernelflow daemon` processes against a NATS server, each
+acting as the user it stands for (tests/conftest.py): daemons with the daemon role,
+submits with the publisher's, reads of the log with the reader's."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from kernelflow.events.model import (
 from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import fold
 from kernelflow.workflows.loader import load_workflow
-from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import KERNELFLOW, REPO, as_user, cli_env, connect, creds, is_keyed, run_cli
 
 RELU_SCRIPT = "examples/scripted/relu.yaml"
 
@@ -54,10 +56,22 @@ def slow_script(tmp_path: Path, latency_s: float, agent: str = "coder") -> Path:
 def start_daemon(
     url: str, log: Path, *args: str, script: str | Path = RELU_SCRIPT, **env: str
 ) -> subprocess.Popen[bytes]:
-    """A daemon process in its own session (so a test can SIGKILL its whole group)."""
+    """A daemon process in its own session (so a test can SIGKILL its whole group), with
+    the daemon role's key of a test server (``args`` may name other ``--creds``)."""
+    key = ["--creds", str(creds(url, "daemon"))] if is_keyed(url) and "--creds" not in args else []
     with log.open("ab") as out:
         return subprocess.Popen(
-            [*KERNELFLOW, "-v", "daemon", "--nats-url", url, "--llm", f"scripted:{script}", *args],
+            [
+                *KERNELFLOW,
+                "-v",
+                "daemon",
+                "--nats-url",
+                url,
+                *key,
+                "--llm",
+                f"scripted:{script}",
+                *args,
+            ],
             cwd=REPO,
             env=cli_env(**env),
             stdout=out,
@@ -75,15 +89,17 @@ def wait_for_line(log: Path, text: str, timeout_s: float = 60) -> None:
 
 
 def submit(url: str, task_id: str, *args: str, task: str = "examples/tasks/relu.py") -> None:
-    result = run_cli("submit", task, "--task-id", task_id, "--nats-url", url, *args)
+    """``kernelflow submit`` as a publisher."""
+    result = run_cli("submit", task, "--task-id", task_id, *as_user("publisher", url), *args)
     assert result.returncode == 0, result.stderr
 
 
 def publish(url: str, command: SubmitTask) -> None:
-    """Publish ``command`` as a program of one's own would, without the CLI's checks."""
+    """Publish ``command`` as a program of one's own would, without the CLI's checks (with
+    the publisher's key)."""
 
     async def send() -> None:
-        nc = await nats.connect(url)
+        nc = await connect(url, "publisher")
         try:
             await nc.jetstream().publish(subjects.SUBMIT, encode(command))
         finally:
@@ -93,10 +109,14 @@ def publish(url: str, command: SubmitTask) -> None:
 
 
 def task_events(url: str, task_id: str, auth: ClientAuth | None = None) -> list[Event]:
-    """The task's events, read by a client presenting ``auth`` (none: anonymous)."""
+    """The task's events, read by a client presenting ``auth`` (none: the reader's key of
+    a test server)."""
 
     async def read() -> list[Event]:
-        nc = await nats.connect(url, **(auth or ClientAuth()).options())
+        if auth is None:
+            nc = await connect(url, "reader")
+        else:
+            nc = await nats.connect(url, **auth.options())
         try:
             return list((await EventLog(nc).read_task(task_id)).events)
         finally:
@@ -106,10 +126,10 @@ def task_events(url: str, task_id: str, auth: ClientAuth | None = None) -> list[
 
 
 def stream_messages(url: str, stream: str) -> int:
-    """Messages ``stream`` holds now (0 if it does not exist yet)."""
+    """Messages ``stream`` holds now (0 if it does not exist yet), as a reader sees it."""
 
     async def count() -> int:
-        nc = await nats.connect(url)
+        nc = await connect(url, "reader")
         try:
             info = await nc.jetstream().stream_info(stream)
             return int(info.state.messages)
@@ -215,13 +235,17 @@ def serving_ui(
     verbose: bool = False,
     env: dict[str, str] | None = None,
 ) -> Iterator[UiServer]:
-    """``kernelflow [-v] ui`` on a free port (``args`` and ``env`` added), stopped with
+    """``kernelflow [-v] ui`` on a free port (``args`` and ``env`` added), with the reader
+    role's key of a test server (``args`` may name other ``--creds``), stopped with
     SIGTERM as a supervisor would (it must end with 0) after the block."""
     errors = tmp / "ui-stderr.log"
     options = ["-v"] if verbose else []
+    key = ["--creds", str(creds(nats_url, "reader"))] if is_keyed(nats_url) else []
+    if "--creds" in args:
+        key = []
     with errors.open("w") as err:
         server = subprocess.Popen(
-            [*KERNELFLOW, *options, "ui", "--port", "0", "--nats-url", nats_url, *args],
+            [*KERNELFLOW, *options, "ui", "--port", "0", "--nats-url", nats_url, *key, *args],
             cwd=REPO,
             env=cli_env(**(env or {})),
             stdout=subprocess.PIPE,

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, run_cli
 from tests.daemons import slow_script
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU = str(EXAMPLES / "tasks" / "relu.py")
 
@@ -101,11 +104,11 @@ def test_interrupting_a_rollout_cancels_the_rollouts_it_started(
     data.write_text("".join(json.dumps({"prompt": f"{i} + 1?"}) + "\n" for i in range(3)))
     script = slow_script(tmp_path, 60, "solver")
     args = ["rollout", "--dataset", str(data), "--llm", f"scripted:{script}"]
-    args += ["--concurrency", "2", "--nats-url", private_nats]
+    args += ["--concurrency", "2", *as_user("daemon", private_nats)]
     proc = start(args, cli_env(), tmp_path / "out.txt")
 
     def tasks() -> list[dict[str, object]]:
-        result = run_cli("status", "--json", "--nats-url", private_nats)
+        result = run_cli("status", "--json", *as_user("publisher", private_nats))
         assert result.returncode == 0, result.stderr
         rows: list[dict[str, object]] = json.loads(result.stdout)
         return rows

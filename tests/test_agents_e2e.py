@@ -22,18 +22,23 @@ from kernelflow.events.model import (
 )
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import StepType, build_trajectory
-from kernelflow.rollout import PromptItem, Rollout, RolloutConfig, load_dataset
+from kernelflow.prompt_datasets import PromptItem, load_dataset
+from kernelflow.rollout import Rollout, RolloutConfig
 from kernelflow.settings import Settings
 from kernelflow.tools import workspace_files
-from tests.conftest import EXAMPLES, REPO, cli_env, run_cli
+from tests.conftest import EXAMPLES, REPO, as_user, cli_env, creds, run_cli
 from tests.daemons import assert_each_step_once, task_events
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 ARITHMETIC = EXAMPLES / "datasets" / "arithmetic.jsonl"
 
 
 def settings_for(url: str, tmp_path: Path) -> Settings:
+    """An in-process rollout's settings: a daemon's (it hosts one), on the test server."""
     settings = Settings()
-    settings.nats_url = url
+    settings.nats_url, settings.nats_creds = url, creds(url, "daemon")
     settings.data_dir = tmp_path
     return settings
 
@@ -48,8 +53,7 @@ def test_react_coder_checks_and_fixes_its_kernel_before_the_verifier(
         "examples/workflows/react_coder.yaml",
         "--llm",
         "scripted:examples/scripted/relu_react.yaml",
-        "--nats-url",
-        nats_url,
+        *as_user("daemon", nats_url),
         "--out",
         str(tmp_path),
         "--json",
@@ -112,7 +116,7 @@ def test_rollout_scores_a_dataset_and_exports_flow_grpo_samples(
     dataset = tmp_path / "grpo.parquet"
     exported = run_cli(
         "export", "grpo", "--reward", "exact_match", "--out", str(dataset),
-        "--nats-url", private_nats,
+        *as_user("reader", private_nats),
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr
     table = pq.read_table(dataset).to_pylist()
@@ -155,8 +159,7 @@ def test_rollout_cli_with_native_tool_calls_and_an_llm_judge(
         "judge,exact_match",
         "--llm",
         f"scripted:{script}",
-        "--nats-url",
-        private_nats,
+        *as_user("daemon", private_nats),
         "--json",
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -233,8 +236,8 @@ def test_bad_agent_kinds_tools_and_settings_are_refused_with_the_key_path(
         path = tmp_path / f"bad_{key}.yaml"
         path.write_text(yaml.safe_dump(doc))
         result = run_cli(
-            "submit", "examples/tasks/relu.py", "--workflow", str(path), "--nats-url", nats_url,
-            "--wait", "--timeout", "60",
+            "submit", "examples/tasks/relu.py", "--workflow", str(path),
+            *as_user("publisher", nats_url), "--wait", "--timeout", "60",
         )  # fmt: skip
         assert result.returncode == 2, result.stdout + result.stderr
         assert message in result.stdout + result.stderr

@@ -176,6 +176,20 @@ def test_the_candidate_s_side_imports_only_the_sandbox_and_the_backends() -> Non
     assert wrong == []
 
 
+def test_only_the_cli_imports_the_commands() -> None:
+    """``kernelflow.commands`` is the CLI's: what a library module, the dashboard or the
+    offline tools share with a command lives in a library module both import."""
+    cli = ("kernelflow.commands", "kernelflow.cli")
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if not any(module == c or module.startswith(c + ".") for c in cli)
+        for target in targets
+        if target == cli[0] or target.startswith(cli[0] + ".")
+    ]
+    assert wrong == []
+
+
 @pytest.mark.parametrize("folder", sorted(LAYERS.values()))
 def test_nothing_imports_a_layer_by_its_folder_name(folder: str) -> None:
     """The folders install as ``kernelflow.<folder>``; a bare ``import events`` only works

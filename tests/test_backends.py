@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor
 from kernelflow.actors.prompts import agent_messages
 from kernelflow.actors.worker import Job
@@ -38,6 +37,10 @@ from kernelflow.verification.gate import check_candidate
 from kernelflow.workflows.loader import load_workflow
 from tests.child_jobs import RELU_TASK, run_child_job
 from tests.conftest import EXAMPLES, KERNELFLOW
+from tests.memory import running_bridge
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU_SOLUTION = (EXAMPLES / "candidates" / "solutions" / "relu.py").read_text()
 TINY_RELU = RELU_SOLUTION.replace("relu_kernel", "relu_tiny")
@@ -155,7 +158,7 @@ def test_a_plugin_backend_is_listed_through_its_entry_point(plugin_site: Path) -
     helped = subprocess.run(
         [*KERNELFLOW, "verify", "--help"], env=env, capture_output=True, text=True, timeout=60
     )
-    assert "{cuda,tiny,triton}" in helped.stdout
+    assert "{cpp,cuda,cupy,tiny,triton}" in helped.stdout
 
 
 # --------------------------------------------------------------------------- submit
@@ -173,10 +176,9 @@ def submit_job(command: SubmitTask, stream_seq: int) -> Job:
 
 
 def test_the_conductor_accepts_a_registered_backend_and_rejects_an_unknown_one(
-    tiny: Backend, nats_url: str
+    tiny: Backend,
 ) -> None:
-    bridge = Bridge(nats_url).start()
-    try:
+    with running_bridge() as bridge:  # the conductor handed the commands: the memory log
         conductor = Conductor(bridge, llm=None)
         first: dict[str, object] = {}
         for name in ("tiny", "cobol"):
@@ -184,8 +186,6 @@ def test_the_conductor_accepts_a_registered_backend_and_rejects_an_unknown_one(
             command = SubmitTask(task_id=task_id, task_source=RELU_TASK, backend=name)
             assert conductor.handle(submit_job(command, stream_seq=1)) == "ack"
             first[name] = bridge.call(bridge.log.read_task(task_id)).events[0]
-    finally:
-        bridge.stop()
     accepted, rejected = first["tiny"], first["cobol"]
     assert isinstance(accepted, TaskSubmitted) and accepted.backend == "tiny"
     assert isinstance(rejected, TaskRejected)

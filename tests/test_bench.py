@@ -17,15 +17,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import yaml
 
 from kernelflow.events.log import EventLog
 from kernelflow.projections.search import SearchDatabase
 from kernelflow.verification.engine import VERIFIER_VERSION
-from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, connect, run_cli
 from tests.fake_llm_servers import FakeOpenAI
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 LEVEL1 = EXAMPLES / "kernelbench" / "level1"
 SOLUTIONS = EXAMPLES / "kernelbench" / "solutions"
@@ -153,7 +155,7 @@ def search_of(nats_url: str, search_id: str) -> SearchDatabase:
     """The search's database, folded from the log as anyone would."""
 
     async def read() -> SearchDatabase:
-        nc = await nats.connect(nats_url)
+        nc = await connect(nats_url, "reader")
         db = SearchDatabase(search_id)
         reading = EventLog(nc).read()
         async for _, event in reading:
@@ -186,8 +188,7 @@ def test_an_evolutionary_search_killed_mid_run_ends_as_one_never_killed(
         "coder_only",
         "--llm",
         f"scripted:{script}",
-        "--nats-url",
-        private_nats,
+        *as_user("daemon", private_nats),  # bench runs a daemon of its own
         "--json",
     ]
     whole = run_cli(*common, "--run", "whole", env=env)

@@ -38,6 +38,9 @@ from tests.daemons import (
     wait_for_line,
 )
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 CLUSTER = REPO / "deploy" / "nats-cluster"
 NODES = (1, 2, 3)
 TASKS = 3

@@ -1,5 +1,8 @@
 """Conductors are stateless over the log: a stale one cannot double a step, and two
-daemons on one NATS share a batch of tasks without processing any step twice."""
+daemons on one NATS share a batch of tasks without processing any step twice.
+
+The conductor's logic (handed its jobs directly) runs on the in-memory log
+(``tests/memory.py``); daemons, their consumers and redeliveries on a real nats-server."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import pytest
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor, advance_on_loop
 from kernelflow.actors.daemon import Daemon, DaemonConfig
+from kernelflow.actors.memory_bridge import MemoryServer
 from kernelflow.actors.worker import Delivery, Job
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
@@ -35,7 +39,7 @@ from kernelflow.events.model import (
 from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.projections.task_state import fold
 from kernelflow.workflows.loader import load_workflow
-from tests.conftest import REPO
+from tests.conftest import REPO, role_auth
 from tests.daemons import (
     RELU_SCRIPT,
     assert_each_step_once,
@@ -48,12 +52,24 @@ from tests.daemons import (
     wait_for,
     wait_until_over,
 )
+from tests.memory import running_bridge
 
 
 @pytest.fixture
-def bridge(private_nats: str) -> Iterator[Bridge]:
-    # Its own server: the task is left waiting on a designer no daemon here will run.
-    b = Bridge(private_nats).start()
+def memory_server() -> MemoryServer:
+    # Its own log: the task is left waiting on a designer no daemon here will run.
+    return MemoryServer()
+
+
+@pytest.fixture
+def bridge(memory_server: MemoryServer) -> Iterator[Bridge]:
+    with running_bridge(memory_server) as b:
+        yield b
+
+
+@pytest.fixture
+def nats_bridge(private_nats: str) -> Iterator[Bridge]:
+    b = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     yield b
     b.stop()
 
@@ -203,14 +219,14 @@ def _on_loop(bridge: Bridge, history: TaskHistory) -> list[str]:
 
 
 def test_a_decision_made_on_the_loop_from_a_stale_history_is_not_doubled(
-    bridge: Bridge, private_nats: str
+    bridge: Bridge, memory_server: MemoryServer
 ) -> None:
     """The loop decides from the history this process remembers; another daemon moved
     the task on meanwhile: the append is refused, the loop reads the log, finds nothing
     left to decide, and acks the trigger."""
     task_id = f"t-{uuid.uuid4().hex[:12]}"
     remembered = _designer_done(bridge, task_id, "default")
-    elsewhere = Bridge(private_nats).start()
+    elsewhere = memory_server.bridge().start()
     try:
         Conductor(elsewhere, llm=None).advance(elsewhere.call(elsewhere.log.read_task(task_id)))
     finally:
@@ -221,13 +237,13 @@ def test_a_decision_made_on_the_loop_from_a_stale_history_is_not_doubled(
 
 
 def test_the_loop_decides_what_needs_no_llm_and_leaves_the_rest_to_an_actor(
-    bridge: Bridge, private_nats: str
+    bridge: Bridge, memory_server: MemoryServer
 ) -> None:
     """After the designer, the default workflow has one way on (the coder): decided on
     the loop, from the log where another process recorded the trigger. Connect-all offers
     several, which only the conductor's LLM may choose between: the trigger goes to a
     conductor actor, untouched."""
-    elsewhere = Bridge(private_nats).start()
+    elsewhere = memory_server.bridge().start()
     try:
         routed = _designer_done(elsewhere, f"t-{uuid.uuid4().hex[:12]}", "default")
     finally:
@@ -269,11 +285,12 @@ def test_routing_goes_on_while_the_only_conductor_waits_on_its_llm(
 
 
 def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
-    bridge: Bridge, private_nats: str, tmp_path: Path
+    nats_bridge: Bridge, private_nats: str, tmp_path: Path
 ) -> None:
     """A trigger that needs the conductor's LLM while the daemon's only conductor is busy
     waits in that daemon; when the daemon stops, it goes back to the stream, and another
     daemon decides it at once, not after the 30 s a message unacked waits."""
+    bridge = nats_bridge
 
     def connect_all(task_id: str) -> None:
         command = SubmitTask(
@@ -303,7 +320,7 @@ def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
         time.sleep(0.5)  # its trigger delivered, and waiting in the busy daemon
     finally:
         busy.stop(wait_s=0.5)
-    other_bridge = Bridge(private_nats).start()
+    other_bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     other = Daemon(
         other_bridge,
         DaemonConfig(roles=("conductor",), llm=ScriptedProvider(REPO / RELU_SCRIPT)),

@@ -35,6 +35,9 @@ from kernelflow.cli import build_parser
 from kernelflow.settings import Settings
 from tests.conftest import REPO, run_cli
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "compose.yaml"
@@ -254,10 +257,10 @@ def with_args(text: str, instructions: list[tuple[str, str]]) -> str:
 @pytest.mark.parametrize(
     "name,extras",
     # What the commands each image runs need: the verifier, metrics (--metrics-port), the
-    # dashboard (ui) and its plots (report); CUDA kernels on verifier nodes.
+    # dashboard (ui) and its plots (report); CuPy kernels on GPU verifier nodes.
     [
         ("Dockerfile", {"verifier", "observability", "ui", "report"}),
-        ("Dockerfile.cuda", {"verifier", "cuda", "observability"}),
+        ("Dockerfile.cuda", {"verifier", "cupy", "observability"}),
     ],
 )
 def test_the_dockerfiles_build_kernelflow_from_the_repository(name: str, extras: set[str]) -> None:
@@ -281,6 +284,9 @@ def test_the_dockerfiles_build_kernelflow_from_the_repository(name: str, extras:
     (spec,) = re.findall(r"\"\.\[([\w,]+)\]\"", install)
     assert extras <= set(spec.split(",")), install
     assert set(spec.split(",")) <= set(PYPROJECT["project"]["optional-dependencies"])
+    # The `cpp` (and on GPUs `cuda`) backend builds extensions with the system's g++.
+    packages = " ".join(a for op, a in steps if op == "RUN" and "apt-get install" in a)
+    assert re.search(r"\bg\+\+", packages), f"{name}: no C++ compiler for load_inline"
     cpu = "-c constraints/cpu.txt" in install
     assert cpu == (name == "Dockerfile"), f"{name}: torch's CPU build only in the CPU image"
     # It runs kernelflow's console script, as a user that is not root.

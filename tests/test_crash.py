@@ -18,13 +18,12 @@ from kernelflow.commands.run import read_back
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, TaskFinished
 from kernelflow.events.replies import TIMEOUT_S as REQUEST_TIMEOUT_S
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import connected
 from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
 from kernelflow.settings import Settings
-from tests.conftest import KERNELFLOW, REPO, alive, cli_env, run_cli
+from tests.conftest import KERNELFLOW, REPO, alive, cli_env, creds, keyed_nats_server, run_cli
 from tests.daemons import (
     RELU_SCRIPT,
     assert_each_step_once,
@@ -37,6 +36,9 @@ from tests.daemons import (
     wait_for_line,
     wait_until_over,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
@@ -194,8 +196,9 @@ def test_a_stop_that_runs_out_of_time_ends_as_a_second_signal_would(
 def test_a_daemon_whose_nats_is_gone_stops_at_once(tmp_path: Path) -> None:
     """With its server gone there is nothing a daemon can save or tell NATS on the way
     out: Ctrl-C ends it at once, not after its read model's requests time out."""
-    server = EmbeddedNats(tmp_path / "nats")
-    url = server.start()
+    stack = contextlib.ExitStack()
+    server = stack.enter_context(keyed_nats_server(tmp_path / "nats"))
+    url = server.url
     log = tmp_path / "daemon.log"
     daemon = start_daemon(url, log)
     try:
@@ -210,7 +213,7 @@ def test_a_daemon_whose_nats_is_gone_stops_at_once(tmp_path: Path) -> None:
     finally:
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGKILL)
-        server.stop()
+        stack.close()
     assert "Traceback" not in log.read_text()
 
 
@@ -258,9 +261,10 @@ def test_run_reads_its_finished_task_back_from_a_server_that_answers_late(tmp_pa
     """The task is over and `run` reads it back to write its outputs: a server that stops
     answering for longer than a request waits (a loaded machine) delays the outputs, it
     does not lose them."""
-    with EmbeddedNats(tmp_path / "nats") as server:
-        settings = Settings()
+    with keyed_nats_server(tmp_path / "nats") as server:
+        settings = Settings()  # a `run`'s: a daemon's role
         settings.nats_url, settings.data_dir = server.url, tmp_path / "data"
+        settings.nats_creds = creds(server.url, "daemon")
         with connected(settings) as bridge:
             submitted = submitted_on_default("late")
             history = bridge.call(bridge.log.append(TaskHistory("late"), [submitted]))

@@ -25,7 +25,7 @@ from kernelflow.actors.connection import ClientAuth, NatsAccessRefused
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, LLMCalled, TaskSubmitted
 from kernelflow.projections.task_state import fold
-from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, creds, run_cli
 from tests.daemons import (
     assert_each_step_once,
     submit,
@@ -33,6 +33,9 @@ from tests.daemons import (
     wait_for,
     wait_until_over,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 DEPLOY = REPO / "deploy"
 
@@ -169,13 +172,11 @@ def test_the_daemon_unit_stops_mid_task_within_its_timeout_and_the_next_daemon_f
         entry["latency_s"] = 4.0
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(script))
     # The example environment, but this test's NATS and a scripted LLM (no API key here);
-    # HOME and the working directory as the unit sets them.
-    # (This test's server asks for no credentials: a seed of the daemon role is accepted.)
-    seed = run_cli("creds", "daemon", "--new", "--out", str(tmp_path / "daemon.nk"))
-    assert seed.returncode == 0, seed.stderr
+    # HOME and the working directory as the unit sets them. The credentials: a daemon key
+    # this server knows (what `kernelflow creds daemon --new --users-file …` gives one).
     here = {
         "KF_NATS_URL": private_nats,
-        "KF_NATS_CREDS": str(tmp_path / "daemon.nk"),
+        "KF_NATS_CREDS": str(creds(private_nats, "daemon")),
         "KF_LLM": f"scripted:{tmp_path / 'slow.yaml'}",
         "HOME": str(tmp_path),
     }

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import nats
 import pytest
 
 from kernelflow.actors.bridge import Bridge, NatsUnreachable
@@ -31,8 +30,11 @@ from kernelflow.nats_server import find_nats_server
 from kernelflow.projections.task_state import fold
 from kernelflow.runtime import follow_task
 from kernelflow.verification.engine import VerifierConfig
-from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, connect, role_auth, run_cli
 from tests.daemons import wait_for_line
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 NOWHERE = "nats://127.0.0.1:9"  # nothing listens there
 EXAMPLE_NAMES = ["relu", "row_softmax", "sum_rows"]
@@ -218,7 +220,7 @@ def test_output_into_a_closed_pipe_ends_quietly() -> None:
 def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str) -> None:
     """With no daemon: ``submit --wait`` says why nothing moves (once for all its samples),
     ``status`` says a task not in the log may be queued, and ``cancel`` gives up when told."""
-    unknown = run_cli("status", "queued-1", "--nats-url", private_nats)
+    unknown = run_cli("status", "queued-1", *as_user("publisher", private_nats))
     assert unknown.returncode == 2
     assert unknown.stderr == (
         "kernelflow: no task queued-1: not in the log, and no submit waits in the queue\n"
@@ -226,7 +228,7 @@ def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str)
 
     run = run_cli(
         "submit", "examples/tasks/relu.py", "--samples", "2", "--task-id", "queued", "--wait",
-        "--timeout", "8", "--nats-url", private_nats,
+        "--timeout", "8", *as_user("publisher", private_nats),
     )  # fmt: skip
     assert run.returncode == 3  # still waited until --timeout: a daemon may start meanwhile
     assert [line for line in run.stderr.splitlines() if "not taken" in line] == [
@@ -236,7 +238,7 @@ def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str)
     assert run.stderr.endswith("kernelflow: tasks queued-1, queued-2 did not finish within 8s\n")
     assert "Traceback" not in run.stderr
 
-    queued = run_cli("status", "queued-2", "--nats-url", private_nats)
+    queued = run_cli("status", "queued-2", *as_user("publisher", private_nats))
     assert queued.returncode == 3, queued.stderr
     assert queued.stderr == (
         "kernelflow: task queued-2 is not in the log yet: 2 submit(s) wait in the queue for a "
@@ -247,7 +249,7 @@ def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str)
     run_cli("cancel", "--help")  # what starting the command costs on this machine right now
     startup = time.monotonic() - started
     started = time.monotonic()
-    cancel = run_cli("cancel", "queued-1", "--timeout", "2", "--nats-url", private_nats)
+    cancel = run_cli("cancel", "queued-1", "--timeout", "2", *as_user("publisher", private_nats))
     assert cancel.returncode == 3
     assert cancel.stderr.startswith("kernelflow: no answer after 2s: no daemon answered."), cancel
     # Its start, its 2 s and a 1 s ping (with room for a loaded machine): not 5 s more.
@@ -256,7 +258,7 @@ def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str)
 
 @pytest.fixture
 def daemon(nats_url: str):  # type: ignore[no-untyped-def]
-    bridge = Bridge(nats_url).start()
+    bridge = Bridge(nats_url, auth=role_auth(nats_url, "daemon")).start()
     config = DaemonConfig(
         llm=ScriptedProvider(EXAMPLES / "scripted" / "relu.yaml"),
         verifier=VerifierConfig(timeout_s=120),
@@ -269,7 +271,8 @@ def daemon(nats_url: str):  # type: ignore[no-untyped-def]
 
 
 async def _request(nats_url: str, payload: bytes, subject: str = subjects.SUBMIT) -> dict:  # type: ignore[type-arg]
-    nc = await nats.connect(nats_url)
+    """A publisher's command, as a program of one's own sends it; the daemon's answer."""
+    nc = await connect(nats_url, "publisher")
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
@@ -381,7 +384,7 @@ def test_samples_are_followed_side_by_side_and_summed_up(daemon: Bridge, nats_ur
     task_id = f"s-{uuid.uuid4().hex[:8]}"
     run = run_cli(
         "submit", "examples/tasks/relu.py", "--samples", "2", "--task-id", task_id, "--wait",
-        "--group", f"g-{task_id}", "--timeout", "120", "--nats-url", nats_url,
+        "--group", f"g-{task_id}", "--timeout", "120", *as_user("publisher", nats_url),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     ids = [f"{task_id}-1", f"{task_id}-2"]
@@ -440,7 +443,7 @@ def _following(bridge: Bridge, subject: str) -> list[str]:
 def test_following_a_task_leaves_no_reader_behind(nats_url: str) -> None:
     """``submit --wait`` and ``run`` follow a task woken by a subscription to its events: it
     is gone when the follow returns, not whenever the garbage collector gets to it."""
-    bridge = Bridge(nats_url).start()
+    bridge = Bridge(nats_url, auth=role_auth(nats_url, "daemon")).start()  # it appends
     try:
         task_id = f"t-{uuid.uuid4().hex[:12]}"
         bridge.call(
@@ -462,7 +465,7 @@ def test_following_a_task_leaves_no_reader_behind(nats_url: str) -> None:
 def test_stopping_the_bridge_ends_what_still_runs_on_its_loop(nats_url: str) -> None:
     """A read nobody waits for any more (a follow given up on) is cancelled and cleaned up
     by ``stop``: nothing is left pending to be reported as destroyed at exit."""
-    bridge = Bridge(nats_url).start()
+    bridge = Bridge(nats_url, auth=role_auth(nats_url, "reader")).start()
 
     async def follow_forever() -> None:
         async for _ in bridge.log.read(subject=subjects.task_events("nobody"), follow=True):

@@ -28,9 +28,12 @@ from kernelflow.projections.handlers import DECISIONS, UndecidedEvents, handler_
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.task_state import TaskState, fold
 from kernelflow.projections.trajectory import build_trajectory
-from tests.conftest import run_cli
+from tests.conftest import as_user, run_cli
 from tests.test_export_log import cli, second_nats  # noqa: F401  (a fixture)
 from tests.test_projections_props import FAST, OPTIONS, TaskSpec, grpo, logs, make_task
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 NEWER = {"kind": "kernel_profiled", "v": 3, "cause": "", "profile": {"sm_util": 0.8}}
 
@@ -243,11 +246,11 @@ def test_an_older_daemon_reads_exports_and_continues_a_task_holding_a_newer_even
         assert "Traceback" not in done.stderr
         if args[0] == "replay":  # the views that show one task say what they skipped
             assert "of kinds this kernelflow does not know (kernel_profiled x" in done.stderr
-    assert cli("log", "import", str(original), "--nats-url", second_nats) == 0
+    assert cli("log", "import", str(original), *as_user("daemon", second_nats)) == 0
     again = tmp_path / "again.jsonl"
-    assert cli("log", "export", "--out", str(again), "--nats-url", second_nats) == 0
+    assert cli("log", "export", "--out", str(again), *as_user("reader", second_nats)) == 0
     assert again.read_bytes() == original.read_bytes()
-    status = run_cli("status", "evo-a", "--nats-url", second_nats)
+    status = run_cli("status", "evo-a", *as_user("publisher", second_nats))
     assert status.returncode == 0, status.stderr
     assert "a newer kernelflow wrote them" in status.stderr
 

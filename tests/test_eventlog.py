@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import uuid
 
-import nats
 import pytest
 from nats.aio.msg import Msg
 
@@ -14,6 +13,10 @@ from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import AppendConflict, EventLog, StreamSettings, TaskHistory, delivery_of
 from kernelflow.events.model import AgentDispatched, TaskCancelled, TaskRejected
+from tests.conftest import connect
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 def new_task() -> str:
@@ -176,7 +179,7 @@ def test_event_for_another_task_is_refused(event_log: EventLog) -> None:
 def test_a_remembered_history_is_only_ever_behind(event_log: EventLog, nats_url: str) -> None:
     """Two writers on one log: each keeps the histories it saw, and still never decides
     on a stale one."""
-    other_nc = event_log.run(nats.connect(nats_url))
+    other_nc = event_log.run(connect(nats_url, "daemon"))
     other = EventLog(other_nc)
     task = new_task()
     mine = event_log.run(
@@ -198,7 +201,7 @@ def test_history_through_a_delivered_event(event_log: EventLog, nats_url: str) -
     )
     known = event_log.run(event_log.history_through(history.events[0], history.last_stream_seq))
     assert known == history
-    nc = event_log.run(nats.connect(nats_url))
+    nc = event_log.run(connect(nats_url, "reader"))
     fresh = EventLog(nc)  # remembers nothing: must read the log
     assert (
         event_log.run(fresh.history_through(history.events[0], history.last_stream_seq)) == history
@@ -217,7 +220,7 @@ def test_a_task_is_known_to_have_ended_once_its_end_is_recorded_or_read(
     event_log.run(event_log.append(history, [TaskCancelled(task_id=task, reason="stop")]))
     assert event_log.has_ended(task)  # recorded here
 
-    nc = event_log.run(nats.connect(nats_url))
+    nc = event_log.run(connect(nats_url, "reader"))
     fresh = EventLog(nc, StreamSettings(ended_tasks=1))
     assert not fresh.has_ended(task)  # nothing is assumed
     event_log.run(fresh.read_task(task))

@@ -13,9 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernelflow.cli import main as kernelflow_main
-from kernelflow.nats_server import EmbeddedNats
-from tests.conftest import run_cli
+from tests.conftest import as_user, keyed_nats, run_cli
 from tests.daemons import start_daemon
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 GROUP = "relu-grp"
 COLUMNS = [
@@ -55,8 +57,8 @@ COLUMNS = [
 @pytest.fixture(scope="module")
 def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("grpo-run")
-    with EmbeddedNats(tmp / "nats") as server:
-        daemon = start_daemon(server.url, tmp / "daemon.log", "--pool", "verifier=3")
+    with keyed_nats(tmp / "nats") as url:
+        daemon = start_daemon(url, tmp / "daemon.log", "--pool", "verifier=3")
         try:
             result = run_cli(
                 "submit",
@@ -70,14 +72,13 @@ def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--wait",
                 "--timeout",
                 "120",
-                "--nats-url",
-                server.url,
+                *as_user("publisher", url),
             )
             assert result.returncode == 0, result.stdout + result.stderr
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(30)
-        yield server.url
+        yield url
 
 
 def cli(*args: str) -> int:
@@ -89,7 +90,7 @@ def test_grpo_dataset_of_a_grouped_run(
 ) -> None:
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     for out in (a, b):
-        assert cli("export", "grpo", "--out", str(out), "--nats-url", run_log) == 0
+        assert cli("export", "grpo", "--out", str(out), *as_user("reader", run_log)) == 0
     assert a.read_bytes() == b.read_bytes()
     assert (tmp_path / "a.parquet.meta.json").read_text() == (
         tmp_path / "b.parquet.meta.json"
@@ -129,7 +130,15 @@ def test_grpo_dataset_of_a_grouped_run(
     jl1, jl2 = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
     for out in (jl1, jl2):
         assert (
-            cli("export", "grpo", "--out", str(out), "--agents", "coder", "--nats-url", run_log)
+            cli(
+                "export",
+                "grpo",
+                "--out",
+                str(out),
+                "--agents",
+                "coder",
+                *as_user("reader", run_log),
+            )
             == 0
         )
     assert jl1.read_bytes() == jl2.read_bytes()
@@ -141,7 +150,15 @@ def test_grpo_dataset_of_a_grouped_run(
     # A misspelt agent still exports what the others did, and says so.
     typo = tmp_path / "typo.jsonl"
     assert (
-        cli("export", "grpo", "--out", str(typo), "--agents", "coder,codre", "--nats-url", run_log)
+        cli(
+            "export",
+            "grpo",
+            "--out",
+            str(typo),
+            "--agents",
+            "coder,codre",
+            *as_user("reader", run_log),
+        )
         == 0
     )
     assert len(typo.read_text().splitlines()) == 6
@@ -159,8 +176,7 @@ def test_grpo_dataset_of_a_grouped_run(
             str(dropped),
             "--zero-variance",
             "drop",
-            "--nats-url",
-            run_log,
+            *as_user("reader", run_log),
         )
         == 0
     )
@@ -174,7 +190,10 @@ def test_verl_prompts_sft_report_and_replay(
     run_log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     verl = tmp_path / "verl.parquet"
-    assert cli("export", "grpo", "--mode", "verl", "--out", str(verl), "--nats-url", run_log) == 0
+    assert (
+        cli("export", "grpo", "--mode", "verl", "--out", str(verl), *as_user("reader", run_log))
+        == 0
+    )
     table = pq.read_table(verl)
     assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
     (row,) = table.to_pylist()  # three rollouts of one task: one prompt
@@ -189,17 +208,21 @@ def test_verl_prompts_sft_report_and_replay(
     assert "## Design to implement" in row["prompt"][1]["content"]
 
     sft = tmp_path / "sft.parquet"
-    assert cli("export", "grpo", "--mode", "sft", "--out", str(sft), "--nats-url", run_log) == 0
+    assert (
+        cli("export", "grpo", "--mode", "sft", "--out", str(sft), *as_user("reader", run_log)) == 0
+    )
     conversations = pq.read_table(sft).to_pylist()
     # Every dispatch of the three successful rollouts: designer, coder, conductor, coder.
     assert len(conversations) == 12 and {c["correct"] for c in conversations} == {True}
     assert all(c["messages"][-1]["role"] == "assistant" for c in conversations)
     assert all(c["messages"][0]["role"] == "system" for c in conversations)
     capsys.readouterr()
-    assert cli("export", "grpo", "--keep", "all", "--out", str(sft), "--nats-url", run_log) == 2
+    assert (
+        cli("export", "grpo", "--keep", "all", "--out", str(sft), *as_user("reader", run_log)) == 2
+    )
     assert "--keep: only for --mode sft" in capsys.readouterr().err
 
-    assert cli("report", "--nats-url", run_log) == 0
+    assert cli("report", *as_user("reader", run_log)) == 0
     text = capsys.readouterr().out
     assert "relu-1" in text and "mismatch pass" in text
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
@@ -208,10 +231,10 @@ def test_verl_prompts_sft_report_and_replay(
     assert lines["relu-1"][3:5] == ["success", "yes"]
 
     exported = tmp_path / "log.jsonl"
-    assert cli("log", "export", "--out", str(exported), "--nats-url", run_log) == 0
+    assert cli("log", "export", "--out", str(exported), *as_user("reader", run_log)) == 0
     capsys.readouterr()
     views = []
-    for source in (["--nats-url", run_log], ["--from", str(exported)]):
+    for source in ([*as_user("reader", run_log)], ["--from", str(exported)]):
         assert cli("replay", "--task", "relu-2", "--json", *source) == 0
         views.append(json.loads(capsys.readouterr().out))
     assert views[0] == views[1] and views[0]["is_completed"]

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import nats
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,15 +22,25 @@ from kernelflow.cli import main as kernelflow_main
 from kernelflow.events import subjects
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.offline.files import verify_file
 from kernelflow.offline.log_import import ImportConflict, import_file
 from kernelflow.offline.sources import EventFilter, FileSource
 from kernelflow.projections import logfile
 from kernelflow.usage import UsageError
-from tests.conftest import KERNELFLOW, REPO, cli_env
+from tests.conftest import (
+    KERNELFLOW,
+    REPO,
+    as_user,
+    cli_env,
+    connect,
+    keyed_nats,
+    keyed_nats_server,
+)
 from tests.daemons import stream_messages
 from tests.test_projections_props import TaskSpec, make_task
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 SPECS = [
     TaskSpec("x-a", "g1", ("mismatch", "pass"), speedup=2.0, record_rewards=True),
@@ -43,8 +52,10 @@ SPECS = [
 
 
 def append(url: str, histories: list[list[Event]]) -> None:
+    """Append the tasks' events as a daemon records them."""
+
     async def go() -> None:
-        nc = await nats.connect(url)
+        nc = await connect(url, "daemon")
         try:
             log = EventLog(nc)
             await log.ensure_streams()
@@ -67,8 +78,8 @@ def cli(*args: str) -> int:
 
 @pytest.fixture
 def second_nats(tmp_path: Path) -> Iterator[str]:
-    with EmbeddedNats(tmp_path / "nats-2") as server:
-        yield server.url
+    with keyed_nats(tmp_path / "nats-2") as url:
+        yield url
 
 
 @pytest.fixture
@@ -81,7 +92,7 @@ def test_export_import_export_is_identical_and_idempotent(
     source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    assert cli("log", "export", "--out", str(a), *as_user("reader", source_url)) == 0
     assert "of 5 tasks" in capsys.readouterr().out
     lines = a.read_bytes().splitlines()
     assert json.loads(lines[0])["format"] == "kernelflow-log"
@@ -89,17 +100,17 @@ def test_export_import_export_is_identical_and_idempotent(
         json.loads(lines[-1])["records"] == len(lines) - 2 == sum(len(make_task(s)) for s in SPECS)
     )
 
-    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    assert cli("log", "import", str(a), *as_user("daemon", second_nats)) == 0
     assert f"{len(lines) - 2} events appended, 0 already present" in capsys.readouterr().out
-    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    assert cli("log", "import", str(a), *as_user("daemon", second_nats)) == 0
     assert f"0 events appended, {len(lines) - 2} already present" in capsys.readouterr().out
 
-    assert cli("log", "export", "--out", str(b), "--nats-url", second_nats) == 0
+    assert cli("log", "export", "--out", str(b), *as_user("reader", second_nats)) == 0
     assert a.read_bytes() == b.read_bytes()
     # gzip output is deterministic too, and readable as a source.
     gz1, gz2 = tmp_path / "1.jsonl.gz", tmp_path / "2.jsonl.gz"
     for gz in (gz1, gz2):
-        assert cli("log", "export", "--out", str(gz), "--nats-url", source_url) == 0
+        assert cli("log", "export", "--out", str(gz), *as_user("reader", source_url)) == 0
     assert gz1.read_bytes() == gz2.read_bytes()
     assert cli("log", "export", "--from", str(gz1), "--out", str(tmp_path / "c.jsonl")) == 0
     assert (tmp_path / "c.jsonl").read_bytes() == a.read_bytes()
@@ -107,12 +118,18 @@ def test_export_import_export_is_identical_and_idempotent(
 
 def test_filtered_exports(source_url: str, tmp_path: Path) -> None:
     out = tmp_path / "g2.jsonl"
-    assert cli("log", "export", "--group", "g2", "--out", str(out), "--nats-url", source_url) == 0
+    assert (
+        cli("log", "export", "--group", "g2", "--out", str(out), *as_user("reader", source_url))
+        == 0
+    )
     tasks = {json.loads(x)["task_id"] for x in out.read_bytes().splitlines()[1:-1]}
     assert tasks == {"x-d", "x-e"}
     assert json.loads(out.read_bytes().splitlines()[0])["filter"] == {"group": "g2"}
     one = tmp_path / "one.jsonl"
-    assert cli("log", "export", "--task", "x-a", "--out", str(one), "--nats-url", source_url) == 0
+    assert (
+        cli("log", "export", "--task", "x-a", "--out", str(one), *as_user("reader", source_url))
+        == 0
+    )
     assert {json.loads(x)["task_id"] for x in one.read_bytes().splitlines()[1:-1]} == {"x-a"}
     wf = tmp_path / "wf.jsonl"
     assert (
@@ -125,23 +142,23 @@ def test_corrupt_or_conflicting_imports_are_refused_whole(
     source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a = tmp_path / "a.jsonl"
-    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    assert cli("log", "export", "--out", str(a), *as_user("reader", source_url)) == 0
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(a.read_bytes().replace(b'"mismatch"', b'"pass"', 1))
-    assert cli("log", "import", str(bad), "--nats-url", second_nats) == 2
+    assert cli("log", "import", str(bad), *as_user("daemon", second_nats)) == 2
     assert "SHA-256 mismatch" in capsys.readouterr().err
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"".join(a.read_bytes().splitlines(keepends=True)[:-3]))
-    assert cli("log", "import", str(cut), "--nats-url", second_nats) == 2
+    assert cli("log", "import", str(cut), *as_user("daemon", second_nats)) == 2
     assert "truncated" in capsys.readouterr().err
     assert cli("log", "verify", str(cut)) == 2
 
     # The target already has task x-b with another history: nothing at all is imported.
     append(second_nats, [make_task(TaskSpec("x-b", "g9", ("pass",)))])
-    assert cli("log", "import", str(a), "--nats-url", second_nats) == 2
+    assert cli("log", "import", str(a), *as_user("daemon", second_nats)) == 2
     assert "x-b already exists" in capsys.readouterr().err
     out = tmp_path / "after.jsonl"
-    assert cli("log", "export", "--out", str(out), "--nats-url", second_nats) == 0
+    assert cli("log", "export", "--out", str(out), *as_user("reader", second_nats)) == 0
     assert {json.loads(x)["task_id"] for x in out.read_bytes().splitlines()[1:-1]} == {"x-b"}
 
 
@@ -149,7 +166,7 @@ def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer
     source_url: str, second_nats: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a = tmp_path / "a.jsonl"
-    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    assert cli("log", "export", "--out", str(a), *as_user("reader", source_url)) == 0
     # The target holds the start of x-a (an earlier import of part of it): the import adds
     # the rest after it.
     x_a = [e for _, e in logfile.read_events(a.read_bytes().splitlines(keepends=True))]
@@ -157,21 +174,21 @@ def test_import_continues_what_the_target_holds_and_stops_at_a_concurrent_writer
     start = tmp_path / "start.jsonl"
     writer = logfile.LogWriter()
     start.write_bytes(b"".join([writer.header(), *map(writer.record, x_a[:3]), writer.trailer()]))
-    assert cli("log", "import", str(start), "--nats-url", second_nats) == 0
-    assert cli("log", "import", str(a), "--nats-url", second_nats) == 0
+    assert cli("log", "import", str(start), *as_user("daemon", second_nats)) == 0
+    assert cli("log", "import", str(a), *as_user("daemon", second_nats)) == 0
     total = sum(len(make_task(s)) for s in SPECS)
     assert f"{total - 3} events appended, 3 already present" in capsys.readouterr().out
     b = tmp_path / "b.jsonl"
-    assert cli("log", "export", "--out", str(b), "--nats-url", second_nats) == 0
+    assert cli("log", "export", "--out", str(b), *as_user("reader", second_nats)) == 0
     records = sorted(a.read_bytes().splitlines()[1:-1])
     assert sorted(b.read_bytes().splitlines()[1:-1]) == records
 
     # Another writer appends to x-a after the import read the target: refused, not merged.
-    with EmbeddedNats(tmp_path / "nats-3") as third:
-        assert cli("log", "import", str(start), "--nats-url", third.url) == 0
+    with keyed_nats(tmp_path / "nats-3") as third:
+        assert cli("log", "import", str(start), *as_user("daemon", third)) == 0
 
         async def go() -> None:
-            importer, writer = await nats.connect(third.url), await nats.connect(third.url)
+            importer, writer = await connect(third, "daemon"), await connect(third, "daemon")
             log, other = EventLog(importer), EventLog(writer)
             read = log.read_task
 
@@ -204,11 +221,10 @@ def test_an_import_cut_by_a_nats_crash_says_so_and_the_next_one_finishes_it(
     with socket.socket() as probe:  # a free port the restarted server can take again
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = EmbeddedNats(tmp_path / "nats", port=port)
-    url = server.start()
-    try:
+    with keyed_nats_server(tmp_path / "nats", streams=False, port=port) as server:
+        url = server.url
         importing = subprocess.Popen(
-            [*KERNELFLOW, "log", "import", str(path), "--nats-url", url],
+            [*KERNELFLOW, "log", "import", str(path), *as_user("daemon", url)],
             cwd=REPO,
             env=cli_env(),
             stdout=subprocess.PIPE,
@@ -225,25 +241,23 @@ def test_an_import_cut_by_a_nats_crash_says_so_and_the_next_one_finishes_it(
         assert "import again to continue" in err and "Traceback" not in err, err
 
         assert server.start() == url
-        assert cli("log", "import", str(path), "--nats-url", url) == 0
+        assert cli("log", "import", str(path), *as_user("daemon", url)) == 0
         counts = re.search(r"(\d+) events appended, (\d+) already", capsys.readouterr().out)
         assert counts is not None
         appended, present = int(counts[1]), int(counts[2])
         assert present > 0 and appended > 0 and appended + present == len(events)
         again = tmp_path / "again.jsonl"
-        assert cli("log", "export", "--out", str(again), "--nats-url", url) == 0
+        assert cli("log", "export", "--out", str(again), *as_user("reader", url)) == 0
         assert again.read_bytes() == path.read_bytes()  # all of it, in the file's order
-    finally:
-        server.stop()
 
 
 def test_report_and_dataset_from_live_log_and_file_agree(
     source_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a = tmp_path / "a.jsonl"
-    assert cli("log", "export", "--out", str(a), "--nats-url", source_url) == 0
+    assert cli("log", "export", "--out", str(a), *as_user("reader", source_url)) == 0
     capsys.readouterr()
-    assert cli("report", "--json", "--nats-url", source_url) == 0
+    assert cli("report", "--json", *as_user("reader", source_url)) == 0
     live = json.loads(capsys.readouterr().out)
     assert cli("report", "--json", "--from", str(a)) == 0
     assert json.loads(capsys.readouterr().out) == live
@@ -256,7 +270,7 @@ def test_report_and_dataset_from_live_log_and_file_agree(
 
     outs = []
     for name, extra in [
-        ("live.parquet", ["--nats-url", source_url]),
+        ("live.parquet", [*as_user("reader", source_url)]),
         ("file.parquet", ["--from", str(a)]),
     ]:
         out = tmp_path / name
@@ -304,11 +318,14 @@ def test_bad_options_are_refused(
 ) -> None:
     out = tmp_path / "x.parquet"
     assert (
-        cli("export", "grpo", "--out", str(out), "--reward", "nope", "--nats-url", source_url) == 2
+        cli("export", "grpo", "--out", str(out), "--reward", "nope", *as_user("reader", source_url))
+        == 2
     )
     assert "unknown reward function" in capsys.readouterr().err
-    assert cli("export", "grpo", "--out", str(tmp_path / "x.csv"), "--nats-url", source_url) == 2
-    assert cli("replay", "--task", "nope", "--nats-url", source_url) == 2
+    assert (
+        cli("export", "grpo", "--out", str(tmp_path / "x.csv"), *as_user("reader", source_url)) == 2
+    )
+    assert cli("replay", "--task", "nope", *as_user("reader", source_url)) == 2
     assert not out.exists() and not list(tmp_path.glob(".*partial*"))
 
 

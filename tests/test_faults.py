@@ -15,10 +15,9 @@ import pytest
 import yaml
 
 from kernelflow.events.model import LLMCalled
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections.rewards import KERNEL_REWARDS
 from kernelflow.projections.task_state import fold
-from tests.conftest import REPO
+from tests.conftest import REPO, keyed_nats_server
 from tests.daemons import (
     RELU_SCRIPT,
     assert_each_step_once,
@@ -29,6 +28,9 @@ from tests.daemons import (
     wait_for,
     wait_until_settled,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 # coder_only on relu with the relu script: coder, verifier (fail), conductor LLM, coder,
 # verifier (pass), finish, and the finish's rewards — 21 events.
@@ -94,29 +96,28 @@ def test_daemon_rides_out_a_nats_crash_and_restart(tmp_path: Path) -> None:
     slow = tmp_path / "slow.yaml"
     slow.write_text(yaml.safe_dump(script))
 
-    server = EmbeddedNats(tmp_path / "nats", port=port)
-    url = server.start()
-    log = tmp_path / "daemon.log"
-    daemon = start_daemon(url, log, script=slow, KF_ACK_WAIT="2")
-    try:
-        tasks = [f"restart-{k}" for k in range(4)]
-        for task_id in tasks:
-            submit(url, task_id, "--workflow", "coder_only")
-        wait_for(url, tasks[-1], lambda ev: any(isinstance(e, LLMCalled) for e in ev), 60)
-        os.kill(server.pid or 0, signal.SIGKILL)
-        server.stop()
-        time.sleep(1.5)  # the daemon finds NATS gone and keeps retrying
-        assert daemon.poll() is None, log.read_text()[-3000:]
-        assert server.start() == url
+    with keyed_nats_server(tmp_path / "nats", port=port) as server:
+        url = server.url
+        log = tmp_path / "daemon.log"
+        daemon = start_daemon(url, log, script=slow, KF_ACK_WAIT="2")
+        try:
+            tasks = [f"restart-{k}" for k in range(4)]
+            for task_id in tasks:
+                submit(url, task_id, "--workflow", "coder_only")
+            wait_for(url, tasks[-1], lambda ev: any(isinstance(e, LLMCalled) for e in ev), 60)
+            os.kill(server.pid or 0, signal.SIGKILL)
+            server.stop()
+            time.sleep(1.5)  # the daemon finds NATS gone and keeps retrying
+            assert daemon.poll() is None, log.read_text()[-3000:]
+            assert server.start() == url
 
-        for task_id in tasks:
-            events = wait_until_settled(url, task_id, 180)
-            state = fold(task_id, events)
-            assert state.finished is not None and state.finished.status == "success", task_id
-            assert len(events) == EVENTS_PER_TASK, (task_id, [e.kind for e in events])
-            assert_each_step_once(events)
-        assert "reconnected to NATS" in log.read_text()
-    finally:
-        daemon.kill()
-        daemon.wait(30)
-        server.stop()
+            for task_id in tasks:
+                events = wait_until_settled(url, task_id, 180)
+                state = fold(task_id, events)
+                assert state.finished is not None and state.finished.status == "success", task_id
+                assert len(events) == EVENTS_PER_TASK, (task_id, [e.kind for e in events])
+                assert_each_step_once(events)
+            assert "reconnected to NATS" in log.read_text()
+        finally:
+            daemon.kill()
+            daemon.wait(30)

@@ -5,20 +5,33 @@ refuses, never a traceback."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from bench.fuzz_daemon import fuzz
+from kernelflow.nats_server import EmbeddedNats
 from tests.test_log_attacks import running_daemon
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 MESSAGES = 2000
 
 
-def test_a_daemon_answers_all_of_a_fuzz_once_within_seconds(
-    private_nats: str, tmp_path: Path
-) -> None:
+@pytest.fixture
+def open_nats(tmp_path: Path) -> Iterator[str]:
+    """A server that lets anyone in: the fuzz is what anyone who reaches it may send (one
+    that asks for keys refuses most of it to every role: tests/test_nats_security.py)."""
+    with EmbeddedNats(tmp_path / "nats") as server:
+        yield server.url
+
+
+def test_a_daemon_answers_all_of_a_fuzz_once_within_seconds(open_nats: str, tmp_path: Path) -> None:
     log = tmp_path / "daemon.log"
-    with running_daemon(private_nats, log, "--roles", "conductor,designer,coder") as daemon:
-        report = fuzz(private_nats, daemon.pid, log, MESSAGES)
+    with running_daemon(open_nats, log, "--roles", "conductor,designer,coder") as daemon:
+        report = fuzz(open_nats, daemon.pid, log, MESSAGES)
         assert daemon.poll() is None, log.read_text()[-3000:]
     shown = "\n".join(report.lines())
     assert report.unanswered == 0 and report.answered_twice == 0, shown

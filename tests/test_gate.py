@@ -758,8 +758,8 @@ def test_every_legitimate_candidate_passes(path: Path) -> None:
 
 
 def test_the_cuda_candidate_passes() -> None:
-    source = (CANDIDATES / "cuda" / "relu.py").read_text()
-    assert check_candidate(source, backend="cuda", task_source=RELU_TASK) == []
+    source = (CANDIDATES / "cupy" / "relu.py").read_text()
+    assert check_candidate(source, backend="cupy", task_source=RELU_TASK) == []
 
 
 @pytest.mark.parametrize("code", _scripted_answers())

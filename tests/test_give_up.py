@@ -4,6 +4,7 @@ fresh one; a NATS back within the bound keeps it running. Real servers, real dae
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -16,11 +17,22 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.settings import Settings, SettingsError
 from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED
-from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
+from tests.conftest import (
+    KERNELFLOW,
+    REPO,
+    as_user,
+    cli_env,
+    is_keyed,
+    keyed_nats_server,
+    role_auth,
+    run_cli,
+)
 from tests.daemons import RELU_SCRIPT, wait_for_line
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 class Daemon:
@@ -28,7 +40,9 @@ class Daemon:
 
     def __init__(self, tmp_path: Path, url: str, *args: str) -> None:
         self.out, self.err = tmp_path / "daemon.out", tmp_path / "daemon.err"
-        argv = [*KERNELFLOW, "daemon", "--nats-url", url, "--llm", f"scripted:{RELU_SCRIPT}"]
+        # With the daemon role's key of a test server (a URL where none listens: none).
+        at = as_user("daemon", url) if is_keyed(url) else ["--nats-url", url]
+        argv = [*KERNELFLOW, "daemon", *at, "--llm", f"scripted:{RELU_SCRIPT}"]
         with self.out.open("ab") as out, self.err.open("ab") as err:
             self.proc = subprocess.Popen(
                 [*argv, *args],
@@ -70,9 +84,8 @@ def assert_gave_up_with_one_line(daemon: Daemon, line: str) -> None:
 def test_a_daemon_whose_nats_stays_lost_past_the_bound_exits_with_one_line(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
-    server = EmbeddedNats(tmp_path / "nats")
-    url = server.start()
-    try:
+    with keyed_nats_server(tmp_path / "nats") as server:
+        url = server.url
         daemon = Daemon(tmp_path, url, "--nats-give-up", "2")
         daemons.append(daemon)
         wait_for_line(daemon.out, "kernelflow daemon on")
@@ -80,8 +93,6 @@ def test_a_daemon_whose_nats_stays_lost_past_the_bound_exits_with_one_line(
         lost = time.monotonic()
         assert daemon.proc.wait(timeout=30) == EXIT_FAILED, daemon.stderr()
         took = time.monotonic() - lost
-    finally:
-        server.stop()
     assert 2 <= took < 10, (took, daemon.stderr())
     assert_gave_up_with_one_line(daemon, f"kernelflow: lost NATS at {url} for 2s; giving up")
 
@@ -90,10 +101,11 @@ def test_the_give_up_happens_though_messages_wait_for_the_lost_server(tmp_path: 
     """What was published while reconnecting is buffered for the dead connection, and
     nats-py's close fails flushing it: the give-up must happen anyway (it did not, in about
     one daemon in three, whose pull requests had been buffered)."""
-    server = EmbeddedNats(tmp_path / "nats")
-    url = server.start()
+    stack = contextlib.ExitStack()
+    server = stack.enter_context(keyed_nats_server(tmp_path / "nats"))
+    url = server.url
     gave_up = threading.Event()
-    bridge = Bridge(url, give_up_s=1.0, on_give_up=gave_up.set)
+    bridge = Bridge(url, give_up_s=1.0, on_give_up=gave_up.set, auth=role_auth(url, "daemon"))
     bridge.start()
     try:
         os.kill(server.pid or 0, signal.SIGKILL)
@@ -111,7 +123,7 @@ def test_the_give_up_happens_though_messages_wait_for_the_lost_server(tmp_path: 
         assert bridge.lost is not None and "giving up" in str(bridge.lost)
     finally:
         bridge.stop()
-        server.stop()
+        stack.close()
 
 
 def test_a_daemon_that_never_reaches_nats_exits_after_the_bound(
@@ -131,9 +143,9 @@ def test_a_nats_back_within_the_bound_keeps_the_daemon(
 ) -> None:
     """A restart of NATS shorter than the bound is no reason to exit; the bound counts
     from the last loss, not the first."""
-    port = free_port()
-    server = EmbeddedNats(tmp_path / "nats", port=port)
-    url = server.start()
+    stack = contextlib.ExitStack()
+    server = stack.enter_context(keyed_nats_server(tmp_path / "nats", port=free_port()))
+    url = server.url
     daemon = Daemon(tmp_path, url, "--nats-give-up", "4")
     daemons.append(daemon)
     try:
@@ -143,8 +155,7 @@ def test_a_nats_back_within_the_bound_keeps_the_daemon(
             server.stop()
             lost = time.monotonic()
             time.sleep(1)
-            server = EmbeddedNats(tmp_path / "nats", port=port)
-            server.start()
+            server.start()  # on the same port and store
             deadline = time.monotonic() + 15
             while daemon.stderr().count("reconnected to NATS") < outage:
                 assert time.monotonic() < deadline, daemon.stderr()
@@ -154,7 +165,7 @@ def test_a_nats_back_within_the_bound_keeps_the_daemon(
         daemon.proc.send_signal(signal.SIGTERM)
         assert daemon.proc.wait(timeout=30) == 0, daemon.stderr()
     finally:
-        server.stop()
+        stack.close()
     assert "giving up" not in daemon.stderr()
     assert "Traceback" not in daemon.stderr()
 

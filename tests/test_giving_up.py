@@ -19,7 +19,7 @@ from kernelflow.events import subjects
 from kernelflow.events.model import AgentFailed, LLMCalled, SubmitTask, TaskFinished
 from kernelflow.llm.base import LLMRequest, LLMResponse
 from kernelflow.llm.scripted import ScriptedProvider
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, role_auth
 from tests.daemons import task_events, wait_until_settled
 
 ATTEMPTS = 2
@@ -67,7 +67,7 @@ class BuggyProvider:
 
 @pytest.fixture
 def bridge(private_nats: str) -> Iterator[Bridge]:
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     yield bridge
     bridge.stop()
 

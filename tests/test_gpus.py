@@ -14,10 +14,13 @@ from kernelflow.actors.daemon import DaemonConfig
 from kernelflow.events.model import SubmitTask, VerificationCompleted
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from kernelflow.verification.engine import VerifierConfig, detect_device
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import REPO, as_user, cli_env, run_cli
 from tests.daemons import publish, start_daemon, wait_for
 from tests.test_health import health
 from tests.test_workflow_runs import RELU, good_relu_kernel
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 needs_no_gpu = pytest.mark.skipif(
     detect_device() == "cuda", reason="asserts what a machine without a CUDA GPU reports"
@@ -74,7 +77,7 @@ def test_daemon_on_missing_gpus_says_so_and_never_passes(private_nats: str, tmp_
         candidate.write_text(good_relu_kernel())
         refused = run_cli(
             "submit", RELU, "--workflow", "verifier_only", "--candidate", str(candidate),
-            "--nats-url", private_nats,
+            *as_user("publisher", private_nats),
         )  # fmt: skip
         assert refused.returncode == 2  # no verifier up can check it: said before publishing
         assert "no running verifier offers backend 'triton' (offered: none)" in refused.stderr
@@ -113,8 +116,7 @@ def test_run_with_gpus_reports_unsupported(nats_url: str, tmp_path: Path) -> Non
         "--gpus",
         "0",
         "--json",
-        "--nats-url",
-        nats_url,
+        *as_user("daemon", nats_url),
         "--out",
         str(tmp_path / "out"),
         env=cli_env(),

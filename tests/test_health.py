@@ -8,20 +8,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
+import pytest
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.presence import HealthResponder, daemon_describer
 from kernelflow.events.log import EventLog
 from kernelflow.verification.engine import VerifierConfig
-from tests.conftest import run_cli
+from tests.conftest import as_user, connect, creds, is_keyed, role_auth, run_cli
 from tests.daemons import start_daemon
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 def ensure_streams(url: str) -> None:
+    """The streams, as the first daemon makes them (no other role may)."""
+
     async def go() -> None:
-        nc = await nats.connect(url)
+        nc = await connect(url, "daemon")
         try:
             await EventLog(nc).ensure_streams()
         finally:
@@ -31,7 +36,9 @@ def ensure_streams(url: str) -> None:
 
 
 def health(url: str, *args: str) -> tuple[int, dict[str, Any]]:
-    result = run_cli("health", "--json", "--nats-url", url, "--wait", "0.3", *args)
+    """``kernelflow health --json`` as a reader (at a URL where no test server is: none)."""
+    at = as_user("reader", url) if is_keyed(url) else ["--nats-url", url]
+    result = run_cli("health", "--json", *at, "--wait", "0.3", *args)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -40,13 +47,13 @@ def statuses(report: dict[str, Any], component: str) -> list[str]:
     return [c["status"] for c in report["checks"] if c["component"] == component]
 
 
-def test_unhealthy_without_a_daemon_or_without_nats(private_nats: str) -> None:
-    code, report = health(private_nats)
+def test_unhealthy_without_a_daemon_or_without_nats(bare_nats: str) -> None:
+    code, report = health(bare_nats)
     assert code == 1 and not report["healthy"]
-    assert statuses(report, "stream") == ["fail", "fail"]  # no stream yet
+    assert statuses(report, "stream") == ["fail", "fail"]  # no daemon made them yet
 
-    ensure_streams(private_nats)
-    code, report = health(private_nats)
+    ensure_streams(bare_nats)
+    code, report = health(bare_nats)
     assert code == 1 and report["daemons"] == []
     assert statuses(report, "nats") == ["ok"] and statuses(report, "stream") == ["ok", "ok"]
     assert statuses(report, "daemons") == ["fail"]
@@ -54,25 +61,27 @@ def test_unhealthy_without_a_daemon_or_without_nats(private_nats: str) -> None:
     assert report["streams"]["KF_EVENTS"]["subjects"] == ["kf.ev.>"]
     assert report["streams"]["KF_CMD"]["retention"] == "workqueue"
 
-    code, report = health(private_nats, "--no-daemons")
+    code, report = health(bare_nats, "--no-daemons")
     assert code == 0 and report["healthy"]
 
     code, report = health("nats://127.0.0.1:9", "--no-daemons")
     assert code == 1 and statuses(report, "nats") == ["fail"]
 
-    code, report = health(private_nats, "--no-daemons", "--llm", "nonsense:x")
+    code, report = health(bare_nats, "--no-daemons", "--llm", "nonsense:x")
     (llm,) = [c for c in report["checks"] if c["component"] == "llm"]
     assert code == 1 and llm["status"] == "fail" and "unknown LLM provider" in llm["detail"]
 
-    bad = run_cli("health", "--nats-url", private_nats, "--wait", "0")
+    bad = run_cli("health", *as_user("reader", bare_nats), "--wait", "0")
     assert bad.returncode == 2 and "--wait" in bad.stderr
 
 
 def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
-    # Credentials in the URL (this server wants none) are never shown nor reported.
+    # Credentials in the URL (this server wants its keys: they go along unused) are never
+    # shown nor reported.
     with_credentials = private_nats.replace("nats://", "nats://kf:hunter2@")
     log = tmp_path / "daemon.log"
-    daemon = start_daemon(with_credentials, log, "--pool", "coder=2")
+    key = str(creds(private_nats, "daemon"))
+    daemon = start_daemon(with_credentials, log, "--creds", key, "--pool", "coder=2")
     try:
         deadline = time.monotonic() + 90
         while True:  # until its verifier has readied its sandbox (~10 s of imports)
@@ -102,7 +111,7 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
         code, report = health(private_nats, "--min-daemons", "2")
         assert code == 1 and statuses(report, "daemons") == ["fail"]
 
-        text = run_cli("health", "--nats-url", private_nats, "--wait", "0.3")
+        text = run_cli("health", *as_user("reader", private_nats), "--wait", "0.3")
         assert text.returncode == 0, text.stdout
         assert "healthy" in text.stdout.splitlines()[-1] and d["daemon_id"] in text.stdout
     finally:
@@ -120,7 +129,7 @@ def test_a_verifier_that_cannot_ready_its_sandbox_makes_the_daemon_unhealthy(
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
     )
     no_torch.chmod(0o755)
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     config = DaemonConfig(roles=("verifier",), verifier=VerifierConfig(python=str(no_torch)))
     daemon = Daemon(bridge, config).start()
     describe = daemon_describer(

@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 
 import msgspec
-import nats
+import pytest
 
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentDispatched
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.projections import logfile
 from kernelflow.projections.task_state import fold
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, as_user, connect, keyed_nats, run_cli
 from tests.daemons import (
     assert_each_step_once,
     start_daemon,
@@ -27,6 +26,9 @@ from tests.daemons import (
     wait_until_over,
     wait_until_settled,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 CANDIDATE = str(EXAMPLES / "candidates" / "solutions" / "relu.py")
 VERIFY_ONLY = ("--workflow", "verifier_only", "--candidate", CANDIDATE)
@@ -59,23 +61,23 @@ def test_a_daemon_on_an_imported_log_resumes_what_was_unfinished_and_redoes_noth
         )
     )
 
-    with EmbeddedNats(tmp_path / "new-nats") as new:
-        imported = run_cli("log", "import", str(exported), "--nats-url", new.url)
+    with keyed_nats(tmp_path / "new-nats", streams=False) as new:  # a new installation
+        imported = run_cli("log", "import", str(exported), *as_user("daemon", new))
         assert imported.returncode == 0, imported.stderr
-        daemon = start_daemon(new.url, tmp_path / "new.log")
+        daemon = start_daemon(new, tmp_path / "new.log")
         try:
-            submit(new.url, "new-1", *VERIFY_ONLY)
-            resumed = wait_until_over(new.url, "cut-1")
-            fresh = wait_until_over(new.url, "new-1")
+            submit(new, "new-1", *VERIFY_ONLY)
+            resumed = wait_until_over(new, "cut-1")
+            fresh = wait_until_over(new, "new-1")
             deadline = time.monotonic() + 30
-            while (left := asyncio.run(pending_work(new.url))) and time.monotonic() < deadline:
+            while (left := asyncio.run(pending_work(new))) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert left == {}, "the daemon still holds work"
         finally:
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=60) == 0
         for task_id, events in finished.items():
-            assert task_events(new.url, task_id) == events, f"{task_id} was changed"
+            assert task_events(new, task_id) == events, f"{task_id} was changed"
 
     for events in (resumed, fresh):
         state = fold(events[0].task_id, events)
@@ -87,7 +89,7 @@ def test_a_daemon_on_an_imported_log_resumes_what_was_unfinished_and_redoes_noth
 
 async def pending_work(url: str) -> dict[str, tuple[int, int]]:
     """The daemons' consumers that still hold work: name -> (not delivered, not acked)."""
-    nc = await nats.connect(url)
+    nc = await connect(url, "reader")
     try:
         js = nc.jetstream()
         left = {}

@@ -25,7 +25,7 @@ from kernelflow.llm.config import Limits, LLMConfig, ProviderSpecError
 from kernelflow.llm.gateway import Gateway
 from kernelflow.llm.openai import OpenAIProvider
 from kernelflow.llm.scripted import ScriptedProvider
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, role_auth
 from tests.daemons import wait_until_settled
 from tests.fake_llm_servers import FakeOpenAI
 from tests.test_llm_providers import OPENAI_KEY, request
@@ -96,7 +96,7 @@ class LeakyDesigner:
 
 
 def test_errors_recorded_for_good_are_scrubbed_of_credentials(private_nats: str) -> None:
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     config = DaemonConfig(roles=("conductor", "designer"), llm=LeakyDesigner(), max_deliveries=1)
     daemon = Daemon(bridge, config).start()
     try:

@@ -7,22 +7,24 @@ import asyncio
 import json
 from pathlib import Path
 
-import nats
 import pytest
 
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog
 from kernelflow.events.model import AgentFailed, Event, LLMCalled, TaskFinished
-from tests.conftest import EXAMPLES, cli_env, run_cli
+from tests.conftest import EXAMPLES, connect, run_cli, user_env
 from tests.fake_llm_servers import Failure, FakeAnthropic, FakeOpenAI, ScriptedAnswers
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 KEY = "sk-ant-api03-E2ESECRET-abcdef0123456789"
 
 
 def task_events(nats_url: str, task_id: str) -> list[Event]:
     async def read() -> list[Event]:
-        nc = await nats.connect(nats_url)
+        nc = await connect(nats_url, "reader")
         try:
             log = EventLog(nc)
             return [e async for _, e in log.read(subject=subjects.task_events(task_id))]
@@ -41,7 +43,7 @@ def run_relu(nats_url: str, tmp_path: Path, llm: str, **env: str) -> dict[str, o
         "--json",
         "--out",
         str(tmp_path / "out"),
-        env=cli_env(KF_NATS_URL=nats_url, KF_DATA_DIR=str(tmp_path / "data"), **env),
+        env=user_env("daemon", nats_url, KF_DATA_DIR=str(tmp_path / "data"), **env),
     )
     assert run.returncode in (0, 1) and run.stdout.strip(), run.stdout + run.stderr
     result: dict[str, object] = json.loads(run.stdout)

@@ -25,7 +25,7 @@ from kernelflow.llm.config import Budgets, ProviderSpecError, load_config
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.verl_format import DATASET_ROW, DatasetRow, encode_dataset_row
 from kernelflow.workflows.loader import load_workflow, parse_workflow
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, as_user
 
 WORKFLOW, WORKFLOW_YAML = load_workflow("default")
 
@@ -56,8 +56,12 @@ def test_prompts_split_static_system_part_from_the_task() -> None:
     # The static part is the same for another task: providers can cache it.
     other = agent_messages(fold("t2", [e for e in events()]), WORKFLOW, "designer")
     assert other[0].content != system and "You are the designer" in other[0].content
+    cupy = agent_messages(fold("t1", events("cupy")), WORKFLOW, "coder")[0].content
+    assert "RawModule" in cupy and "cupy" in cupy and "@triton.jit" not in cupy
     cuda = agent_messages(fold("t1", events("cuda")), WORKFLOW, "coder")[0].content
-    assert "RawModule" in cuda and "cupy" in cuda and "@triton.jit" not in cuda
+    assert "cuda_sources" in cuda and "__global__" in cuda and "RawModule" not in cuda
+    cpp = agent_messages(fold("t1", events("cpp")), WORKFLOW, "coder")[0].content
+    assert "load_inline" in cpp and "#pragma omp parallel for" in cpp and "on the CPU" in cpp
     conductor = conductor_messages(fold("t1", events()), WORKFLOW, ("coder", "finish"), "coder")
     assert '"decision"' in conductor[0].content and "coder, finish" in conductor[1].content
 
@@ -188,7 +192,7 @@ def test_per_agent_flags_and_workflow_prompts_reach_the_recorded_calls(
     result = run_cli(
         "run", "examples/tasks/relu.py", "--workflow", str(path),
         "--llm", "scripted:examples/scripted/relu.yaml", "--agent-temperature", "coder=0.3",
-        "--agent-max-tokens", "coder=2048", "--nats-url", nats_url, "--out", str(tmp_path),
+        "--agent-max-tokens", "coder=2048", *as_user("daemon", nats_url), "--out", str(tmp_path),
         "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

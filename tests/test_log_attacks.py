@@ -31,9 +31,10 @@ import pytest
 import yaml
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.connection import ClientAuth
 from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel import QUERY_SUBJECT
+from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
@@ -48,7 +49,7 @@ from kernelflow.events.model import (
 from kernelflow.llm.base import LLMRequest, LLMResponse
 from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.projections.task_state import fold
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, as_user, connect, is_keyed, role_auth, run_cli
 from tests.daemons import (
     assert_each_step_once,
     slow_script,
@@ -58,6 +59,9 @@ from tests.daemons import (
     wait_until_over,
     wait_until_settled,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU = (EXAMPLES / "tasks" / "relu.py").read_text()
 GARBAGE = [b"garbage", b'{"kind": "task_finished", "task_id": "x"', b"[" * 50_000]
@@ -82,7 +86,8 @@ def running_daemon(
 
 
 async def until_pinged(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    nc = await nats.connect(url)
+    auth = role_auth(url, "reader") if is_keyed(url) else ClientAuth()  # or an open server
+    nc = await nats.connect(url, **auth.options())
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -98,10 +103,11 @@ async def until_pinged(url: str, process: subprocess.Popen[bytes], timeout_s: fl
 
 def inject(url: str, task_id: str) -> int:
     """Publish what is not an event of ``task_id`` on its subjects: garbage, another
-    task's event and a repeat of its first event. How many messages that is."""
+    task's event and a repeat of its first event (as only a holder of the daemon key may:
+    a daemon with a bug). How many messages that is."""
 
     async def go() -> int:
-        nc = await nats.connect(url)
+        nc = await connect(url, "daemon")
         js = nc.jetstream()
         first = (await EventLog(nc).read_task(task_id)).events[0]
         other = TaskCancelled(task_id="someone-else", seq=1, reason="forged")
@@ -120,7 +126,7 @@ def inject(url: str, task_id: str) -> int:
 
 def quarantined_in(url: str, task_id: str) -> int:
     async def read() -> int:
-        nc = await nats.connect(url)
+        nc = await connect(url, "reader")
         try:
             return (await EventLog(nc).read_task(task_id)).quarantine.count
         finally:
@@ -180,13 +186,14 @@ def test_no_answer_is_ever_published_into_the_log_or_the_servers_api(
 
 
 async def answer_attacks(url: str) -> tuple[list[str], dict[str, Any]]:
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    log = EventLog(nc)
-    await log.ensure_streams()
-    bystander = await log.append(
+    """The attacks of a publisher, who may ask for answers with any reply subject."""
+    daemon = await connect(url, "daemon")
+    bystander = await EventLog(daemon).append(
         TaskHistory("bystander"), [TaskCancelled(task_id="bystander", reason="in the log")]
     )
+    await daemon.close()
+    nc = await connect(url, "publisher")
+    js = nc.jetstream()
     errors = await nc.subscribe(subjects.ERRORS)
     refusals = []
     targets = [
@@ -254,10 +261,10 @@ def test_garbage_in_a_tasks_history_neither_stops_it_nor_keeps_it_from_being_can
         submit(private_nats, "waits", "--workflow", str(workflow))
         wait_for(private_nats, "waits", _dispatched("reviewer"), timeout_s=60)
         inject(private_nats, "waits")
-        cancel = run_cli("cancel", "waits", "--nats-url", private_nats)
+        cancel = run_cli("cancel", "waits", *as_user("publisher", private_nats))
         assert cancel.returncode == 0, cancel.stderr
-        status = run_cli("status", "waits", "--json", "--nats-url", private_nats)
-        health = run_cli("health", "--nats-url", private_nats)
+        status = run_cli("status", "waits", "--json", *as_user("publisher", private_nats))
+        health = run_cli("health", *as_user("reader", private_nats))
     assert f"{2 * injected} message(s) in the log quarantined" in health.stdout, health.stdout
     assert "Traceback" not in health.stderr
     # The agents' work went on top of the garbage: nothing lost, nothing twice.
@@ -269,11 +276,11 @@ def test_garbage_in_a_tasks_history_neither_stops_it_nor_keeps_it_from_being_can
     assert f"{injected} message(s) on the log's task subjects" in status.stderr
     out = tmp_path / "log.jsonl"
     tools = [
-        ("log", "export", "--out", str(out), "--nats-url", private_nats),
+        ("log", "export", "--out", str(out), *as_user("reader", private_nats)),
         ("log", "verify", str(out)),
-        ("report", "--nats-url", private_nats),
-        ("export", "grpo", "--out", str(tmp_path / "grpo.jsonl"), "--nats-url", private_nats),
-        ("status", "runs", "--nats-url", private_nats),
+        ("report", *as_user("reader", private_nats)),
+        ("export", "grpo", "--out", str(tmp_path / "grpo.jsonl"), *as_user("reader", private_nats)),
+        ("status", "runs", *as_user("publisher", private_nats)),
     ]
     for args in tools:
         run = run_cli(*args)
@@ -308,7 +315,7 @@ class BuggyDesigner:
 def test_giving_up_on_an_agent_is_recorded_whatever_its_tasks_history_holds(
     private_nats: str,
 ) -> None:
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     provider = BuggyDesigner()
     config = DaemonConfig(
         roles=("conductor", "designer"), llm=provider, ack_wait_s=2.0, max_deliveries=2
@@ -392,17 +399,19 @@ def test_poison_commands_and_queries_are_answered_once_at_their_first_delivery(
 
 
 async def poison(url: str) -> tuple[dict[str, list[dict[str, Any]]], float, int]:
-    nc = await nats.connect(url)
+    """A publisher's poisoned commands and queries, answered on its own inboxes."""
+    nc = await connect(url, "publisher")
     js = nc.jetstream()
     answers: dict[str, list[dict[str, Any]]] = {}
     names = {**{n: n for n in POISON_COMMANDS}, **{f"query {n}": n for n in POISON_QUERIES}}
-    inboxes = {name: f"_INBOX.poison.{n}" for n, name in enumerate(names)}
+    root = role_auth(url, "publisher").options()["inbox_prefix"] + ".poison"
+    inboxes = {name: f"{root}.{n}" for n, name in enumerate(names)}
     by_inbox = {inbox: name for name, inbox in inboxes.items()}
 
     async def collect(msg: Any) -> None:
         answers.setdefault(by_inbox[msg.subject], []).append(json.loads(msg.data))
 
-    await nc.subscribe("_INBOX.poison.>", cb=collect)
+    await nc.subscribe(f"{root}.>", cb=collect)
     started = time.monotonic()
     for name, (subject, data, _) in POISON_COMMANDS.items():
         await js.publish(subject, data, headers={subjects.REPLY_HEADER: inboxes[name]})

@@ -22,11 +22,13 @@ from prometheus_client.samples import Sample
 
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, AgentFailed, Event
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.observability import Telemetry
 from kernelflow.telemetry.prometheus import DaemonMetrics
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import REPO, cli_env, creds, keyed_nats, run_cli
 from tests.daemons import start_daemon, submit, wait_for_line, wait_until_settled
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 TASK = "metrics-relu-1"
 NATS_PASSWORD = "n4ts-pass-word-never-shown"
@@ -74,12 +76,15 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     NATS URL carries a password and its environment an API key: neither may show."""
     tmp = tmp_path_factory.mktemp("metrics")
     port = free_port()
-    with EmbeddedNats(tmp / "nats") as server:
-        secret_url = server.url.replace("nats://", f"nats://kf:{NATS_PASSWORD}@")
+    with keyed_nats(tmp / "nats") as url:
+        # The server asks for its keys: the URL's user and password go along unused.
+        secret_url = url.replace("nats://", f"nats://kf:{NATS_PASSWORD}@")
         log = tmp / "daemon.log"
         daemon = start_daemon(
             secret_url,
             log,
+            "--creds",
+            str(creds(url, "daemon")),
             "--metrics-port",
             str(port),
             "--metrics-host",
@@ -89,8 +94,8 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         )
         try:
             wait_for_line(log, "kernelflow daemon on")
-            submit(server.url, TASK)
-            wait_until_settled(server.url, TASK)
+            submit(url, TASK)
+            wait_until_settled(url, TASK)
             text = scrape(port)
             # The read model folds the log a moment after the appends: scrape until it is there.
             for _ in range(50):

@@ -28,8 +28,9 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.projections import logfile
-from kernelflow.projections.metrics import MetricsProjection, TaskMetrics, projection_metrics
+from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 from kernelflow.projections.report import report_text
+from kernelflow.projections.statistics import projection_metrics
 from tests.test_projections_props import FAST, interleave, make_task, task_specs
 
 

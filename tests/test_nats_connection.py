@@ -18,11 +18,16 @@ import pytest
 from kernelflow.actors.bridge import Bridge
 from kernelflow.nats_server import local_keys
 from kernelflow.settings import Settings, SettingsError
-from tests.conftest import run_cli
+from tests.conftest import creds as seed_file
+from tests.conftest import role_auth, run_cli
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 def test_a_list_of_servers_is_tried_in_turn(nats_url: str) -> None:
-    bridge = Bridge(f"nats://127.0.0.1:9, {nats_url}").start(timeout_s=20)
+    auth = role_auth(nats_url, "reader")
+    bridge = Bridge(f"nats://127.0.0.1:9, {nats_url}", auth=auth).start(timeout_s=20)
     try:
         assert bridge.nc.is_connected
     finally:
@@ -129,4 +134,5 @@ def test_tls_with_a_ca_of_ones_own_and_a_client_certificate(
     assert "pass --tls-cert FILE" in refused(url, *creds, "--tls-ca", str(ca))  # no certificate
     assert "not a PEM certificate" in refused(url, *creds, "--tls-cert", str(client["key"]))
     # TLS asked for, from a server without: refused rather than spoken in plaintext.
-    assert "does not offer it" in refused(nats_url, "--tls-ca", str(ca))
+    publisher = ("--creds", str(seed_file(nats_url, "publisher")))
+    assert "does not offer it" in refused(nats_url, *publisher, "--tls-ca", str(ca))

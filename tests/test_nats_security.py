@@ -34,6 +34,9 @@ from tests.daemons import (
     wait_for_line,
 )
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 RELU = "examples/tasks/relu.py"
 # A daemon's durable consumer, as the daemons of the test's server have one.
 DURABLE = "kf-agent-coder"
@@ -67,6 +70,11 @@ ATTEMPTS: dict[str, Attempt] = {
     ),
     "read the log from the stream's leader": lambda nc: nc.publish(
         "$JS.API.STREAM.MSG.GET.KF_EVENTS", json.dumps({"seq": 1}).encode()
+    ),
+    # The commands waiting in the queue: a daemon's (its conductor looks at the submits
+    # ahead of a cancel); a publisher may only count them.
+    "read the commands queued": lambda nc: nc.publish(
+        "$JS.API.STREAM.MSG.GET.KF_CMD", json.dumps({"seq": 1}).encode()
     ),
     "purge a task's events": lambda nc: nc.publish(
         "$JS.API.STREAM.PURGE.KF_EVENTS", json.dumps({"filter": "kf.ev.t.>"}).encode()
@@ -113,6 +121,7 @@ MAY = {
         "append an event",
         "record a verification",
         *READ,
+        "read the commands queued",
         "watch events as they are recorded",
         "take a daemon's consumer over",
         "pull a daemon's work",

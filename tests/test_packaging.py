@@ -15,6 +15,9 @@ import pytest
 
 from tests.conftest import EXAMPLES, REPO
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 # What pip builds the wheel from: the project files and every folder pyproject's
 # package-dir names (one per layer).
 PACKAGE_DIRS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -9,12 +9,17 @@ import pty
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from kernelflow.events.model import Event
 from kernelflow.progress import ProgressLine, for_terminal
 from kernelflow.projections import logfile
-from tests.conftest import KERNELFLOW, REPO, cli_env
+from tests.conftest import KERNELFLOW, REPO, as_user, cli_env
 from tests.test_export_log import append
 from tests.test_projections_props import TaskSpec, interleave, make_task
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 
 class Clock:
@@ -100,7 +105,7 @@ def test_status_folding_the_log_itself_shows_its_progress(private_nats: str) -> 
     """With no daemon to answer, `status` reads the whole log: on a big one, minutes."""
     histories = [make_task(TaskSpec(f"s{i}", f"g{i % 3}", ("pass",))) for i in range(20)]
     append(private_nats, histories)
-    status = [*KERNELFLOW, "status", "--nats-url", private_nats]
+    status = [*KERNELFLOW, "status", *as_user("publisher", private_nats)]
 
     piped = subprocess.run(status, cwd=REPO, env=cli_env(), capture_output=True, timeout=120)
     assert piped.returncode == 0

@@ -39,7 +39,7 @@ from kernelflow.projections.flow_grpo import (
     SampleBuilder,
     group_stats,
 )
-from kernelflow.projections.metrics import MetricsProjection, fast_p, geomean, projection_metrics
+from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.rewards import (
     KERNEL_REWARDS,
     REWARD_FUNCTIONS,
@@ -48,6 +48,7 @@ from kernelflow.projections.rewards import (
     pending_reward_events,
     reward_events,
 )
+from kernelflow.projections.statistics import fast_p, geomean, projection_metrics
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep, build_trajectory
 

@@ -13,7 +13,6 @@ import json
 import uuid
 from pathlib import Path
 
-import nats
 import pytest
 
 from kernelflow.events import subjects
@@ -32,6 +31,7 @@ from kernelflow.offline.log_import import import_file
 from kernelflow.offline.sources import EventFilter, FileSource
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.task_state import fold
+from tests.conftest import as_user, connect
 from tests.test_export_log import cli, second_nats  # noqa: F401  (a fixture)
 from tests.test_projections_props import TaskSpec, make_task
 
@@ -223,10 +223,11 @@ SPECS = (TaskSpec("v-1", "g", ("mismatch", "pass"), speedup=2.0), TaskSpec("v-2"
 @pytest.fixture
 def attacked(private_nats: str) -> str:
     """A log of two tasks, one of them with garbage, a forged repeat and another task's
-    event in its history; and garbage on the subjects of no task."""
+    event in its history; and garbage on the subjects of no task (as only a holder of the
+    daemon key may write there: a daemon with a bug)."""
 
     async def go() -> None:
-        nc = await nats.connect(private_nats)
+        nc = await connect(private_nats, "daemon")
         log = EventLog(nc)
         await log.ensure_streams()
         js = nc.jetstream()
@@ -253,7 +254,7 @@ def test_whole_log_tools_skip_quarantined_messages_with_a_note(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "log.jsonl"
-    assert cli("log", "export", "--out", str(out), "--nats-url", attacked) == 0
+    assert cli("log", "export", "--out", str(out), *as_user("reader", attacked)) == 0
     printed = capsys.readouterr()
     assert "of 2 tasks and 4 quarantine record(s)" in printed.out
     assert "4 message(s) on the log's task subjects" in printed.err
@@ -265,24 +266,26 @@ def test_whole_log_tools_skip_quarantined_messages_with_a_note(
     from_file: list[Event] = []
     FileSource(out, EventFilter()).feed(lambda _, e: from_file.append(e))
     assert [type(e).__name__ for e in from_file].count("QuarantinedEvent") == 4
-    assert cli("report", "--json", "--nats-url", attacked) == 0
+    assert cli("report", "--json", *as_user("reader", attacked)) == 0
     printed = capsys.readouterr()
     report = json.loads(printed.out)
     assert report["overall"]["tasks"] == 2 and "quarantined" in printed.err
-    assert cli("export", "grpo", "--out", str(tmp_path / "s.jsonl"), "--nats-url", attacked) == 0
-    assert cli("replay", "--task", "v-1", "--json", "--nats-url", attacked) == 0
-    assert cli("status", "--json", "--nats-url", attacked) == 0  # no daemon: folded here
+    assert (
+        cli("export", "grpo", "--out", str(tmp_path / "s.jsonl"), *as_user("reader", attacked)) == 0
+    )
+    assert cli("replay", "--task", "v-1", "--json", *as_user("reader", attacked)) == 0
+    assert cli("status", "--json", *as_user("publisher", attacked)) == 0  # no daemon: folded here
     printed = capsys.readouterr()
     notes = [line.split(" are not")[0] for line in printed.err.splitlines() if "note" in line]
     assert notes == [f"note: {n} message(s) on the log's task subjects" for n in (4, 3, 4)]
     assert [row["status"] for row in json.loads(printed.out.splitlines()[-1])] == ["success"] * 2
-    assert cli("status", "v-1", "--json", "--nats-url", attacked) == 0
+    assert cli("status", "v-1", "--json", *as_user("publisher", attacked)) == 0
     printed = capsys.readouterr()
     assert json.loads(printed.out.splitlines()[-1])["status"] == "success"
     assert "3 message(s)" in printed.err
 
-    async def imported() -> tuple[int, int]:
-        nc = await nats.connect(second_nats)
+    async def imported() -> tuple[int, int]:  # `log import`'s: a daemon's role
+        nc = await connect(second_nats, "daemon")
         log = EventLog(nc)
         await log.ensure_streams()
         result = await import_file(log, out, summary)

@@ -21,16 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel import (
-    BUCKET,
-    SNAPSHOT,
-    NoAnswer,
-    ReadModel,
-    Snapshot,
-    query_status,
-    status_row,
-    status_rows,
-)
+from kernelflow.actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
+from kernelflow.actors.readmodel_client import NoAnswer, query_status, status_row, status_rows
 from kernelflow.actors.readmodel_snapshot import Page, PagedMetrics
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
@@ -40,11 +32,14 @@ from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 from kernelflow.projections.task_state import fold
 from kernelflow.render import summary
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, as_user, connect, role_auth, run_cli
 from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.test_export_log import append
 from tests.test_metrics_tools import assert_names_kept_once, decoded_tasks
 from tests.test_projections_props import FAST, TaskSpec, logs, make_task
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 # --------------------------------------------------------------------------- pure
 
@@ -174,9 +169,10 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     private_nats: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = private_nats
-    monkeypatch.setattr("kernelflow.actors.readmodel.PAGE", 2)  # answers come in pages of two rows
+    # Answers come in pages of two rows.
+    monkeypatch.setattr("kernelflow.actors.readmodel_client.PAGE", 2)
     append(url, [make_task(s) for s in FIRST])
-    bridge = Bridge(url).start()
+    bridge = Bridge(url, auth=role_auth(url, "daemon")).start()
     model = ReadModel(bridge, "first", snapshot_every_s=3600).start()
     assert model.rebuilt_because == "no snapshot yet"
     rows = query(bridge)
@@ -212,7 +208,7 @@ def test_read_model_resumes_from_its_position_after_a_crash(
     model.stop()
 
     # No read model answers: `status` says so and folds the log itself.
-    result = run_cli("status", "--json", "--nats-url", url)
+    result = run_cli("status", "--json", *as_user("publisher", url))
     assert result.returncode == 0, result.stderr
     assert "no daemon runs a read model; folding the log here" in result.stderr
     assert json.loads(result.stdout) == rows
@@ -226,7 +222,7 @@ def test_saves_write_each_page_once_and_a_restart_resumes_from_the_pages(
     specs = [TaskSpec(f"pg-{i}", "g", ("mismatch", "pass"), record_rewards=True) for i in range(9)]
     for spec in specs[:5]:
         append(url, [make_task(spec)])  # one task after another
-    bridge = Bridge(url).start()
+    bridge = Bridge(url, auth=role_auth(url, "daemon")).start()
 
     def stored() -> dict[str, str]:
         async def go() -> dict[str, str]:
@@ -288,7 +284,7 @@ def test_read_models_of_one_log_share_its_pages_and_resume_from_each_others_head
     url = private_nats
     specs = [TaskSpec(f"two-{i}", "g", ("mismatch", "pass"), record_rewards=True) for i in range(7)]
     append(url, [make_task(s) for s in specs[:4]])  # interleaved: sealed rows change later
-    bridge = Bridge(url).start()
+    bridge = Bridge(url, auth=role_auth(url, "daemon")).start()
 
     def caught_up(*models: ReadModel) -> None:
         async def last() -> int:
@@ -345,7 +341,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
         return fold(self, position, event)
 
     monkeypatch.setattr(PagedMetrics, "apply", slow_fold)
-    bridge = Bridge(url).start()
+    bridge = Bridge(url, auth=role_auth(url, "daemon")).start()
     try:
         model = ReadModel(bridge, "catching-up", snapshot_every_s=3600).start()
         seen: list[int] = []
@@ -371,7 +367,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
 def test_a_start_removes_the_snapshots_older_versions_left(
     private_nats: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
 
     async def put(*names: str) -> None:
         js = bridge.log.jetstream
@@ -416,7 +412,7 @@ def folded_rows(bridge: Bridge) -> list[dict[str, Any]]:
 
 
 def read_rows(url: str) -> list[dict[str, Any]]:
-    bridge = Bridge(url).start()
+    bridge = Bridge(url, auth=role_auth(url, "reader")).start()
     try:
         return folded_rows(bridge)
     finally:
@@ -424,7 +420,7 @@ def read_rows(url: str) -> list[dict[str, Any]]:
 
 
 def status(url: str) -> tuple[list[dict[str, Any]], str]:
-    result = run_cli("status", "--json", "--nats-url", url)
+    result = run_cli("status", "--json", *as_user("publisher", url))
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout), result.stderr
 
@@ -432,7 +428,7 @@ def status(url: str) -> tuple[list[dict[str, Any]], str]:
 def health(url: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while True:
-        result = run_cli("health", "--json", "--nats-url", url, "--wait", "0.5")
+        result = run_cli("health", "--json", *as_user("reader", url), "--wait", "0.5")
         if result.returncode == 0 or time.monotonic() > deadline:
             assert result.returncode == 0, result.stdout + result.stderr
             report: dict[str, Any] = json.loads(result.stdout)
@@ -440,7 +436,7 @@ def health(url: str) -> dict[str, Any]:
 
 
 async def publish_submit(url: str, command: SubmitTask) -> None:
-    nc = await nats.connect(url)
+    nc = await connect(url, "publisher")
     try:
         await nc.jetstream().publish(subjects.SUBMIT, encode(command))
     finally:
@@ -453,7 +449,7 @@ def test_a_stop_that_cannot_finish_is_cut_short_and_says_what_it_waited_for(
     """A daemon's stop must fit in its service's stop timeout: a read model whose stop
     hangs (here a task that ignores cancellation, as ``asyncio.wait_for`` can on Python
     3.11) gives up at its bound and says where it was."""
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     try:
         model = ReadModel(bridge, "stuck", snapshot_every_s=3600).start()
 
@@ -486,7 +482,7 @@ def test_a_read_model_stopped_as_it_starts_stops_at_once(private_nats: str) -> N
     """On Python 3.11, ``asyncio.wait_for`` (in every nats-py request) swallows a
     cancellation that arrives together with its answer, and the task goes on: a read
     model stopped just after it started then waited out its whole stop timeout."""
-    bridge = Bridge(private_nats).start()
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
     try:
         for i in range(6):  # the race itself, as it happens (most of the time)
             model = ReadModel(bridge, f"quick-{i}", snapshot_every_s=3600).start()

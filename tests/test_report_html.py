@@ -18,11 +18,14 @@ from pathlib import Path
 import pytest
 
 from kernelflow import plots
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.offline.html_report import report_page
-from kernelflow.projections.metrics import TaskMetrics, run_metrics
-from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, run_cli
+from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.statistics import run_metrics
+from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, keyed_nats, run_cli
 from tests.daemons import start_daemon
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 MARKUP_NAME = "<img src=x onerror=alert(1)>"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -42,8 +45,8 @@ def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("report-html")
     markup_task = tmp / f"{MARKUP_NAME}.py"
     shutil.copy(EXAMPLES / "tasks" / "relu.py", markup_task)
-    with EmbeddedNats(tmp / "nats") as server:
-        daemon = start_daemon(server.url, tmp / "daemon.log", "--pool", "verifier=4")
+    with keyed_nats(tmp / "nats") as url:
+        daemon = start_daemon(url, tmp / "daemon.log", "--pool", "verifier=4")
         try:
             submits = [
                 [
@@ -66,8 +69,7 @@ def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         "--wait",
                         "--timeout",
                         "120",
-                        "--nats-url",
-                        server.url,
+                        *as_user("publisher", url),
                     ],
                     cwd=REPO,
                     env=cli_env(),
@@ -83,7 +85,7 @@ def run_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(30)
-        yield server.url
+        yield url
 
 
 class Page(HTMLParser):
@@ -121,7 +123,7 @@ class Page(HTMLParser):
 
 def test_report_html_writes_a_page_of_plots_and_tables(run_log: str, tmp_path: Path) -> None:
     out = tmp_path / "pages" / "x.html"
-    result = run_cli("report", "--html", "--out", str(out), "--nats-url", run_log)
+    result = run_cli("report", "--html", "--out", str(out), *as_user("reader", run_log))
     assert result.returncode == 0, result.stderr
     assert f"wrote {out}: 4 tasks" in result.stdout
     assert [p.name for p in out.parent.iterdir()] == ["x.html"]  # no partial file left
@@ -141,7 +143,7 @@ def test_report_html_writes_a_page_of_plots_and_tables(run_log: str, tmp_path: P
     # The tables of the text report, cell for cell.
     for task_id in ("relu-1", "relu-2", "relu-3", "markup"):
         assert page.cells.count(task_id) == 1, task_id  # one row each
-    terminal = run_cli("report", "--nats-url", run_log)
+    terminal = run_cli("report", *as_user("reader", run_log))
     assert terminal.returncode == 0, terminal.stderr
     for heading in ("Tasks", "Summary (rates", "Per agent"):
         assert heading in terminal.stdout
@@ -198,15 +200,15 @@ def test_plain_reports_need_no_matplotlib_and_html_says_what_to_install(
             [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=60
         )
 
-    plain = without_matplotlib("report", "--nats-url", run_log)
+    plain = without_matplotlib("report", *as_user("reader", run_log))
     assert plain.returncode == 0 and "Tasks" in plain.stdout, plain.stderr
-    refused = without_matplotlib("report", "--html", "--out", str(out), "--nats-url", run_log)
+    refused = without_matplotlib("report", "--html", "--out", str(out), *as_user("reader", run_log))
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         "kernelflow: report --html needs matplotlib: pip install 'kernelflow[report]'"
     ]
     assert not out.exists()
-    needs_out = run_cli("report", "--html", "--nats-url", run_log)
+    needs_out = run_cli("report", "--html", *as_user("reader", run_log))
     assert needs_out.returncode == 2 and "--html needs --out FILE" in needs_out.stderr
 
 

@@ -9,7 +9,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import nats
 import pytest
 
 from kernelflow.events.log import EventLog, TaskHistory
@@ -25,7 +24,10 @@ from kernelflow.events.model import (
 )
 from kernelflow.verification.engine import VERIFIER_VERSION
 from kernelflow.workflows.loader import load_workflow
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, as_user, connect, run_cli
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU = (EXAMPLES / "tasks" / "relu.py").read_text()
 LEGIT = (EXAMPLES / "candidates" / "solutions" / "relu.py").read_text()
@@ -70,8 +72,8 @@ def old_run(task_id: str, code: str) -> list[Event]:
 
 @pytest.fixture
 def old_log(private_nats: str) -> str:
-    async def record() -> None:
-        nc = await nats.connect(private_nats)
+    async def record() -> None:  # as the daemons of an older kernelflow recorded it
+        nc = await connect(private_nats, "daemon")
         log = EventLog(nc)
         await log.ensure_streams()
         for task_id, code in (("legit", LEGIT), ("hack", HACK)):
@@ -84,7 +86,7 @@ def old_log(private_nats: str) -> str:
 
 def rewards(url: str, tmp_path: Path, *extra: str) -> dict[str, float]:
     out = tmp_path / f"samples{len(extra)}.jsonl"
-    result = run_cli("export", "grpo", "--out", str(out), "--nats-url", url, *extra)
+    result = run_cli("export", "grpo", "--out", str(out), *as_user("reader", url), *extra)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     return {r["rollout_id"]: r["reward"] for r in rows}
@@ -94,7 +96,7 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
     old_log: str, tmp_path: Path
 ) -> None:
     assert rewards(old_log, tmp_path) == {"legit": 1.0, "hack": 1.0}
-    result = run_cli("reverify", "--json", "--nats-url", old_log)
+    result = run_cli("reverify", "--json", *as_user("daemon", old_log))
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["checked"] == 2 and out["unchanged"] == 1 and out["recorded"] == 2
@@ -109,7 +111,7 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
     # Rewards and datasets take the newest verdict; the older one on request.
     assert rewards(old_log, tmp_path) == {"legit": 1.0, "hack": 0.0}
     assert rewards(old_log, tmp_path, "--verifier-version", "0") == {"legit": 1.0, "hack": 1.0}
-    replay = run_cli("replay", "--task", "hack", "--json", "--nats-url", old_log)
+    replay = run_cli("replay", "--task", "hack", "--json", *as_user("reader", old_log))
     trajectory = json.loads(replay.stdout)
     assert trajectory["metadata"]["rewards"] == {
         "binary": 0.0,
@@ -117,13 +119,13 @@ def test_reverify_finds_the_hack_an_older_verifier_passed_and_the_data_follows(
         "cheat_penalty": -1.0,
     }
     assert trajectory["metadata"]["reverified"][0]["verdict"] == "rejected_static"
-    status = run_cli("status", "hack", "--nats-url", old_log)
+    status = run_cli("status", "hack", *as_user("publisher", old_log))
     assert f"\nchecked again by verifier {VERIFIER_VERSION}: rejected_static\n" in status.stdout
     # Checked by this version already: nothing to do, nothing recorded twice.
-    again = run_cli("reverify", "--json", "--nats-url", old_log)
+    again = run_cli("reverify", "--json", *as_user("daemon", old_log))
     assert json.loads(again.stdout)["checked"] == 0
     forced = run_cli(
-        "reverify", "--force", "--dry-run", "--task", "hack", "--json", "--nats-url", old_log
+        "reverify", "--force", "--dry-run", "--task", "hack", "--json", *as_user("daemon", old_log)
     )
     assert json.loads(forced.stdout) | {"changed": []} == {
         "verifier_version": VERIFIER_VERSION,

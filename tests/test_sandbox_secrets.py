@@ -39,6 +39,9 @@ from kernelflow.sandbox.process import sandbox_env
 from kernelflow.tools import ToolLimits, run_sandboxed
 from kernelflow.verification.engine import VerifierConfig, shutdown_warm_processes, verify
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "examples" / "candidates" / "hostile"
 RELU_TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()
@@ -565,7 +568,7 @@ def test_the_plan_refuses_without_isolation_unless_opted_in(
 
 
 def test_health_shows_the_isolation_and_the_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelflow.commands import health
+    from kernelflow import health
     from kernelflow.settings import Settings
 
     def status(refusal: str | None, opted_in: bool) -> sandbox_probe.IsolationStatus:

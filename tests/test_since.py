@@ -10,13 +10,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import nats
 import pytest
 
 from kernelflow.cli import main as kernelflow_main
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.offline.since import BadTime, parse_since
+from tests.conftest import as_user, connect
 from tests.test_projections_props import TaskSpec, make_task
 
 NOW = 1_750_000_000.0
@@ -46,7 +46,7 @@ def append_in_phases(url: str, phases: list[list[Event]], pause_s: float) -> lis
     between phases."""
 
     async def go() -> list[float]:
-        nc = await nats.connect(url)
+        nc = await connect(url, "daemon")  # appending: a daemon's work
         marks = []
         try:
             log = EventLog(nc)
@@ -83,8 +83,8 @@ def test_since_selects_the_tasks_that_began_after_it(
     )
     since = datetime.fromtimestamp(mark, UTC).isoformat()
 
-    def cli(*args: str) -> int:
-        return kernelflow_main([*args, "--nats-url", private_nats])
+    def cli(*args: str) -> int:  # reading the log
+        return kernelflow_main([*args, *as_user("reader", private_nats)])
 
     live = tmp_path / "live.jsonl"
     assert cli("log", "export", "--since", since, "--out", str(live)) == 0

@@ -26,6 +26,9 @@ from kernelflow.nats_server import (
 from tests.conftest import KERNELFLOW, REPO, cli_env, run_cli
 from tests.daemons import RELU_SCRIPT, wait_for_line
 
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
+
 
 def test_a_second_server_on_one_store_is_refused_until_the_first_stops(tmp_path: Path) -> None:
     first = EmbeddedNats(tmp_path / "nats")

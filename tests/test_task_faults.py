@@ -12,8 +12,11 @@ import pytest
 
 from kernelflow.events.model import AgentDispatched, LLMCalled, RewardAssigned, SubmitTask
 from kernelflow.projections.task_state import fold
-from tests.conftest import EXAMPLES, cli_env, run_cli
+from tests.conftest import EXAMPLES, as_user, cli_env, run_cli
 from tests.daemons import publish, start_daemon, task_events, wait_for_line, wait_until_over
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU = (EXAMPLES / "tasks" / "relu.py").read_text()
 # A reference that fails on every input: its matmul's sizes never agree.
@@ -53,7 +56,7 @@ def test_run_refuses_a_backend_this_machine_cannot_run(tmp_path: Path) -> None:
         env=cli_env(KF_DATA_DIR=str(tmp_path / "data")),
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "offers: triton" in result.stderr and "cuda" in result.stderr
+    assert "offers: cpp, triton" in result.stderr and "cuda" in result.stderr
     assert "LLM call" not in result.stdout
 
 
@@ -102,13 +105,17 @@ def test_submit_refuses_a_backend_no_running_verifier_offers(
     try:
         wait_for_line(log, "verifier warm-up done")
         result = run_cli(
-            "submit", "examples/tasks/relu.py", "--backend", "cuda", "--nats-url", private_nats
+            "submit",
+            "examples/tasks/relu.py",
+            "--backend",
+            "cuda",
+            *as_user("publisher", private_nats),
         )
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
     assert result.returncode == 2, result.stderr
-    assert "no running verifier offers backend 'cuda' (offered: triton)" in result.stderr
+    assert "no running verifier offers backend 'cuda' (offered: cpp, triton)" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -146,8 +153,7 @@ def test_every_event_of_a_published_task_names_its_policy(
             "kb-1",
             "--policy",
             "kernelbench",
-            "--nats-url",
-            private_nats,
+            *as_user("publisher", private_nats),
             "--wait",
         )
         assert result.returncode == 0, result.stdout + result.stderr

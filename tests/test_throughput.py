@@ -9,7 +9,6 @@ import json
 import uuid
 from collections.abc import Iterator
 
-import nats
 import pytest
 
 from kernelflow.actors.bridge import Bridge
@@ -19,7 +18,9 @@ from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
+from tests.conftest import connect
 from tests.daemons import submitted_on_default, trigger_job
+from tests.memory import running_bridge
 
 
 def new_task() -> str:
@@ -47,9 +48,9 @@ def test_direct_read_matches_a_read_from_the_leader(event_log: EventLog) -> None
     assert event_log.run(fresh.read_task(task)) == more  # fetches only the new event
 
 
-def test_reads_fall_back_to_the_leader_without_direct_gets(private_nats: str) -> None:
+def test_reads_fall_back_to_the_leader_without_direct_gets(bare_nats: str) -> None:
     async def scenario() -> None:
-        nc = await nats.connect(private_nats)
+        nc = await connect(bare_nats, "daemon")
         js = nc.jetstream()
         # A stream made by hand without allow_direct: nobody answers direct gets.
         await nc.request(
@@ -83,10 +84,10 @@ def test_an_append_is_remembered_when_its_ack_arrives(event_log: EventLog) -> No
 
 
 @pytest.fixture
-def bridge(private_nats: str) -> Iterator[Bridge]:
-    b = Bridge(private_nats).start()
-    yield b
-    b.stop()
+def bridge() -> Iterator[Bridge]:
+    # The conductor's hand-over and the bridge's hop are not about NATS: on the memory log.
+    with running_bridge() as b:
+        yield b
 
 
 class _Recorder:
@@ -116,7 +117,7 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     assert handed.released == 1 and handed.settled == []  # freed, not settled yet
     # The first conductor advances the task, then takes what was handed over and settles
     # it once it has looked at the task again.
-    first._advance_claimed(key, lambda: history, [])
+    first._advance_claimed(key, history, [])
     assert handed.settled == ["ack"]
     events = bridge.call(bridge.log.read_task(task_id)).events
     assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
@@ -150,12 +151,12 @@ def test_bridge_calls_answer_raise_and_time_out_on_the_callers_thread(bridge: Br
     assert seen == list(range(100))
 
 
-def test_an_append_waits_for_its_stream_to_have_a_leader(private_nats: str) -> None:
+def test_an_append_waits_for_its_stream_to_have_a_leader(bare_nats: str) -> None:
     """While a cluster elects a stream leader, publishes get "no responders": the append
     tries again (here: until the stream exists) and the event is stored once."""
 
     async def scenario() -> None:
-        nc = await nats.connect(private_nats)
+        nc = await connect(bare_nats, "daemon")
         log = EventLog(nc)
         task = new_task()
         appending = asyncio.ensure_future(log.append(TaskHistory(task), [dispatch(task, 0)]))

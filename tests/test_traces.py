@@ -22,11 +22,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.observability import trace_exporters
 from kernelflow.telemetry.traces import span_id_of, trace_id_of
 from kernelflow.usage import UsageError
+from tests.conftest import keyed_nats
 from tests.daemons import start_daemon, submit, wait_for_line, wait_until_settled
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 TASK = "traced-relu-1"
 TASK_SOURCE_LINE = "return torch.relu(x)"
@@ -127,19 +130,19 @@ def spans(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Span]]:
     tmp = tmp_path_factory.mktemp("traces")
     receiver = OtlpReceiver()
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-    with EmbeddedNats(tmp / "nats") as server:
+    with keyed_nats(tmp / "nats") as url:
         script = "examples/scripted/relu_react.yaml"
         daemons = [
-            start_daemon(server.url, tmp / "agents.log", "--roles", "conductor,designer,coder",
+            start_daemon(url, tmp / "agents.log", "--roles", "conductor,designer,coder",
                          script=script, **otel),
-            start_daemon(server.url, tmp / "verifier.log", "--roles", "verifier",
+            start_daemon(url, tmp / "verifier.log", "--roles", "verifier",
                          "--no-read-model", script=script, **otel),
         ]  # fmt: skip
         try:
             for log in ("agents.log", "verifier.log"):
                 wait_for_line(tmp / log, "kernelflow daemon on")
-            submit(server.url, TASK, "--workflow", "examples/workflows/react_coder.yaml")
-            wait_until_settled(server.url, TASK)
+            submit(url, TASK, "--workflow", "examples/workflows/react_coder.yaml")
+            wait_until_settled(url, TASK)
             yield receiver.wait_for(
                 {"task": 1, "step verifier": 1, "sandbox run": 1, "tool check_kernel": 2}
             )

@@ -1,4 +1,4 @@
-"""The semantics a trainer relies on: the trajectory API answers as seed 003 §5 says
+"""The semantics a trainer relies on: the trajectory API answers as docs/agents.md says
 (total reward, correctness of the final answer, tool calls, a chat transcript, tool
 results), judge turns are not trainable turns, the report tells "finished" from
 "correct", groups of one get verl's advantage on request, and a scripted model can vary
@@ -38,9 +38,13 @@ from kernelflow.projections.flow_grpo import (
 )
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
-from kernelflow.rollout import Rollout, RolloutConfig, load_dataset
+from kernelflow.prompt_datasets import load_dataset
+from kernelflow.rollout import Rollout, RolloutConfig
 from kernelflow.settings import Settings
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, as_user, creds, run_cli
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 ARITHMETIC = EXAMPLES / "datasets" / "arithmetic.jsonl"
 
@@ -242,8 +246,9 @@ def test_scripted_choices_follow_the_sample_index(tmp_path: Path) -> None:
 def test_the_arithmetic_example_shows_advantages_and_the_report_tells_finished_from_correct(
     private_nats: str, tmp_path: Path
 ) -> None:
-    settings = Settings()
+    settings = Settings()  # a rollout's: it hosts a daemon
     settings.nats_url, settings.data_dir = private_nats, tmp_path
+    settings.nats_creds = creds(private_nats, "daemon")
     config = RolloutConfig(
         agent_type="react",
         tools=("calculator",),
@@ -261,7 +266,7 @@ def test_the_arithmetic_example_shows_advantages_and_the_report_tells_finished_f
     assert rewards == [1.0, 0.0, 1.0, 0.0] * 3 + [0.0] * 4  # 42 is right for 3 of 4 prompts
 
     out = tmp_path / "grpo.parquet"
-    exported = run_cli("export", "grpo", "--out", str(out), "--nats-url", private_nats)
+    exported = run_cli("export", "grpo", "--out", str(out), *as_user("reader", private_nats))
     assert exported.returncode == 0, exported.stderr
     rows = pq.read_table(out).to_pylist()
     assert {r["reward_fn"] for r in rows} == {"exact_match@1"}  # recorded, by default
@@ -275,10 +280,10 @@ def test_the_arithmetic_example_shows_advantages_and_the_report_tells_finished_f
         "pow": {0.0},
     }
 
-    report = run_cli("report", "--nats-url", private_nats)
+    report = run_cli("report", *as_user("reader", private_nats))
     assert report.returncode == 0, report.stderr
     lines = {line.split()[0]: line.split() for line in report.stdout.splitlines() if line.strip()}
     assert lines["all"][1:5] == ["16", "16", "100.0%", "37.5%"]  # finished, correct (6/16)
-    as_json = run_cli("report", "--json", "--nats-url", private_nats)
+    as_json = run_cli("report", "--json", *as_user("reader", private_nats))
     overall = json.loads(as_json.stdout)["overall"]
     assert overall["finished_rate"] == 1.0 and overall["correct_rate"] == 0.375

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import nats
 import pytest
 import yaml
 from PIL import Image
@@ -32,8 +31,7 @@ from kernelflow.events.model import (
     VerificationCompleted,
     VerificationReport,
 )
-from kernelflow.nats_server import EmbeddedNats
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, as_user, connect, creds, keyed_nats, run_cli
 from tests.daemons import (
     RELU_SCRIPT,
     serving_ui,
@@ -64,16 +62,20 @@ TASK, LATE, GROUP, SEARCH, BENCH = "ui-relu", "ui-late", "ui-grp", "ui-search", 
 WAIT_MS = 90_000
 T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium (.ci/run does)"
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="no /usr/bin/chromium: apt-get install chromium (.ci/run does)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server of this module's own: the dashboard lists only this module's tasks."""
-    with EmbeddedNats(tmp_path_factory.mktemp("ui-nats")) as server:
-        yield server.url
+    with keyed_nats(tmp_path_factory.mktemp("ui-nats")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,8 @@ def ui(nats_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     """``kernelflow ui`` on a free port, given a NATS URL with credentials in it (which no
     page may show); yields its base URL."""
     url_with_secret = nats_server.replace("nats://", f"nats://kfuser:{SECRET}@")
-    with serving_ui(url_with_secret, tmp_path_factory.mktemp("ui")) as server:
+    key = ("--creds", str(creds(nats_server, "reader")))  # the URL's password goes unused
+    with serving_ui(url_with_secret, tmp_path_factory.mktemp("ui"), *key) as server:
         assert SECRET not in server.first_line
         yield server.url
     assert SECRET not in server.printed
@@ -170,8 +173,8 @@ def candidate(
 
 
 def record(url: str, events: list[Event]) -> None:
-    async def append() -> None:
-        nc = await nats.connect(url)
+    async def append() -> None:  # as a daemon records them
+        nc = await connect(url, "daemon")
         try:
             log = EventLog(nc)
             await log.ensure_streams()
@@ -333,14 +336,14 @@ def test_pages_show_no_credentials_and_refuse_what_is_not_a_task_id(
 
 
 def test_usage_errors_are_one_line(nats_server: str) -> None:
-    bad = run_cli("ui", "--port", "70000", "--nats-url", nats_server)
+    bad = run_cli("ui", "--port", "70000", *as_user("reader", nats_server))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "--port 70000" in bad.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        busy = run_cli("ui", "--port", port, "--nats-url", nats_server)
+        busy = run_cli("ui", "--port", port, *as_user("reader", nats_server))
     assert busy.returncode == 2 and busy.stderr.count("\n") == 1, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
 

@@ -12,9 +12,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kernelflow.nats_server import EmbeddedNats
-from tests.conftest import cli_env, run_cli
+from tests.conftest import as_user, cli_env, keyed_nats, run_cli
 from tests.daemons import serving_ui
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 pytest.importorskip("uvicorn")
 
@@ -24,8 +26,8 @@ GUARDED = ("/", "/tasks/t1", "/groups/g", "/run", "/bench/b", "/stream", "/strea
 
 @pytest.fixture(scope="module")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with EmbeddedNats(tmp_path_factory.mktemp("ui-token-nats")) as server:
-        yield server.url
+    with keyed_nats(tmp_path_factory.mktemp("ui-token-nats")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +97,11 @@ def test_a_token_file_that_cannot_be_one_is_one_line(nats_url: str, tmp_path: Pa
         (["--token-file", str(tmp_path / "missing")], "cannot read it"),
         (["--token-file", str(short)], "at least 16 characters"),
     ):
-        result = run_cli("ui", "--port", "0", "--nats-url", nats_url, *args)
+        result = run_cli("ui", "--port", "0", *as_user("reader", nats_url), *args)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert said in result.stderr
     by_env = run_cli(
-        "ui", "--port", "0", "--nats-url", nats_url, env=cli_env(KF_UI_TOKEN_FILE=str(short))
+        "ui", "--port", "0", *as_user("reader", nats_url), env=cli_env(KF_UI_TOKEN_FILE=str(short))
     )
     assert by_env.returncode == 2 and "at least 16 characters" in by_env.stderr
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.memory_bridge import MemoryServer
 from kernelflow.actors.verifier import Verifier
 from kernelflow.events.model import VerificationReport
 from kernelflow.sandbox import probe as sandbox_probe
@@ -524,7 +524,7 @@ def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values()
 
 
 def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
-    nats_url: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The probes and the warm worker happen as the verifier actor starts; the first
     candidate then runs in that worker with nothing left to start."""
@@ -545,7 +545,7 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
     shutdown_warm_processes()  # whatever earlier tests started
     # A memory limit no other test uses: its sandbox plan is probed afresh.
     config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), memory_mb=12_345)
-    bridge = Bridge(nats_url).start()
+    bridge = MemoryServer().bridge().start()  # the actor is asked directly: the memory log
     verifier = Verifier.start(bridge, config)
     try:
         proxy = verifier.proxy()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelflow.commands import verify
+from kernelflow.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = str(ROOT / "examples" / "tasks" / "relu.py")
@@ -20,7 +21,7 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kernelflow")
     verify.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["verify", *argv])
-    return int(args.func(args, None))
+    return int(args.func(args, Settings()))
 
 
 def test_pass_json(capsys: pytest.CaptureFixture[str]) -> None:

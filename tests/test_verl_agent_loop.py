@@ -35,6 +35,7 @@ from verl.workers.rollout.replica import TokenOutput
 from kernelflow.events.model import ChatMessage, Event, LLMCalled, RewardAssigned, TaskSubmitted
 from kernelflow.integrations import verl_agent_loop
 from kernelflow.projections.verl_format import dataset_row
+from tests.conftest import creds
 from tests.daemons import task_events
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 2048, 512
@@ -146,8 +147,10 @@ def batch(agent: str, prompts: list[str], answers: list[str], uids: list[str]) -
 def kernelflow_nats(
     private_nats: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
-    """The NATS the loop's host connects to (kernelflow's usual settings), stopped after."""
+    """The NATS the loop's host connects to (kernelflow's usual settings, with the key of
+    the daemon it hosts), stopped after."""
     monkeypatch.setenv("KF_NATS_URL", private_nats)
+    monkeypatch.setenv("KF_NATS_CREDS", str(creds(private_nats, "daemon")))
     monkeypatch.setenv("KF_DATA_DIR", str(tmp_path / "data"))
     yield private_nats
     verl_agent_loop.shutdown()

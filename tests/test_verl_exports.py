@@ -20,10 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow.rollout import DatasetError, load_dataset
-from tests.conftest import run_cli
+from kernelflow.prompt_datasets import DatasetError, load_dataset
+from tests.conftest import as_user, keyed_nats, run_cli
 from tests.fake_llm_servers import FakeOpenAI
 from tests.verl_tokenizer import tiny_tokenizer
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 SOURCE_ROWS: list[dict[str, Any]] = [
     {
@@ -94,18 +97,16 @@ class Policy:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Rollouts of the dataset (4 samples a prompt, then 1 more of the first prompt alone,
     a group of one) from the fake policy server, and the exports of their log."""
-    from kernelflow.nats_server import EmbeddedNats
-
     tmp = tmp_path_factory.mktemp("verl-exports")
     dataset = tmp / "train.parquet"
     pq.write_table(pa.Table.from_pylist(SOURCE_ROWS), dataset)
     out: dict[str, Any] = {"dir": tmp, "dataset": dataset}
-    with EmbeddedNats(tmp / "nats") as nats, FakeOpenAI(Policy()) as server:
+    with keyed_nats(tmp / "nats") as nats_url, FakeOpenAI(Policy()) as server:
         common = ["--tools", "calculator", "--llm", f"openai:{server.url}/v1#policy-7b"]
         for extra in (["--n", "4"], ["--n", "1", "--limit", "1"]):
             run = run_cli(
                 "rollout", "--dataset", str(dataset), *common, *extra,
-                "--nats-url", nats.url, "--json",
+                *as_user("daemon", nats_url), "--json",
             )  # fmt: skip
             assert run.returncode == 0, run.stdout + run.stderr[-3000:]
         out["requests"] = [c["messages"] for c in server.completions]
@@ -118,7 +119,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         }
         for name, args in exports.items():
             path = tmp / f"{name}.parquet"
-            run = run_cli("export", "grpo", "--out", str(path), *args, "--nats-url", nats.url)
+            run = run_cli("export", "grpo", "--out", str(path), *args, *as_user("reader", nats_url))
             assert run.returncode == 0, run.stderr
             out[name] = path
     return out

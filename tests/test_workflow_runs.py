@@ -14,7 +14,7 @@ import yaml
 
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentDispatched, ConductorDecided, TaskCancelled
-from tests.conftest import EXAMPLES, REPO, run_cli
+from tests.conftest import EXAMPLES, REPO, as_user, run_cli
 from tests.daemons import (
     slow_script,
     start_daemon,
@@ -23,6 +23,9 @@ from tests.daemons import (
     task_events,
     wait_until_over,
 )
+
+# Starts servers, daemons or CLI processes: not in `make test-fast`.
+pytestmark = pytest.mark.integration
 
 RELU = "examples/tasks/relu.py"
 
@@ -37,7 +40,9 @@ def good_relu_kernel() -> str:
 
 
 def run_json(*args: str, nats_url: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
-    run = run_cli("run", *args, "--json", "--nats-url", nats_url, "--out", str(tmp_path / "out"))
+    run = run_cli(
+        "run", *args, "--json", *as_user("daemon", nats_url), "--out", str(tmp_path / "out")
+    )
     assert run.stdout, run.stderr
     result = json.loads(run.stdout)
     result["exit_code"] = run.returncode
@@ -45,7 +50,7 @@ def run_json(*args: str, nats_url: str, tmp_path: Path) -> dict:  # type: ignore
 
 
 def history(task_id: str, nats_url: str) -> list[str]:
-    replay = run_cli("replay", "--task", task_id, "--json", "--nats-url", nats_url)
+    replay = run_cli("replay", "--task", task_id, "--json", *as_user("reader", nats_url))
     steps = json.loads(replay.stdout)["steps"]
     worked = [s for s in steps if s["step_type"] in ("action", "action_result")]
     return [s["tool_name"] or s["metadata"]["agent"] for s in worked]
@@ -108,8 +113,7 @@ def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
         "--view",
         "counters",
         "--json",
-        "--nats-url",
-        nats_url,
+        *as_user("reader", nats_url),
     )
     view = json.loads(counters.stdout)
     assert view["step"] == 5 and view["max_step"] == 10
@@ -132,7 +136,7 @@ def test_conductor_connect_all(nats_url: str, tmp_path: Path) -> None:
     assert [d["sequences"]["coder_verifier"] for d in decisions] == [0, 0, 0, 1, 0, 2]
     assert decisions[2]["consecutive"]["coder"] == 1 and not decisions[2]["removed"]
     text = run_cli(
-        "replay", "--task", result["task_id"], "--view", "counters", "--nats-url", nats_url
+        "replay", "--task", result["task_id"], "--view", "counters", *as_user("reader", nats_url)
     )
     assert "after coder" in text.stdout and "coder_verifier 2/3" in text.stdout
 
@@ -285,7 +289,8 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
 def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
     args: list[str], problem: str, private_nats: str
 ) -> None:
-    result = run_cli(*args, "--nats-url", private_nats)
+    role = "daemon" if args[0] in ("run", "rollout") else "publisher"  # as docs/security.md
+    result = run_cli(*args, *as_user(role, private_nats))
     assert result.returncode == 2, result.stderr
     assert re.search(r"^kernelflow: cannot (submit|cancel) th", result.stderr, re.MULTILINE)
     assert problem in result.stderr
@@ -326,19 +331,21 @@ def test_cancel_a_running_task(nats_url: str, tmp_path: Path) -> None:
         submit(nats_url, "to-cancel")
         time.sleep(1.5)  # the coder is inside its 3 s call
         cancel = run_cli(
-            "cancel", "to-cancel", "--reason", "changed my mind", "--nats-url", nats_url
+            "cancel", "to-cancel", "--reason", "changed my mind", *as_user("publisher", nats_url)
         )
         assert cancel.returncode == 0, cancel.stderr
-        again = run_cli("cancel", "to-cancel", "--nats-url", nats_url)
+        again = run_cli("cancel", "to-cancel", *as_user("publisher", nats_url))
         assert again.returncode == 1 and "already over" in again.stderr
         time.sleep(3)  # the coder's answer arrives after the cancellation...
-        status = json.loads(run_cli("status", "to-cancel", "--json", "--nats-url", nats_url).stdout)
+        status = json.loads(
+            run_cli("status", "to-cancel", "--json", *as_user("publisher", nats_url)).stdout
+        )
         assert status["status"] == "cancelled" and status["reason"] == "changed my mind"
         replay = json.loads(
-            run_cli("replay", "--task", "to-cancel", "--json", "--nats-url", nats_url).stdout
+            run_cli("replay", "--task", "to-cancel", "--json", *as_user("reader", nats_url)).stdout
         )
         assert replay["steps"][-1]["step_type"] == "final_answer"  # ...and is not recorded
-        missing = run_cli("cancel", "no-such-task", "--nats-url", nats_url)
+        missing = run_cli("cancel", "no-such-task", *as_user("publisher", nats_url))
         assert missing.returncode == 1 and "no task" in missing.stderr
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -350,7 +357,9 @@ def test_a_cancel_no_daemon_takes_says_so_and_applies_when_one_starts(
 ) -> None:
     submit(private_nats, "queued")  # no daemon either: the submit waits in the queue too
     started = time.monotonic()
-    cancel = run_cli("cancel", "queued", "--reason", "not needed", "--nats-url", private_nats)
+    cancel = run_cli(
+        "cancel", "queued", "--reason", "not needed", *as_user("publisher", private_nats)
+    )
     assert cancel.returncode == 3
     assert time.monotonic() - started < 15  # not the 30 s --timeout: waiting cannot help
     assert "no daemon answered. The cancel waits in the queue" in cancel.stderr
@@ -371,7 +380,7 @@ def test_a_run_says_when_its_daemon_works_on_a_task_not_its_own(
     run's in-process daemon too: the user hears of it once, with how to stop it."""
     submit(private_nats, "earlier")
     run = run_cli(
-        "run", RELU, "--nats-url", private_nats, "--out", str(tmp_path / "out"),
+        "run", RELU, *as_user("daemon", private_nats), "--out", str(tmp_path / "out"),
         "--llm", "scripted:examples/scripted/relu.yaml",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -392,7 +401,7 @@ def test_a_step_for_an_agent_no_daemon_hosts_says_so_while_waiting(
     )
     try:
         waited = run_cli(
-            "submit", RELU, "--wait", "--timeout", "10", "--nats-url", private_nats,
+            "submit", RELU, "--wait", "--timeout", "10", *as_user("publisher", private_nats),
             "--workflow", "examples/workflows/custom_optimizer.yaml",
         )  # fmt: skip
     finally:
@@ -424,8 +433,7 @@ def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
             "--task-id",
             "sampled",
             "--wait",
-            "--nats-url",
-            nats_url,
+            *as_user("publisher", nats_url),
         )
         assert result.returncode == 0, result.stderr
         # Following the tasks leaves nothing running behind it when the command exits.
@@ -436,10 +444,12 @@ def test_samples_form_one_group(nats_url: str, tmp_path: Path) -> None:
     ids = result.stdout.split()[:3]
     assert ids == ["sampled-1", "sampled-2", "sampled-3"]
     groups = {
-        json.loads(run_cli("replay", "--task", t, "--json", "--nats-url", nats_url).stdout)[
+        json.loads(run_cli("replay", "--task", t, "--json", *as_user("reader", nats_url)).stdout)[
             "metadata"
         ]["group_id"]
         for t in ids
     }
     assert len(groups) == 1
-    assert run_cli("submit", RELU, "--samples", "0", "--nats-url", nats_url).returncode == 2
+    assert (
+        run_cli("submit", RELU, "--samples", "0", *as_user("publisher", nats_url)).returncode == 2
+    )

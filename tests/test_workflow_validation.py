@@ -42,15 +42,16 @@ from kernelflow.workflows.validate import (
     TOOL_LIMIT_KEYS,
     TOP_KEYS,
 )
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, as_user, run_cli
 from tests.daemons import task_events
+from tests.memory import running_bridge
 
 RELU = "examples/tasks/relu.py"
 NOWHERE = "nats://127.0.0.1:9"  # refused before anything is published: never reached
 DEFAULT = (REPO / "workflows" / "default.yaml").read_text()
 CODER_FIELDS = '            mandatory: true\n            field_description: "The complete'
 
-# The default workflow as seed 001 allows it to be written: no output_format anywhere.
+# The default workflow as it may be written: no output_format anywhere (docs/workflows.md).
 SEED_FORMAT = """
 agent_info:
   designer:
@@ -325,7 +326,7 @@ def test_an_agent_without_output_format_answers_in_free_text(
 
 @pytest.mark.parametrize("text", ["I could not do it.", '```json\n{"code": "x = 1"}\n```'])
 def test_a_free_text_answer_for_the_verifier_without_code_fails_to_parse(text: str) -> None:
-    """Retried (seed 001), rather than a verifier step spent on no code."""
+    """Retried (docs/workflows.md, "Routing"), rather than a verifier step spent on no code."""
     with pytest.raises(ParseError, match="no code found: give the complete module as one"):
         parse_output(FREE_CODER, text)
 
@@ -348,7 +349,7 @@ def test_a_seed_format_workflow_without_output_format_runs(nats_url: str, tmp_pa
     path.write_text(SEED_FORMAT)
     run = run_cli(
         "run", RELU, "--workflow", str(path), "--llm", "scripted:examples/scripted/relu.yaml",
-        "--json", "--nats-url", nats_url, "--out", str(tmp_path / "out"),
+        "--json", *as_user("daemon", nats_url), "--out", str(tmp_path / "out"),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
@@ -394,10 +395,10 @@ def test_workflow_validate_says_verifier_only_needs_a_candidate() -> None:
 
 
 @pytest.fixture
-def bridge(private_nats: str) -> Iterator[Bridge]:
-    b = Bridge(private_nats).start()
-    yield b
-    b.stop()
+def bridge() -> Iterator[Bridge]:
+    # The conductor's checks, handed the command directly: on the memory log.
+    with running_bridge() as b:
+        yield b
 
 
 @pytest.mark.parametrize(

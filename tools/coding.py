@@ -1,5 +1,5 @@
-"""The coding tools of seed 003: view, create, edit and search workspace files; run a
-shell command or the tests.
+"""The coding tools (docs/agents.md, "Tools"): view, create, edit and search workspace
+files; run a shell command or the tests.
 
 The file tools read ``ctx.files``, the workspace snapshot the log records
 (:mod:`kernelflow.tools.workspace`), never the real disk, so no path reaches outside the

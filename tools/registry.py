@@ -6,19 +6,20 @@ names a :class:`Tool` subclass and the tool is known by the class's ``name``::
     [project.entry-points."kernelflow.tools"]
     web_search = "my_package.tools:WebSearch"
 
-Plugins are loaded lazily, once per process, the first time a tool is looked up. A plugin
-that fails to load is logged and left out of :func:`tool_names`; asking for it by name
-raises :class:`UnknownTool` with the reason, so one broken package never breaks the rest.
+Plugins are loaded lazily, once per process, the first time a tool is looked up, by the
+loader every registry uses (``kernelflow.common.plugins``). A plugin that fails to load is
+logged and left out of :func:`tool_names`; asking for it by name raises
+:class:`UnknownTool` with the reason, so one broken package never breaks the rest.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import re
-from typing import TypeVar
+from typing import TypeVar, cast
 
+from kernelflow.common.plugins import load_plugins
 from kernelflow.tools.base import Tool, ToolLimits
 
 __all__ = ["ENTRY_POINT_GROUP", "UnknownTool", "make_tool", "register_tool", "tool_names"]
@@ -64,22 +65,24 @@ def _plugins() -> tuple[dict[str, type[Tool]], dict[str, str]]:
     (by entry point name)."""
     tools: dict[str, type[Tool]] = {}
     broken: dict[str, str] = {}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        where = f"tool plugin {ep.name!r} ({ep.value})"
-        try:
-            cls = ep.load()
-            if not (isinstance(cls, type) and issubclass(cls, Tool)):
-                raise TypeError(f"{cls!r} is not a subclass of kernelflow.tools.Tool")
-            name = _checked_name(cls)
-        except Exception as exc:  # any error of a third-party import is the plugin's
-            broken[ep.name] = f"{where} failed to load: {type(exc).__name__}: {exc}"
-            log.warning("%s", broken[ep.name])
-            continue
+
+    def problem(entry: str, obj: object) -> str | None:
+        if not (isinstance(obj, type) and issubclass(obj, Tool)):
+            raise TypeError(f"{obj!r} is not a subclass of kernelflow.tools.Tool")
+        name = _checked_name(obj)
         if name in _BUILTIN or name in tools:
-            broken[ep.name] = f"{where}: a tool named {name!r} already exists; ignored"
-            log.warning("%s", broken[ep.name])
-            continue
-        tools[name] = cls
+            return f"is ignored: a tool named {name!r} already exists"
+        return None
+
+    def register(entry: str, obj: object) -> None:
+        cls = cast(type[Tool], obj)
+        tools[_checked_name(cls)] = cls
+
+    def report(entry: str, why: str) -> None:
+        broken[entry] = why
+        log.warning("%s", why)
+
+    load_plugins(ENTRY_POINT_GROUP, problem, register, label="tool plugin", on_problem=report)
     return tools, broken
 
 

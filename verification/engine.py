@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,9 +54,20 @@ from kernelflow.sandbox.process import read_tail
 from kernelflow.sandbox.workdirs import VERIFY_PREFIX, locked_workdir
 from kernelflow.verification.backends import DEFAULT_BACKEND, UnknownBackend, backend_names
 from kernelflow.verification.backends import backend as find_backend
+from kernelflow.verification.backends.extension import ExtensionSpec, wanted_extensions
 from kernelflow.verification.child.compare import DEFAULT_TOLERANCES
 from kernelflow.verification.child.remote import CANDIDATE_DIR
 from kernelflow.verification.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
+from kernelflow.verification.extensions import (
+    Extension,
+    build_locks,
+    default_cache_dir,
+    planned_extensions,
+    toolchain,
+    unbuilt,
+)
+from kernelflow.verification.extensions import install as extensions_install
+from kernelflow.verification.extensions import store as extensions_store
 from kernelflow.verification.gate import gate_findings
 from kernelflow.verification.policy import DEFAULT_POLICY, STRICT, Policy, UnknownPolicy
 from kernelflow.verification.policy import policy as find_policy
@@ -96,7 +108,10 @@ CHILD_MODULE = "kernelflow.verification.child"
 # 3: strictness policies; gate rules that follow data and the Triton language (correct
 # kernels written elsewhere were refused); the task's and the node's faults are verdicts
 # of their own; tolerances scale with outputs near zero.
-VERIFIER_VERSION = 3
+# 4: C++ (cpp) and KernelBench-format CUDA (cuda) backends; timing on the CPU for C++, on
+# inputs no call finds cached, in batches of up to 1000 calls, after a last trial on the
+# first shape set.
+VERIFIER_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -122,8 +137,19 @@ class VerifierConfig:
     # The CUDA device (index or UUID) this verifier owns; its sandboxes see only that one
     # (``kernelflow daemon --gpus``: one verifier actor per device). None: all of them.
     gpu: str | None = None
-    timing: bool = True  # on a GPU: time candidate vs baseline
-    timing_reps: int = 50
+    # Time candidate vs baseline where the backend's kernels are timed (``Backend.timed_on``:
+    # Triton and CUDA on GPUs, C++ on the CPU).
+    timing: bool = True
+    # The most calls a timed batch makes (a batch is otherwise about 0.1 s of calls: the
+    # request that runs it costs the candidate's side a round trip, spread over its calls).
+    timing_reps: int = 1000
+    # The threads candidate and baseline alike compute with (torch's and OpenMP's); None:
+    # every core this process may use.
+    threads: int | None = None
+    # Compiled C++/CUDA extensions, shared by the verifiers of a node (None: a dir of this
+    # user's under the temp dir); and how long building one candidate's may take.
+    extension_cache: str | None = None
+    compile_timeout_s: float = 300.0
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
     # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
     compare_compile: bool = False
@@ -395,7 +421,9 @@ def _run_sandboxed(
 ) -> VerificationReport:
     """Run the check in a sandbox (forked from the warm worker, or a fresh process) in a
     locked work dir of its own; the report made of what it left behind. Without a
-    candidate, the job checks only that the reference runs."""
+    candidate, the job checks only that the reference runs. A candidate's C++/CUDA
+    extensions are built first, by a build job under a time limit of its own (or found in
+    the cache), and handed to the check built."""
     shapes = (
         [dict(s) for s in config.shapes]
         if config.shapes is not None
@@ -404,57 +432,142 @@ def _run_sandboxed(
     plan = _sandbox_plan(config.python, device, config.memory_mb)
     if plan.refusal:
         raise _Refused("unsupported", plan.refusal)
+    wanted = wanted_extensions(candidate_source) if candidate_source is not None else []
+    extensions = _built_extensions(wanted, candidate_source or "", device, plan, config)
+    job = {
+        "reference_only": candidate_source is None,
+        "task_file": "task.py",
+        "candidate_file": "candidate.py",
+        "trials": config.trials,
+        "seed": config.seed,
+        "device": device,
+        "backend": backend,
+        "shapes": shapes,
+        "auto_shapes": config.shapes is None,
+        "fallback_shapes": (
+            fallback_shape_sets(task_source, device, config.cpu_budget)
+            if config.shapes is None
+            else []
+        ),
+        "tolerances": config.tolerances or DEFAULT_TOLERANCES,
+        "timing": config.timing and device in find_backend(backend).timed_on,
+        "timing_reps": config.timing_reps,
+        "threads": config.threads or _usable_cores(),
+        "baseline": config.baseline,
+        "compare_compile": config.compare_compile,
+        # What the candidate's process records instead of refusing (the policy's).
+        "warned_rules": sorted(policy.warned),
+    }
+    return _run_job(
+        job,
+        task_source,
+        candidate_source,
+        plan,
+        config,
+        config.timeout_s,
+        prepare=lambda cand_dir: extensions_install(extensions, cand_dir),
+    )
+
+
+def _built_extensions(
+    wanted: list[ExtensionSpec],
+    candidate_source: str,
+    device: str,
+    plan: SandboxPlan,
+    config: VerifierConfig,
+) -> list[Extension]:
+    """The candidate's extensions, built: those the cache lacks are built by a build job
+    (the compiler's errors refuse the candidate as ``compile_error``) and cached."""
+    if not wanted:
+        return []
+    cache_dir = Path(config.extension_cache) if config.extension_cache else default_cache_dir()
+    extensions = planned_extensions(wanted, cache_dir, toolchain(config.python))
+    if not unbuilt(extensions):
+        return extensions
+    with build_locks(extensions):
+        missing = unbuilt(extensions)  # another verifier may have built them meanwhile
+        if not missing:
+            return extensions
+        job = {
+            "build": [e.job_entry() for e in missing],
+            "candidate_file": "candidate.py",
+            "device": device,
+        }
+        report = _run_job(
+            job,
+            "",
+            candidate_source,
+            plan,
+            config,
+            config.compile_timeout_s,
+            keep=lambda cand_dir: extensions_store(missing, cand_dir / "extensions"),
+        )
+    if report.verdict == "timeout":
+        summary = f"building the extensions took longer than {config.compile_timeout_s:g} s"
+        raise _Refused("compile_error", summary)
+    if not report.passed:
+        raise _Refused(report.verdict, report.summary, report.errors, report.reasons)
+    if still := unbuilt(extensions):
+        raise _Refused("compile_error", f"the extension {still[0].spec.name!r} was not built")
+    return extensions
+
+
+def _run_job(
+    job: Mapping[str, object],
+    task_source: str,
+    candidate_source: str | None,
+    plan: SandboxPlan,
+    config: VerifierConfig,
+    timeout_s: float,
+    *,
+    prepare: Callable[[Path], None] | None = None,
+    keep: Callable[[Path], None] | None = None,
+) -> VerificationReport:
+    """Run ``job`` in a sandbox in a fresh work dir holding the task and the candidate
+    (``prepare``: more for the candidate's dir, before it runs; ``keep``: what to take from
+    the candidate's dir after, before the work dir goes)."""
+    device = str(job["device"])
     with locked_workdir(VERIFY_PREFIX) as workdir:
         Path(workdir, "task.py").write_text(task_source)
         # The candidate's process works in a dir of its own and sees nothing else of these.
-        Path(workdir, CANDIDATE_DIR).mkdir()
+        cand_dir = Path(workdir, CANDIDATE_DIR)
+        cand_dir.mkdir()
         if candidate_source is not None:
-            Path(workdir, CANDIDATE_DIR, "candidate.py").write_text(candidate_source)
-        job = {
-            "reference_only": candidate_source is None,
-            "task_file": "task.py",
-            "candidate_file": "candidate.py",
-            "trials": config.trials,
-            "seed": config.seed,
-            "device": device,
-            "backend": backend,
-            "shapes": shapes,
-            "auto_shapes": config.shapes is None,
-            "fallback_shapes": (
-                fallback_shape_sets(task_source, device, config.cpu_budget)
-                if config.shapes is None
-                else []
-            ),
-            "tolerances": config.tolerances or DEFAULT_TOLERANCES,
+            (cand_dir / "candidate.py").write_text(candidate_source)
+        if prepare is not None:
+            prepare(cand_dir)
+        sandbox = {
             "memory_kind": plan.memory_kind,
             "fs_isolation": plan.fs_isolation,
             "sandbox_notes": list(plan.notes),
             "memory_mb": config.memory_mb,
-            "timing": config.timing,
-            "timing_reps": config.timing_reps,
-            "baseline": config.baseline,
-            "compare_compile": config.compare_compile,
-            # What the candidate's process records instead of refusing (the policy's).
-            "warned_rules": sorted(policy.warned),
         }
-        Path(workdir, "job.json").write_text(json.dumps(job))
+        Path(workdir, "job.json").write_text(json.dumps({**job, **sandbox}))
         try:
             if config.warm:
                 key = _worker_key(config, device, plan.prefix)
-                outcome = run_in_warm_process(
-                    key, workdir, config.timeout_s, config.max_output_bytes
-                )
+                outcome = run_in_warm_process(key, workdir, timeout_s, config.max_output_bytes)
             else:
-                outcome = _run_fresh(plan, device, workdir, config)
+                outcome = _run_fresh(plan, device, workdir, config, timeout_s)
         except (OSError, WarmProcessLost) as exc:  # the node's fault, not the candidate's
             raise _Refused("unsupported", f"could not run the sandbox: {exc}") from None
-        printed = read_tail(Path(workdir, CANDIDATE_DIR, CANDIDATE_OUTPUT), config.max_output_bytes)
-        report = interpret(outcome, workdir, config.timeout_s, printed)
+        printed = read_tail(cand_dir / CANDIDATE_OUTPUT, config.max_output_bytes)
+        report = interpret(outcome, workdir, timeout_s, printed)
+        if keep is not None and report.passed:
+            keep(cand_dir)
         return msgspec.structs.replace(report, checks=checks_on(config, plan))
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity; the machine's count elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _run_fresh(
-    plan: SandboxPlan, device: str, workdir: str, config: VerifierConfig
+    plan: SandboxPlan, device: str, workdir: str, config: VerifierConfig, timeout_s: float
 ) -> ProcessOutcome:
     """The naive path: a fresh interpreter for this one check, its result on a pipe."""
     env = device_env(workdir, device, config.gpu)
@@ -464,7 +577,7 @@ def _run_fresh(
         args = (workdir, "--result-fd", str(result_w))
         cmd = [*plan.prefix, *isolated_module(config.python, CHILD_MODULE, *args)]
         outcome = run_process(
-            cmd, workdir, env, config.timeout_s, config.max_output_bytes, pass_fds=(result_w,)
+            cmd, workdir, env, timeout_s, config.max_output_bytes, pass_fds=(result_w,)
         )
     finally:
         os.close(result_w)

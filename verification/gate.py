@@ -75,6 +75,7 @@ import ast
 from kernelflow.common.syntax import parse_module
 from kernelflow.verification.backends import DEFAULT_BACKEND, Backend, dotted_name
 from kernelflow.verification.backends import backend as find_backend
+from kernelflow.verification.backends.base import import_bindings
 from kernelflow.verification.gate_chains import (
     is_namespace,
     judge_import,
@@ -248,16 +249,9 @@ class _Gate(Checks):
         if isinstance(node, ast.ImportFrom) and node.level:
             self.add("forbidden_import", node, "relative imports are not allowed")
             return
-        for alias in node.names:
-            if isinstance(node, ast.Import):
-                local = alias.asname or alias.name.split(".")[0]
-                path = alias.name if alias.asname else local
-                imported = alias.name
-            else:
-                local = alias.asname or alias.name
-                path = imported = f"{node.module or ''}.{alias.name}"
+        for (local, path, imported), alias in zip(import_bindings(node), node.names, strict=True):
             self.aliases[local] = path
-            verdict = judge_import(imported, self.extra_roots)
+            verdict = judge_import(imported, self.extra_roots, self.backend.glue_paths)
             if verdict is not None:
                 self.add(verdict[0], node, verdict[1])
                 self.refused_imports.add(local)

@@ -78,9 +78,14 @@ def is_namespace(path: str, extra_roots: tuple[str, ...] = ()) -> bool:
     return path in _NAMESPACES or path in extra_roots
 
 
-def judge_import(path: str, extra_roots: tuple[str, ...]) -> Verdict | None:
+def judge_import(
+    path: str, extra_roots: tuple[str, ...], glue: tuple[str, ...] = ()
+) -> Verdict | None:
     """Why importing ``path`` (``torch.nn``, ``torch.empty`` from ``from torch import
-    empty``) is refused; None when it may be imported."""
+    empty``) is refused; None when it may be imported (``glue``: the backend's paths the
+    gate otherwise refuses, and the modules holding them)."""
+    if path in glue or any(g.startswith(path + ".") for g in glue):
+        return None
     roots = (*ALLOWED_IMPORTS, *extra_roots)
     if not any(path == root or path.startswith(root + ".") for root in roots):
         return (

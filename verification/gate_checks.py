@@ -111,6 +111,14 @@ class Checks:
         """An attribute chain of an imported module (``path`` resolved), read here."""
         if (dotted_name(node) or "").partition(".")[0] in self.refused_imports:
             return
+        if path in self.backend.glue_paths:
+            if scope.where not in ("module", "class", "init"):
+                self.add(
+                    "file_io",
+                    node,
+                    f"`{shown(path)}` builds files: build once, at module level or in __init__",
+                )
+            return
         verdict = judge_chain(path, scope.context, self.extra_roots)
         if verdict is not None:
             self.add(verdict[0], node, verdict[1])

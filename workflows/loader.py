@@ -1,4 +1,4 @@
-"""Load workflow YAML (seed 001's format) and refuse it with every problem it has.
+"""Load workflow YAML (docs/workflows.md, "The file") and refuse it with every problem it has.
 
 A refusal lists each problem on a line of its own, with the source, the key path and,
 where known, the line: ``my.yaml: agent_info.coder.possible_next_agent[1]: unknown agent

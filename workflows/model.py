@@ -10,9 +10,9 @@ VERIFIER = "verifier"  # the one agent that is a program, not an LLM
 DEFAULT_SINGLE_AGENT_LIMIT = 3
 DEFAULT_AGENT_KIND = "llm"  # one LLM call, its answer parsed: what designer/coder are
 CODE_FIELD = "code"  # the output field the verifier checks
-# An agent without ``output_format`` (seed 001 makes it optional) answers in free text:
-# its whole answer is its ``answer`` field, and the last fenced code block in it its
-# ``code`` field; one that may hand over to the verifier must give such a block
+# An agent without ``output_format`` (optional: docs/workflows.md, "output_format") answers
+# in free text: its whole answer is its ``answer`` field, and the last fenced code block in
+# it its ``code`` field; one that may hand over to the verifier must give such a block
 # (kernelflow.workflows.parsing).
 ANSWER_FIELD = "answer"
 

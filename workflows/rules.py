@@ -1,6 +1,6 @@
 """The conductor's routing rules, as pure functions of the workflow and the task's history.
 
-After an agent finishes (seed 001; docs/architecture.md, "Routing"):
+After an agent finishes (docs/workflows.md, "Routing"):
 
 1. An agent that could not work at all (provider down, no responses left) ends the task.
 2. The limits remove agents: every agent once ``max_step`` agents ran; an agent that ran
@@ -8,17 +8,17 @@ After an agent finishes (seed 001; docs/architecture.md, "Routing"):
    pattern that ended the history ``max_repeats`` times back to back. Each removal is
    recorded on the decision with its limit and the counts that reached it.
 3. Output that failed to parse reruns the same agent, whether or not it lists itself in
-   ``possible_next_agent`` (seed 001: "retry the current agent"), unless a limit removed
+   ``possible_next_agent`` (a parse failure is retried, not routed), unless a limit removed
    it; then it is routed like any other result, the retry named among the removed options.
 4. After the verifier, a failure removes ``finish``. A pass never goes back to the
    kernel's author (the agent whose code passed): it finishes when no other of the
    verifier's next agents is left by the limits, and otherwise the conductor's LLM chooses
-   among ``finish`` (first, so that a fallback finishes) and those agents (seed 001: several
-   options, an LLM decision). So the predefined ``default`` (verifier → [finish, coder],
-   the coder wrote the kernel) finishes on a pass with no LLM call, while seed 001's
-   optimizer example (verifier → [finish, coder, optimizer]) may send a kernel the coder got
-   right on to the optimizer, and ``conductor_connect_all`` may send it back to the
-   designer for another round.
+   among ``finish`` (first, so that a fallback finishes) and those agents (several options:
+   an LLM decision). So the predefined ``default`` (verifier → [finish, coder], the coder
+   wrote the kernel) finishes on a pass with no LLM call, while the optimizer example
+   ``default_with_optimizer.yaml`` (verifier → [finish, coder, optimizer]) may send a
+   kernel the coder got right on to the optimizer, and ``conductor_connect_all`` may send
+   it back to the designer for another round.
 5. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
    → take it; otherwise the conductor's LLM chooses among the options.
 """

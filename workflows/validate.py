@@ -1,4 +1,4 @@
-"""Check a workflow document (seed 001's format) and build the ``Workflow`` it describes.
+"""Check a workflow document (docs/workflows.md, "The file") and build its ``Workflow``.
 
 Every problem is collected, not only the first, each under its key path
 (``agent_info.coder.output_format.parser_definition.output_fields.code.mandatry``); a
@@ -346,7 +346,7 @@ class _Checker:
         self, doc: dict[Any, Any], path: str
     ) -> tuple[str | None, tuple[OutputField, ...]] | None:
         """``(parser_name, fields)``; no fields for an agent without ``output_format``,
-        which answers in free text (seed 001 makes it optional; see parsing.py)."""
+        which answers in free text (docs/workflows.md, "output_format"; see parsing.py)."""
         if "output_format" not in doc:
             return None, ()
         fmt_path = f"{path}.output_format"

@@ -1,6 +1,6 @@
-"""Agent kinds (seed 003's agents as pure step functions): ``llm``, ``react``, ``tool``,
-``coding`` and any registered through ``register_agent`` or the ``kernelflow.agents``
-entry-point group."""
+"""Agent kinds (agents as pure step functions; docs/agents.md, "Kinds"): ``llm``,
+``react``, ``tool``, ``coding`` and any registered through ``register_agent`` or the
+``kernelflow.agents`` entry-point group."""
 
 from kernelflow.actors.kinds import coding, llm, react, tool  # noqa: F401  (register the built-ins)
 from kernelflow.actors.kinds.base import (

@@ -1,4 +1,5 @@
-"""The ``coding`` kind: a ReAct agent for software work in a workspace (seed 003 §3.3).
+"""The ``coding`` kind: a ReAct agent for software work in a workspace
+(docs/agents.md, "Kinds").
 
 It works through the phases understanding → exploration → planning → implementation →
 testing → refinement, which are read off what it has done (``CodebaseState``: files

@@ -1,4 +1,4 @@
-"""The text formats models use to act (seed 003): pure parsers, no I/O.
+"""The text formats models use to act (docs/agents.md, "Kinds"): pure parsers, no I/O.
 
 ReAct replies::
 

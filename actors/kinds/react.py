@@ -1,4 +1,5 @@
-"""The ``react`` kind: Thought / Action / Observation until a Final Answer (seed 003 §3.1).
+"""The ``react`` kind: Thought / Action / Observation until a Final Answer
+(docs/agents.md, "Kinds").
 
 Settings (``agent_config``): ``require_thought_before_action`` (an Action without a
 Thought is not run; the model is asked to think first), ``max_consecutive_thoughts`` (after

@@ -1,5 +1,5 @@
 """The ``tool`` kind: each reply may make one or several tool calls, whose results come
-back together; a reply without calls is the answer (seed 003 §3.2).
+back together; a reply without calls is the answer (docs/agents.md, "Kinds").
 
 Settings: ``allow_multiple`` (more than one call per reply), ``max_calls_per_step`` (calls
 beyond it are not run, and the model is told), ``require_tool_usage`` (an answer before any

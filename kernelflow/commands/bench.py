@@ -32,13 +32,12 @@ from kernelflow.commands.options import (
 from kernelflow.offline.sources import BENCH_RUN
 from kernelflow.projections.benchmark import (
     BENCH_FAST_P,
-    ProblemResult,
+    PROBLEM,
     benchmark_card,
-    card_lines,
     problem_result,
     run_summary,
 )
-from kernelflow.projections.report import table
+from kernelflow.projections.report import bench_text
 from kernelflow.runtime import connected, start_daemon, stopped_after, terminated_as_interrupted
 from kernelflow.search.driver import (
     Budget,
@@ -55,7 +54,6 @@ from kernelflow.verification.policy import DEFAULT_POLICY
 from kernelflow.verification.taskfile import TaskFileError, check_task_source
 from kernelflow.workflows.loader import WorkflowError, parse_workflow, resolve_workflow
 
-PROBLEM = "problem"  # the metadata key of a candidate's problem file (BENCH_RUN: its run)
 _NUMBERED = re.compile(r"^(\d+)_")
 
 
@@ -310,43 +308,3 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(bench_text(run, results, summary, card))
     return 0
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def bench_text(
-    run: str, results: list[ProblemResult], summary: dict[str, Any], card: dict[str, Any]
-) -> str:
-    rows = [
-        [
-            r.problem,
-            r.best_verdict or "-",
-            _x(r.speedup),
-            _x(r.speedup_compile),
-            r.candidates,
-            r.verifications,
-            r.tokens,
-            "-" if r.cost_usd is None else f"{r.cost_usd:.4f}",
-        ]
-        for r in results
-    ]
-    headers = ["problem", "best", "vs eager", "vs compile", "candidates", "checks", "tokens", "usd"]
-    fast = ", ".join(
-        f"fast_{p}={'-' if v is None else f'{v:.2f}'}" for p, v in summary["fast_p"].items()
-    )
-    lines = [
-        f"bench {run}",
-        table(headers, rows),
-        "",
-        f"solved {summary['solved']}/{summary['problem_count']}  {fast}  "
-        f"geomean {_x(summary['geomean_speedup'])}",
-        f"tokens {summary['tokens']}  usd "
-        + ("-" if summary["dollars"] is None else f"{summary['dollars']:.4f}")
-        + f"  gpu-seconds {summary['gpu_seconds']:.1f}",
-    ]
-    if summary["note"]:
-        lines.append(f"note: {summary['note']}")
-    lines += ["", "benchmark card", *card_lines(card)]
-    return "\n".join(lines)

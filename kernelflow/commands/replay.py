@@ -15,8 +15,9 @@ from kernelflow.commands.options import add_source_options
 from kernelflow.events.model import Event, QuarantinedEvent
 from kernelflow.offline.sources import source_for
 from kernelflow.projections.counters import counters_at_decisions, repeat_counters
-from kernelflow.projections.metrics import MetricsProjection, projection_metrics
+from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.report import agent_rows, tool_rows
+from kernelflow.projections.statistics import projection_metrics
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import build_trajectory
 from kernelflow.render import counters_text, counters_view, trajectory_text, unknown_kinds_note

@@ -15,14 +15,10 @@ from kernelflow.offline.files import atomic_output
 from kernelflow.offline.sources import Source, source_for
 from kernelflow.projections.benchmark import benchmark_card
 from kernelflow.projections.flow_grpo import RewardFacts
-from kernelflow.projections.metrics import (
-    DEFAULT_FAST_P,
-    MetricsProjection,
-    by_workflow,
-    projection_metrics,
-)
+from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.report import report_json, report_text
 from kernelflow.projections.search import SearchDatabase
+from kernelflow.projections.statistics import DEFAULT_FAST_P, by_workflow, projection_metrics
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
 

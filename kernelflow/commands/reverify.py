@@ -13,7 +13,7 @@ from kernelflow.offline.reverify import Outcome, check_again, kernels_to_check, 
 from kernelflow.offline.sources import LiveSource, source_for
 from kernelflow.settings import Settings
 from kernelflow.usage import UsageError
-from kernelflow.verification.engine import VERIFIER_VERSION, VerifierConfig
+from kernelflow.verification.engine import VERIFIER_VERSION
 
 
 def register(subparsers: Any) -> None:
@@ -40,11 +40,8 @@ def register(subparsers: Any) -> None:
 def cmd_reverify(args: argparse.Namespace, settings: Settings) -> int:
     if args.trials < 1 or args.timeout <= 0:
         raise UsageError("--trials must be at least 1 and --timeout above 0")
-    config = VerifierConfig(
-        trials=args.trials,
-        timeout_s=args.timeout,
-        device=args.device,
-        compare_compile=settings.compare_compile,
+    config = settings.verifier_config(
+        trials=args.trials, timeout_s=args.timeout, device=args.device
     )
     with source_for(args, settings) as source:
         kernels, current = kernels_to_check(source, force=args.force)

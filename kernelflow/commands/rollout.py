@@ -20,14 +20,8 @@ from kernelflow.projections.rewards import (
     UnknownReward,
     check_reward_names,
 )
-from kernelflow.rollout import (
-    DatasetError,
-    Rollout,
-    RolloutConfig,
-    load_dataset,
-    print_progress,
-    rollout_summary,
-)
+from kernelflow.prompt_datasets import DatasetError, load_dataset
+from kernelflow.rollout import Rollout, RolloutConfig, print_progress, rollout_summary
 from kernelflow.runtime import terminated_as_interrupted
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError

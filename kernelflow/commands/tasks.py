@@ -14,7 +14,7 @@ import msgspec
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE
-from kernelflow.actors.readmodel import NoAnswer, query_status, status_rows
+from kernelflow.actors.readmodel_client import NoAnswer, query_status, status_rows
 from kernelflow.commands.options import add_connection_options
 from kernelflow.commands.submission import (
     add_task_options,
@@ -212,7 +212,12 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             asked.cancel()
     if answer is None:
-        raise WaitTimeout(f"no daemon answered within {args.timeout:g}s (is one running?)")
+        # A daemon running a conductor answered the pings, and none answered the cancel.
+        raise WaitTimeout(
+            f"no answer within {args.timeout:g}s, though a daemon runs a conductor: the "
+            "cancel stays queued and applies once a conductor takes it (its log says why "
+            "none has)"
+        )
     if not answer.get("ok"):
         print(f"kernelflow: {answer.get('error')}", file=sys.stderr)
         return EXIT_FAILED

@@ -15,9 +15,11 @@ from typing import Any
 import msgspec
 
 from kernelflow.commands.options import add_policy_option
+from kernelflow.events.model import TimingStats
+from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
-from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.engine import verify
 from kernelflow.verification.taskfile import (
     CandidateError,
     TaskFileError,
@@ -55,6 +57,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per verification")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads candidate and baseline compute with where timed on the CPU "
+        "(the cpp backend; env KF_VERIFY_THREADS; default: every core)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_verify)
 
@@ -92,7 +101,28 @@ def _read(path: str, what: str) -> str:
         raise _BadInput(f"{what} file {path}: cannot read it ({reason})") from None
 
 
-def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
+def timing_line(timing: TimingStats) -> str:
+    """How the timing came out, in one line: medians, their intervals, the method."""
+
+    def ms(side: dict[str, float], interval: list[float]) -> str:
+        around = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else ""
+        return f"{side.get('median', 0.0):.3g} ms{around}"
+
+    speedups = ", ".join(f"{kind} {value:.2f}x" for kind, value in timing.speedups.items())
+    interval = timing.speedup_ci95
+    line = (
+        f"  timing: candidate {ms(timing.candidate_ms, timing.candidate_ci_ms)}, "
+        f"{timing.baseline} {ms(timing.baseline_ms, timing.baseline_ci_ms)} (medians, 95 % "
+        f"intervals); speedup {speedups}"
+    )
+    if interval:
+        line += f" (between {interval[0]:.2f}x and {interval[1]:.2f}x)"
+    if timing.threads:
+        line += f"; {timing.threads} thread" + ("s" if timing.threads != 1 else "")
+    return line + "".join(f"\n  flag: {flag}" for flag in timing.flags)
+
+
+def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         task = _read(args.task, "task")
         candidate = _read(args.candidate, "candidate")
@@ -108,12 +138,18 @@ def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
         shapes = parse_shapes(args.shapes)
         if args.trials < 1 or args.timeout <= 0:
             raise _BadInput("--trials must be >= 1 and --timeout > 0")
+        if args.threads is not None and args.threads < 1:
+            raise _BadInput("--threads must be >= 1")
     except _BadInput as exc:
         print(f"kernelflow verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    config = VerifierConfig(
-        trials=args.trials, timeout_s=args.timeout, shapes=shapes, device=args.device
+    config = settings.verifier_config(
+        trials=args.trials,
+        timeout_s=args.timeout,
+        shapes=shapes,
+        device=args.device,
+        threads=args.threads or settings.verify_threads,
     )
     report = verify(task, candidate, backend=args.backend, policy=args.policy, config=config)
     task_broken = report.verdict == "task_error"
@@ -148,6 +184,8 @@ def cmd_verify(args: argparse.Namespace, settings: object = None) -> int:
             f"{report.verdict.upper()} on {report.device} ({report.backend}) in "
             f"{report.duration_s:.1f}s: {report.summary}"
         )
+        if report.timing is not None:
+            print(timing_line(report.timing))
         if not report.passed:
             print(report.feedback)
     if task_broken:

@@ -1,6 +1,6 @@
-"""kernelflow as verl's multi-turn rollout engine (seed 003 §6.2): an agent loop that runs
-each prompt through a kernelflow workflow, with the policy served by verl's own rollout
-server, token in, token out.
+"""kernelflow as verl's multi-turn rollout engine (docs/verl.md, "Agent loop"): an agent
+loop that runs each prompt through a kernelflow workflow, with the policy served by verl's
+own rollout server, token in, token out.
 
 Registered in verl's agent-loop registry as ``kernelflow_agent`` when this module is
 imported (``actor_rollout_ref.model.external_lib=kernelflow.integrations.verl_agent_loop``
@@ -66,7 +66,8 @@ from kernelflow.llm.base import LLMError, LLMRequest
 from kernelflow.llm.token_server import TokenServerProvider, TokenTurn
 from kernelflow.projections.rewards import JUDGE_REWARD, UnknownReward, get_reward, reward_input
 from kernelflow.projections.task_state import TaskState, apply
-from kernelflow.rollout import SOLVER, RolloutConfig, prompt_item, rollout_complete
+from kernelflow.prompt_datasets import prompt_item
+from kernelflow.rollout import SOLVER, RolloutConfig, rollout_complete
 from kernelflow.runtime import connected
 from kernelflow.settings import Settings
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from kernelflow import plots
 from kernelflow.projections.flow_grpo import TaskReward, rollout_reward
-from kernelflow.projections.metrics import RunMetrics, TaskMetrics, fast_p
+from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.report import Table, own_reward, report_sections
+from kernelflow.projections.statistics import RunMetrics, fast_p
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

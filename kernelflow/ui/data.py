@@ -28,8 +28,7 @@ from typing import Any, TypeVar
 from nats.aio.msg import Msg
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel import NoAnswer, query_status, status_rows
-from kernelflow.commands.bench import PROBLEM
+from kernelflow.actors.readmodel_client import NoAnswer, query_status, status_rows
 from kernelflow.events import subjects
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import (
@@ -42,6 +41,7 @@ from kernelflow.events.model import (
 )
 from kernelflow.events.quarantine import HistoryCheck
 from kernelflow.offline.sources import BENCH_RUN
+from kernelflow.projections.benchmark import PROBLEM
 from kernelflow.projections.flow_grpo import RewardFacts
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.search import SEARCH, SearchDatabase

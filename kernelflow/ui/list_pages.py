@@ -9,21 +9,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from kernelflow.commands.bench import bench_text
 from kernelflow.projections.benchmark import (
     BENCH_FAST_P,
     benchmark_card,
     problem_result,
     run_summary,
 )
-from kernelflow.projections.metrics import (
+from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.report import Table, bench_text, report_sections
+from kernelflow.projections.statistics import (
     DEFAULT_FAST_P,
-    TaskMetrics,
     by_workflow,
     projection_metrics,
     run_metrics,
 )
-from kernelflow.projections.report import Table, report_sections
 from kernelflow.ui.data import LocalFold, TaskRows
 from kernelflow.ui.html import (
     badge,

@@ -30,6 +30,7 @@ class CandidateModule(Protocol):
     tree: ast.Module
     jit_kernels: dict[str, ast.FunctionDef]  # every function decorated with ...jit, by name
     launched: set[str]  # the kernels the module launches: kernel[grid](...)
+    task_uses_half: bool  # the task computes in fp16/bf16 itself
 
     def resolve(self, node: ast.AST) -> str | None:
         """``node``'s dotted name, its first part resolved through the module's imports."""
@@ -71,6 +72,12 @@ class Backend(ABC):
     launch_label: ClassVar[str] = ""
     # Why the verdict is ``unsupported`` when start_runtime fails, in words.
     runtime_unavailable: ClassVar[str] = "its runtime cannot start here"
+    # Where its kernels are timed against the baseline ("cuda": on GPUs; Triton's CPU
+    # interpreter has no timing meaning).
+    timed_on: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    # Dotted paths the gate otherwise refuses that a candidate of this backend may use at
+    # module level or in __init__ (``torch.utils.cpp_extension.load_inline``).
+    glue_paths: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -93,11 +100,32 @@ class Backend(ABC):
 
     # ------------------------------------------------------------------ sandbox
 
+    def use_prebuilt(self, directory: str) -> None:
+        """In the sandbox, before ``start_runtime``: ``directory`` holds what the verifier
+        built for this candidate beforehand (compiled extensions). Nothing by default."""
+        return None
+
     @abstractmethod
     def start_runtime(self, device: str, launches: LaunchCounter) -> None:
         """In the sandbox, before the candidate is imported: ready the DSL's runtime on
         ``device`` and make every launch of one of its kernels go through ``launches``.
         Raise if it cannot run here: the verdict is then ``unsupported``."""
+
+
+def import_bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str, str]]:
+    """What an import binds: (local name, the dotted path it names, the module or object
+    imported) for each alias. ``import a.b`` binds ``a`` to ``a`` (importing ``a.b``);
+    ``import a.b as c`` binds ``c`` to ``a.b``; ``from a import b as c`` binds ``c`` to
+    ``a.b``."""
+    bound = []
+    for alias in node.names:
+        if isinstance(node, ast.Import):
+            local = alias.asname or alias.name.split(".")[0]
+            bound.append((local, alias.name if alias.asname else local, alias.name))
+        else:
+            path = f"{node.module or ''}.{alias.name}"
+            bound.append((alias.asname or alias.name, path, path))
+    return bound
 
 
 def dotted_name(node: ast.AST) -> str | None:

@@ -14,7 +14,9 @@ from functools import cache
 
 from kernelflow.common.plugins import load_plugins, unknown_name
 from kernelflow.verification.backends.base import Backend
+from kernelflow.verification.backends.cpp import CPP
 from kernelflow.verification.backends.cuda import CUDA
+from kernelflow.verification.backends.cupy import CUPY
 from kernelflow.verification.backends.triton import TRITON
 
 __all__ = [
@@ -88,3 +90,5 @@ def backend(name: str) -> Backend:
 
 register_backend(TRITON)
 register_backend(CUDA)
+register_backend(CUPY)
+register_backend(CPP)

@@ -16,8 +16,9 @@ __all__ = ["environment"]
 _NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
 
 
-def environment(device: str) -> dict[str, str]:
-    """Device name, driver and versions in words (empty values left out)."""
+def environment(device: str, backend: str = "") -> dict[str, str]:
+    """Device name, driver and versions in words (empty values left out); on the CPU, the
+    processor and the threads the check computes with (``backend``: what runs there)."""
     import torch
 
     found = {"python": platform.python_version(), "torch": torch.__version__}
@@ -32,8 +33,22 @@ def environment(device: str) -> dict[str, str]:
         found["cuda"] = str(torch.version.cuda or "")
         found["driver"] = _nvidia_driver()
     else:
-        found["device_name"] = f"cpu ({platform.machine()}; Triton in its interpreter)"
+        count = torch.get_num_threads()
+        threads = f"{count} thread" + ("s" if count != 1 else "")
+        runs = "Triton in its interpreter" if backend == "triton" else threads
+        found["device_name"] = f"cpu ({_cpu_model()}; {runs})"
     return {key: value for key, value in found.items() if value}
+
+
+def _cpu_model() -> str:
+    """The processor's model name (/proc/cpuinfo), else its architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def _nvidia_driver() -> str:

@@ -19,6 +19,7 @@ from kernelflow.verification.child.report import rejected
 
 __all__ = [
     "LAUNCHES",
+    "LastOutputs",
     "check_output_storage",
     "guarded_forward",
     "os_threads",
@@ -260,6 +261,24 @@ def storages(value: Any) -> list[tuple[int, int]]:
 
 def overlaps(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
     return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+
+
+class LastOutputs:
+    """The last call's outputs, kept alive (memory freed is the allocator's to reuse, and
+    an honest call's new output could land there), and whether each next call's outputs
+    are in memory of their own: not that call's (a cached or reused result)."""
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+        self.spans = storages(value) if value is not None else []
+
+    def take(self, got: Any) -> bool:
+        """Keep ``got`` as the last outputs; whether it shares no memory with the ones
+        before."""
+        spans = storages(got)
+        fresh = not overlaps(spans, self.spans)
+        self.value, self.spans = got, spans
+        return fresh
 
 
 def check_output_storage(got: Any, inputs: Any, model: Any) -> None:

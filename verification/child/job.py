@@ -1,7 +1,9 @@
 """One verification job, phase by phase, in the judge's process: fork the candidate's
 process first (:mod:`.remote`), confine this one, load the task, have the candidate's
 process load the candidate and start the backend's runtime, let the judge run the trials
-(:mod:`.judge`), time the candidate on a GPU, and hand the result to the parent.
+(:mod:`.judge`), time the candidate where its kernels are timed (:mod:`.timing`), and
+hand the result to the parent. A build job (``job["build"]``) only has the candidate's
+process compile its C++/CUDA extensions (:mod:`.build`).
 
 The job is ``WORKDIR/job.json`` (written by :mod:`kernelflow.verification.engine`);
 the candidate's files are in ``WORKDIR/candidate/``. The result, the fields of
@@ -24,6 +26,7 @@ from typing import Any
 from kernelflow.sandbox import confine_judge
 from kernelflow.sandbox.limits import libc
 from kernelflow.verification.child.compare import compare_outputs, tolerances_of
+from kernelflow.verification.child.device import set_threads
 from kernelflow.verification.child.environment import environment
 from kernelflow.verification.child.judge import (
     Checks,
@@ -101,8 +104,16 @@ def run_job(
     whether the task's reference runs on every shape set (``task_error`` if it cannot)."""
     import torch
 
+    if job.get("build"):
+        assert candidate is not None
+        try:
+            return build_job(candidate, job)
+        except Verdict as verdict:
+            return verdict.result
     checks = Checks.from_job(job)
-    reports = Reports(checks.device, environment(checks.device))
+    # The reference computes with the threads the candidate's process is given.
+    set_threads(int(job.get("threads") or 0))
+    reports = Reports(checks.device, environment(checks.device, str(job.get("backend") or "")))
     if checks.device == "cuda":
         # Full-precision fp32 reference: TF32 would loosen it beyond the tolerances.
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -145,6 +156,25 @@ def run_job(
     )
 
 
+def build_job(candidate: RemoteCandidate, job: dict[str, Any]) -> dict[str, Any]:
+    """A build job's result: ``pass`` once the candidate's process built every extension
+    (:mod:`.build`), else ``compile_error`` with the compiler's first errors."""
+    device = str(job["device"])
+    reports = Reports(device)
+    started = time.monotonic()
+    try:
+        errors = candidate.build(list(job["build"]), device)
+    except Unsupported as exc:
+        raise reports.failed("unsupported", str(exc), [str(exc)], f"unsupported: {exc}") from None
+    except CandidateRaised as raised:
+        raise candidate_raised(reports, dict(raised.info), "the build", 0, "build") from None
+    except CandidateDied as died:
+        raise candidate_died(reports, died, 0, "build") from None
+    if errors:
+        raise reports.failed("compile_error", errors[0], errors[1:], "compile_error: " + errors[0])
+    return reports.built(len(job["build"]), time.monotonic() - started)
+
+
 def import_task(workdir: Path, file: str, name: str, reports: Reports) -> Any:
     try:
         return load_module(workdir / file, name)
@@ -168,6 +198,7 @@ def load_candidate(
             device,
             name,
             list(job.get("warned_rules") or []),
+            int(job.get("threads") or 0),
         )
     except Unsupported as exc:  # the backend's runtime, or the sandbox, cannot run here
         msg = str(exc)
@@ -193,9 +224,10 @@ def time_candidate(
     notes: list[str],
     workdir: str,
 ) -> tuple[float | None, dict[str, Any] | None]:
-    """Speedup and timing details on a GPU when asked for; interpreted Triton on the CPU
-    has no meaningful timing, so (None, None) there. A failed timing is a note."""
-    if job.get("device") != "cuda" or not job.get("timing", True):
+    """Speedup and timing details when the job asks for them (the parent asks where the
+    backend's kernels are timed: interpreted Triton on the CPU has no timing meaning). A
+    failed timing is a note."""
+    if not job.get("timing"):
         return None, None
     try:
         tolerances = tolerances_of(job)
@@ -206,6 +238,7 @@ def time_candidate(
             judged.expected,
             job,
             lambda outputs: compare_outputs(judged.expected, outputs, tolerances),
+            notes,
         )
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):

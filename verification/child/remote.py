@@ -110,9 +110,11 @@ class RemoteCandidate:
         device: str,
         name: str,
         warned_rules: list[str] | None = None,
+        threads: int = 0,
     ) -> bool:
         """Import the candidate module; whether it defines ``ModelNew``. ``warned_rules``:
-        the guards' rules whose findings the policy records instead of refusing."""
+        the guards' rules whose findings the policy records instead of refusing;
+        ``threads``: how many threads it computes with (0: the default)."""
         reply, _ = self._ask(
             {
                 "op": "load",
@@ -121,6 +123,7 @@ class RemoteCandidate:
                 "device": device,
                 "name": name,
                 "warned_rules": list(warned_rules or []),
+                "threads": threads,
             },
             [],
         )
@@ -128,6 +131,13 @@ class RemoteCandidate:
             raise Unsupported(str(reply["unsupported"]))
         self.notes = [str(note) for note in reply.get("notes") or []]
         return bool(reply.get("has_model"))
+
+    def build(self, extensions: list[dict[str, Any]], device: str) -> list[str]:
+        """Build the extensions the module asks ``load_inline`` for (``extensions``: their
+        specs and the module names to build them under) into the candidate's work dir; the
+        compiler's errors, shortened (empty: all built)."""
+        reply, _ = self._ask({"op": "build", "extensions": extensions, "device": device}, [])
+        return [str(e) for e in reply.get("errors") or []]
 
     def construct(self, init_inputs: Any, seed: int) -> None:
         """``ModelNew(*init_inputs)`` after seeding its RNG with ``seed``."""
@@ -145,15 +155,26 @@ class RemoteCandidate:
         request = {"op": "forward", "inputs_may_change": inputs_may_change}
         return self._call(request, inputs, device, expected_bytes)
 
-    def time(self, inputs: list[Any], reps: int, device: str, expected_bytes: int) -> Answer:
-        """``reps`` calls on ``inputs``; the last call's outputs (the caller times it)."""
-        return self._call({"op": "time", "reps": reps}, inputs, device, expected_bytes)
+    def stage(self, inputs: list[Any]) -> None:
+        """Send the inputs the timed batches run on (once: no batch's time holds their
+        transfer)."""
+        blobs: list[bytes | memoryview] = []
+        self._ask({"op": "stage", "inputs": encode_value(list(inputs), blobs)}, blobs)
+
+    def time(self, reps: int) -> None:
+        """``reps`` calls on the staged inputs (the caller times the request)."""
+        self._ask({"op": "time", "reps": reps}, [])
+
+    def timed_outputs(self, device: str, expected_bytes: int) -> Answer:
+        """The outputs of the last timed call."""
+        return self._call({"op": "timed_outputs"}, None, device, expected_bytes)
 
     def _call(
-        self, request: dict[str, Any], inputs: list[Any], device: str, expected_bytes: int
+        self, request: dict[str, Any], inputs: list[Any] | None, device: str, expected_bytes: int
     ) -> Answer:
         blobs: list[bytes | memoryview] = []
-        request["inputs"] = encode_value(list(inputs), blobs)
+        if inputs is not None:
+            request["inputs"] = encode_value(list(inputs), blobs)
         # An answer may not be much larger than the reference's own outputs.
         self.channel.max_bytes = 4 * expected_bytes + _ANSWER_SLACK_BYTES
         reply, got = self._ask(request, blobs)

@@ -113,6 +113,11 @@ class Reports:
             }
         )
 
+    def built(self, count: int, seconds: float) -> dict[str, Any]:
+        """A build job that built its ``count`` extensions."""
+        summary = f"built {count} extension(s) in {seconds:.1f} s"
+        return {**self.base, "verdict": "pass", "summary": summary, "errors": [], "reasons": []}
+
     def passed(
         self,
         *,

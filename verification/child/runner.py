@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelflow.verification.backends import backend
+from kernelflow.verification.child.build import build_extensions
 from kernelflow.verification.child.candidate import Candidate
 from kernelflow.verification.child.channel import (
     Channel,
@@ -25,12 +26,12 @@ from kernelflow.verification.child.channel import (
     decode_value,
     encode_value,
 )
+from kernelflow.verification.child.device import cold_copies, set_threads, synchronize
 from kernelflow.verification.child.guards import (
     LAUNCHES,
+    LastOutputs,
     guarded_construction,
     os_threads,
-    overlaps,
-    storages,
     warm_up_thread_pools,
 )
 from kernelflow.verification.child.loading import clone, flatten, seed_all
@@ -56,15 +57,19 @@ class _Runner:
         self.refusal = refusal
         self.device = "cpu"
         self.candidate: Candidate | None = None
-        # The last call's outputs, kept alive: memory freed is the allocator's to reuse.
-        self.previous: Any = None
+        self.previous = LastOutputs()  # the last call's outputs
+        self.staged: list[list[Any]] = []  # the inputs of timed calls, in copies
+        self.turn = 0  # the copy the last timed call took
+        self.timed = LastOutputs()  # the last timed call's outputs
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.refusal is not None:
             return {"unsupported": self.refusal}
         self.device = str(request["device"])
         dsl = backend(str(request["backend"]))
+        set_threads(int(request.get("threads") or 0))
         try:
+            dsl.use_prebuilt(str(self.workdir))
             dsl.start_runtime(self.device, LAUNCHES)
         except Exception as exc:
             return {
@@ -86,6 +91,15 @@ class _Runner:
             )
         return {"has_model": candidate.model_class is not None, "notes": self.notes}
 
+    def build(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Build each extension of the request with ``load_inline`` into this work dir,
+        under the module name given: compiled here, as this process is confined as the
+        candidate (the compiler reads the candidate's sources; the library's initialisers
+        are the candidate's code)."""
+        if self.refusal is not None:
+            return {"unsupported": self.refusal}
+        return {"errors": build_extensions(self.workdir, request["extensions"])}
+
     def construct(self, request: dict[str, Any], blobs: list[bytearray]) -> dict[str, Any]:
         candidate = self._candidate()
         init = decode_value(request["init"], blobs, "cpu")
@@ -102,32 +116,48 @@ class _Runner:
         if not request.get("inputs_may_change"):
             _check_inputs_unchanged(before, inputs)
         candidate.check_own_memory(got, inputs)
-        if overlaps(storages(got), storages(self.previous)):
+        if not self.previous.take(got):
             raise rejected(
                 "second_run",
                 "forward() returned the memory of an earlier call's output (a cached or "
                 "reused result); allocate a new output per call",
             )
-        self.previous = got
         out_blobs: list[bytes | memoryview] = []
         return {"outputs": encode_value(got, out_blobs), "warnings": warnings}, out_blobs
 
-    def time(self, request: dict[str, Any], blobs: list[bytearray]) -> tuple[dict, list]:
-        """``reps`` calls on the inputs, each after an L2 flush and a device-wide sync; the
-        judge times the whole request with its own clock, and checks the last outputs."""
+    def stage(self, request: dict[str, Any], blobs: list[bytearray]) -> dict[str, Any]:
+        """Keep the inputs the next timed batches run on (sent once, not with each batch),
+        and the copies of them the calls take in turn (:func:`.device.cold_copies`)."""
+        inputs = list(decode_value(request["inputs"], blobs, self.device))
+        self.staged = cold_copies(inputs, self.device)
+        self.timed = LastOutputs()
+        return {}
+
+    def time(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``reps`` calls on the staged inputs (the copies in turn), each followed by a
+        device-wide sync; the judge times the whole request with its own clock, and asks
+        for the last outputs after. Each call must return new memory: an output that is an
+        earlier call's (a cached result) is refused, as in forward()."""
         import torch
 
         candidate = self._candidate()
-        inputs = list(decode_value(request["inputs"], blobs, self.device))
-        flush = _l2_flush(self.device)
-        got: Any = None
         with torch.no_grad():
             for _ in range(int(request["reps"])):
-                flush()
-                got = candidate.model(*inputs)
-                _synchronize(self.device)
+                self.turn += 1
+                got = candidate.model(*self.staged[self.turn % len(self.staged)])
+                synchronize(self.device)
+                if not self.timed.take(got):
+                    raise rejected(
+                        "second_run",
+                        "forward() returned the memory of an earlier call's output while "
+                        "timed (a cached or reused result); allocate a new output per call",
+                    )
+        return {}
+
+    def timed_outputs(self) -> tuple[dict, list]:
+        """The outputs of the last timed call, for the judge to check."""
         out_blobs: list[bytes | memoryview] = []
-        return {"outputs": encode_value(got, out_blobs)}, out_blobs
+        return {"outputs": encode_value(self.timed.value, out_blobs)}, out_blobs
 
     def _candidate(self) -> Candidate:
         if self.candidate is None:
@@ -140,12 +170,18 @@ class _Runner:
         try:
             if op == "load":
                 reply = self.load(header)
+            elif op == "build":
+                reply = self.build(header)
             elif op == "construct":
                 reply = self.construct(header, blobs)
             elif op == "forward":
                 reply, out_blobs = self.forward(header, blobs)
+            elif op == "stage":
+                reply = self.stage(header, blobs)
             elif op == "time":
-                reply, out_blobs = self.time(header, blobs)
+                reply = self.time(header)
+            elif op == "timed_outputs":
+                reply, out_blobs = self.timed_outputs()
             else:
                 raise RuntimeError(f"unknown request {op!r}")
         except VerificationFailure as failure:
@@ -193,22 +229,6 @@ def _check_inputs_unchanged(before: list[Any], after: list[Any]) -> None:
                 f"input mutation: the candidate modified input #{i} in place; kernels must "
                 "not write to their inputs",
             )
-
-
-def _l2_flush(device: str) -> Any:
-    import torch
-
-    if device != "cuda":
-        return lambda: None
-    buffer = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    return buffer.zero_
-
-
-def _synchronize(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()  # device-wide: side-stream work counts
 
 
 def serve_judge(channel: Channel, workdir: Path, notes: list[str], refusal: str | None) -> None:

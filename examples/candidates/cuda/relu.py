@@ -1,46 +1,52 @@
 # expect: pass (with backend "cuda" on a CUDA GPU; "unsupported" on a machine without one)
 # task: relu
-"""ReLU as a CUDA C kernel compiled with CuPy: a correct candidate for backend "cuda".
+"""ReLU in KernelBench's CUDA format: a ``__global__`` kernel and its launch in
+``cuda_sources``, the host function's declaration in ``cpp_sources``, built with
+``torch.utils.cpp_extension.load_inline`` (the verifier builds it, with nvcc, once per
+source) and launched on torch's current stream."""
 
-The verifier hands forward() CUDA tensors. They are wrapped as CuPy arrays without a copy
-(``cupy.from_dlpack``: same memory), and the raw kernel is launched on CuPy's current
-stream, which the verifier keeps equal to torch's current stream: the launch is ordered
-after the work that produced ``x`` and before whatever reads ``y``.
-"""
-
-import cupy
 import torch
 import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
 
-RELU_SOURCE = r"""
-extern "C" __global__ void relu_kernel(const float* __restrict__ x,
-                                       float* __restrict__ y,
-                                       long long n)
-{
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = x[i];
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float v = x[i];
         y[i] = v > 0.0f ? v : 0.0f;
     }
 }
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32, "relu: float32 CUDA tensors");
+    torch::Tensor input = x.contiguous();
+    torch::Tensor output = torch::empty_like(input);
+    const int64_t n = input.numel();
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads;
+    relu_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        input.data_ptr<float>(), output.data_ptr<float>(), n);
+    return output;
+}
 """
-THREADS = 256
-MAX_BLOCKS = 65535
+CPP_SOURCE = "torch::Tensor relu_forward(torch::Tensor x);"
+
+relu = load_inline(
+    name="relu_cuda",
+    cpp_sources=CPP_SOURCE,
+    cuda_sources=CUDA_SOURCE,
+    functions=["relu_forward"],
+    extra_cuda_cflags=["-O3"],
+)
 
 
 class ModelNew(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.relu_kernel = cupy.RawModule(code=RELU_SOURCE).get_function("relu_kernel")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        n = x.numel()
-        blocks = max(1, min((n + THREADS - 1) // THREADS, MAX_BLOCKS))
-        self.relu_kernel(
-            (blocks,),
-            (THREADS,),
-            (cupy.from_dlpack(x), cupy.from_dlpack(y), cupy.int64(n)),
-        )
-        return y
+        return relu.relu_forward(x)

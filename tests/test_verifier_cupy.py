@@ -1,4 +1,4 @@
-"""The ``cuda`` backend: CUDA C candidates compiled and launched with CuPy raw kernels.
+"""The ``cupy`` backend: CUDA C candidates compiled and launched with CuPy raw kernels.
 
 On a machine without a CUDA GPU the verdict is ``unsupported`` (never a crash, never a
 pass). The static gate is checked everywhere. The sandbox's CuPy plumbing (launch
@@ -19,19 +19,19 @@ from kernelflow.verification.gate import check_candidate
 from tests.child_jobs import RELU_TASK, run_child_job
 
 ROOT = Path(__file__).resolve().parent.parent
-CUDA = ROOT / "examples" / "candidates" / "cuda"
+CUDA = ROOT / "examples" / "candidates" / "cupy"
 RELU_CUDA = (CUDA / "relu.py").read_text()
 
 
 def rules(source: str) -> set[str]:
-    return {v.rule for v in check_candidate(source, backend="cuda", task_source=RELU_TASK)}
+    return {v.rule for v in check_candidate(source, backend="cupy", task_source=RELU_TASK)}
 
 
 # --------------------------------------------------------------------------- gate
 
 
 def test_gate_accepts_the_cuda_candidate() -> None:
-    assert check_candidate(RELU_CUDA, backend="cuda", task_source=RELU_TASK) == []
+    assert check_candidate(RELU_CUDA, backend="cupy", task_source=RELU_TASK) == []
 
 
 def test_gate_refuses_cupy_for_the_triton_backend() -> None:
@@ -72,23 +72,23 @@ def test_gate_rejects_cupy_streams() -> None:
 # --------------------------------------------------------------------------- no GPU here
 
 
-def test_cuda_backend_is_unsupported_without_a_gpu() -> None:
+def test_cupy_backend_is_unsupported_without_a_gpu() -> None:
     if detect_device() == "cuda":
         pytest.skip("this machine has a CUDA GPU")
-    report = verify(RELU_TASK, RELU_CUDA, backend="cuda")
+    report = verify(RELU_TASK, RELU_CUDA, backend="cupy")
     assert report.verdict == "unsupported"
     assert "device" in report.summary and "no CUDA GPU" in report.summary
-    assert report.backend == "cuda" and report.device == "cpu"
+    assert report.backend == "cupy" and report.device == "cpu"
     assert report.feedback.startswith("Verdict: unsupported.")
 
 
 def test_cuda_candidate_passes_on_a_gpu() -> None:
     if detect_device() != "cuda" or importlib.util.find_spec("cupy") is None:
         pytest.skip("needs a CUDA GPU and CuPy")
-    report = verify(RELU_TASK, RELU_CUDA, backend="cuda")
+    report = verify(RELU_TASK, RELU_CUDA, backend="cupy")
     assert report.verdict == "pass", (report.summary, report.errors)
     assert report.speedup is not None
-    cheat = verify(RELU_TASK, (CUDA / "torch_instead.py").read_text(), backend="cuda")
+    cheat = verify(RELU_TASK, (CUDA / "torch_instead.py").read_text(), backend="cupy")
     assert cheat.verdict == "rejected_static"
 
 
@@ -144,7 +144,7 @@ def run_sandbox(tmp_path: Path, candidate: str, devices: int = 1) -> dict[str, o
     (fake / "cupy" / "__init__.py").write_text(FAKE_CUPY.format(devices=devices))
     shapes = [{}, {"batch_size": 5, "dim": 77}]
     return run_child_job(
-        tmp_path / "work", candidate, fake, backend="cuda", trials=2, shapes=shapes
+        tmp_path / "work", candidate, fake, backend="cupy", trials=2, shapes=shapes
     )
 
 

@@ -1,0 +1,45 @@
+"""Helpers for tests of logic that is not about NATS: the event log's memory adapter
+(``kernelflow.events.memory``) and bridges on it (``kernelflow.actors.memory_bridge``), no
+nats-server needed. A module's fixtures build on them::
+
+    @pytest.fixture
+    def memory_server() -> MemoryServer:
+        return MemoryServer()  # a server of the test's own: an empty log
+
+
+    @pytest.fixture
+    def bridge(memory_server: MemoryServer) -> Iterator[Bridge]:
+        with running_bridge(memory_server) as b:
+            yield b
+
+``memory_server.bridge().start()`` is one more process on the same server."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from kernelflow.actors.memory_bridge import MemoryBridge, MemoryServer
+
+
+class FakeClock:
+    """A clock that moves only when told: what a duplicate window is measured on."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextlib.contextmanager
+def running_bridge(server: MemoryServer | None = None) -> Iterator[MemoryBridge]:
+    """A started bridge on ``server`` (a new one by default), stopped afterwards."""
+    bridge = (server or MemoryServer()).bridge().start()
+    try:
+        yield bridge
+    finally:
+        bridge.stop()

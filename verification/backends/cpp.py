@@ -1,0 +1,202 @@
+"""The ``cpp`` backend: C++ kernels (OpenMP allowed) in source strings, built with
+``torch.utils.cpp_extension.load_inline`` and run and timed on the CPU.
+
+The verifier builds each extension itself before the check, in a sandbox of its own with a
+time limit of its own, from the sources it read in the candidate's module
+(:mod:`.extension`), and caches what it built; in the candidate's process ``load_inline``
+then loads that library instead of compiling (what the candidate asks for must be what
+was built), and each call of one of its functions counts as a kernel launch. The C++
+itself passes the rules of :mod:`kernelflow.verification.gate_cpp`.
+
+Imported inside sandboxes: stdlib only at module level (torch inside the hooks).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kernelflow.verification.backends.base import Backend, CandidateModule, LaunchCounter
+from kernelflow.verification.backends.extension import (
+    LOAD_INLINE,
+    ExtensionSpec,
+    extension_specs,
+    spec_from_call,
+)
+
+__all__ = ["CPP", "PREBUILT_MANIFEST", "CppBackend", "ExtensionBackend"]
+
+# In the candidate's work dir: the extensions the verifier built for it.
+PREBUILT_MANIFEST = "extensions/manifest.json"
+
+DSL_NOTES = """\
+## C++ on the CPU in brief (torch.utils.cpp_extension.load_inline)
+- Put the C++ in a module-level string: `#include <torch/extension.h>`, and functions taking and returning `torch::Tensor`; build it once at module level: `ext = load_inline(name="my_ext", cpp_sources=SRC, functions=["my_forward"], extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"])`, and call `ext.my_forward(x)` in `forward`.
+- Give load_inline only literals and module-level strings (the verifier compiles what it reads; no build_directory, no include paths).
+- Inside: `x = x.contiguous()`, allocate with `torch::empty_like(x)` / `torch::empty({n, m}, x.options())`, read and write through `x.data_ptr<float>()` with sizes from `x.size(i)`; the ATen ops themselves (`at::gelu`, `x.sum()`, `torch::matmul`) may not do the work.
+- Parallelise the outer loop with `#pragma omp parallel for` (or `at::parallel_for`), keep the inner loop contiguous and simple so the compiler vectorises it (`-O3 -march=native`), fuse the whole computation into one pass over memory, block reductions and matmuls for the cache.
+- No `static` or global mutable state, no threads of your own, no files: each call computes from its inputs.
+"""  # noqa: E501  (prompt text: one bullet a line)
+
+
+class ExtensionBackend(Backend):
+    """A backend whose kernels are ``load_inline`` extensions (``cpp``; ``cuda`` adds CUDA
+    sources): the gate's checks of the calls and the sources, the launch counting of the
+    built functions."""
+
+    glue_paths: ClassVar[tuple[str, ...]] = (LOAD_INLINE,)
+    source_kinds: ClassVar[tuple[str, ...]] = ("cpp_sources",)
+
+    def check_kernels(self, module: CandidateModule) -> None:
+        """An extension built with ``load_inline`` from readable sources that pass the C++
+        rules, one of whose functions a function of the module calls."""
+        from kernelflow.verification.gate_cpp import cpp_findings
+
+        built, problems = extension_specs(module.tree, module.resolve)
+        for node, problem in problems:
+            module.add("no_kernel", node, problem)
+        if not built and not problems:
+            module.add("no_kernel", module.tree, "no extension is built with load_inline")
+            return
+        for node, spec in built:
+            if spec.cuda_sources and "cuda_sources" not in self.source_kinds:
+                module.add("no_kernel", node, f"backend {self.name!r} builds no CUDA sources")
+            for kind in self.source_kinds:
+                for source in getattr(spec, kind):
+                    for rule, line, message in cpp_findings(
+                        source, task_uses_half=module.task_uses_half
+                    ):
+                        module.add(rule, node, f"{kind} line {line}: {message}")
+        handles = _handles(module.tree, [node for node, _ in built])
+        functions = {f for _, spec in built for f in spec.functions}
+        called = any(
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr in functions
+            and _handle(call.func.value) in handles
+            for fn, is_init in module.functions()
+            if not is_init
+            for call in ast.walk(fn)
+        )
+        if built and not called:
+            module.add(
+                "no_kernel",
+                module.tree,
+                "no function of the extension is called by the module (ext.my_forward(x))",
+            )
+
+    def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
+        """A call of the extension's functions (``ext.fn(x)``) is the kernel: none of the
+        PyTorch rules apply to its name."""
+        func = node.func
+        if not isinstance(func, ast.Attribute):
+            return False
+        handles = _handles(module.tree, [])
+        return _handle(func.value) in handles
+
+    def use_prebuilt(self, directory: str) -> None:
+        self._prebuilt = directory
+
+    def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+        import torch.utils.cpp_extension as cpp_extension
+
+        built = _load_manifest(getattr(self, "_prebuilt", ""))
+        original = cpp_extension.load_inline
+        signature = inspect.signature(original)
+
+        def load_inline(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs).arguments
+            spec = spec_from_call(bound)
+            library = built.get(spec)
+            if library is None:
+                launches.refuse(
+                    "extension",
+                    f"load_inline({spec.name!r}) asks for an extension other than the one "
+                    "the verifier built from the module's sources",
+                )
+            return _Extension(library, spec, launches)
+
+        cpp_extension.load_inline = load_inline
+
+
+class CppBackend(ExtensionBackend):
+    name = "cpp"
+    title = "C++ (torch.utils.cpp_extension.load_inline, OpenMP) on the CPU"
+    device_note = (
+        "Kernels are C++ built with load_inline and run and timed on the CPU (OpenMP for "
+        "threads); the speedup is measured against eager PyTorch on the same threads."
+    )
+    dsl_notes = DSL_NOTES
+    launch_label = "function of the load_inline extension"
+    runtime_unavailable = "torch's C++ extensions cannot be loaded here"
+    timed_on = frozenset({"cpu"})
+
+
+class _Extension:
+    """What ``load_inline`` gives the candidate: the built module's functions, each call
+    counted as a kernel launch."""
+
+    def __init__(self, library: str, spec: ExtensionSpec, launches: LaunchCounter) -> None:
+        module_name = Path(library).name.split(".")[0]
+        found = importlib.util.spec_from_file_location(module_name, library)
+        if found is None or found.loader is None:
+            raise ImportError(f"cannot load the built extension {library}")
+        module = importlib.util.module_from_spec(found)
+        found.loader.exec_module(module)
+        for function in spec.functions:
+            setattr(self, function, _counted(getattr(module, function), launches))
+
+
+def _counted(function: Any, launches: LaunchCounter) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with launches.launching():
+            return function(*args, **kwargs)
+
+    return call
+
+
+def _load_manifest(directory: str) -> dict[ExtensionSpec, str]:
+    """The extensions built for this candidate: spec -> path of its library."""
+    path = Path(directory, PREBUILT_MANIFEST) if directory else None
+    if path is None or not path.exists():
+        return {}
+    entries = json.loads(path.read_text())
+    return {
+        ExtensionSpec.from_json(entry["spec"]): str(path.parent / entry["library"])
+        for entry in entries
+    }
+
+
+def _handle(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def _handles(tree: ast.Module, calls: list[ast.Call]) -> set[str]:
+    """The names (``ext``, ``self.ext``) the module binds to what ``load_inline`` returns,
+    and to nothing else anywhere (``calls``: the load_inline calls; empty: any call of a
+    ``load_inline`` name)."""
+    ids = {id(c) for c in calls}
+    found: set[str] = set()
+    bindings: dict[str, int] = {}
+    for node in ast.walk(tree):
+        stored = isinstance(node, ast.Name | ast.Attribute) and not isinstance(node.ctx, ast.Load)
+        if stored and (bound := _handle(node)) is not None:
+            bindings[bound] = bindings.get(bound, 0) + 1
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        named = getattr(func, "attr", getattr(func, "id", ""))
+        if id(node.value) in ids or (not ids and named == "load_inline"):
+            found.update(h for t in node.targets if (h := _handle(t)))
+    return {h for h in found if bindings.get(h) == 1}
+
+
+CPP = CppBackend()
