@@ -48,6 +48,8 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/verify_speed.py
 	$(BIN)/python bench/llm_gateway.py
 	$(BIN)/python bench/readmodel_save.py
+	$(BIN)/python bench/cpp_verify_speed.py
+	$(BIN)/python bench/agentic_rollout_overhead.py
 
 # On a CUDA machine (install with '.[verifier,cupy]' and the corpus fetched, see
 # bench/corpus/fetch.py): the GPU acceptance run, then the full verifier on corpus kernels.

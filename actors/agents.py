@@ -118,6 +118,8 @@ class LLMAgent(DispatchWorker):
             tool_calls=d.tool_calls,
             tools=[t.spec() for t in tools.values()],
             files=files,
+            task=state.submitted,
+            dispatch=d.event,
         )
         kind = agent_kind(spec.kind)
         try:
@@ -161,6 +163,7 @@ class LLMAgent(DispatchWorker):
             agent=self.agent,
             call_index=state.llm_calls_by(self.agent),
             messages=step.messages,
+            params=dict(step.params),
             tools=step.tools,
         )
         cause = d.llm_calls[-1].event_id if d.llm_calls else d.event.event_id
@@ -182,7 +185,8 @@ class LLMAgent(DispatchWorker):
         each result; a call of a tool the agent does not have is answered as an error."""
         assert state.submitted is not None
         events: list[Event] = []
-        cause = d.llm_calls[-1].event_id
+        # A program (a durable kind) may call a tool before it asks the LLM anything.
+        cause = d.llm_calls[-1].event_id if d.llm_calls else d.event.event_id
         for use in step.calls:
             ctx = ToolContext(
                 task_id=state.task_id,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
@@ -92,6 +93,16 @@ class _RepeatedErrors:
         self.last, self.repeats = "", 0
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a connection attempt failed, in words: an unroutable address's timeout has no
+    text of its own."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    if isinstance(exc, TimeoutError):
+        return "the connection attempt timed out"
+    return str(exc).removeprefix("nats: ") or type(exc).__name__
+
+
 class _Answer(Generic[T]):
     """The outcome of one ``Bridge.call``: set once on the loop, waited for on the
     caller's thread."""
@@ -155,6 +166,10 @@ class Bridge:
         self._on_give_up = on_give_up
         self.lost: NatsLost | None = None
         self._giving_up: asyncio.Task[None] | None = None
+        # While starting: how long refusals may last (``start``), and why the last
+        # attempt to connect failed.
+        self._refused_s: float | None = None
+        self._failed = ""
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -162,25 +177,32 @@ class Bridge:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout_s: float | None = 30.0) -> Bridge:
+    def start(self, timeout_s: float | None = 30.0, *, refused_s: float | None = None) -> Bridge:
         """Connect, and check (or create) the streams. Raises NatsUnreachable when no
-        server answered within ``timeout_s`` (None: waits for one), NatsAccessRefused when
-        one refused this client's credentials or TLS, CredentialsError for a file that
-        cannot be used."""
+        server answered within ``timeout_s`` (None: waits for one) or, with ``refused_s``,
+        when every server refused the connection for that long (nothing listens there: a
+        command fails at once rather than wait out its timeout), NatsAccessRefused when one
+        refused this client's credentials or TLS, CredentialsError for a file that cannot
+        be used. Retries are said on the log only where the wait is long (a daemon's):
+        a short one ends in one line saying why."""
         self._thread.start()
+        self._refused_s = refused_s
         try:
-            self.call(asyncio.wait_for(self._connect(timeout_s), timeout_s))
+            self.call(self._connect(timeout_s))
         except BaseException as exc:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout_s)
             if isinstance(exc, TimeoutError) and not isinstance(exc, nats.errors.Error):
                 raise NatsUnreachable(
-                    f"no NATS server answered at {safe_url(self.nats_url)} within {timeout_s:g}s"
+                    f"no NATS server answered at {safe_url(self.nats_url)} within "
+                    f"{timeout_s:g}s" + (f" ({self._failed})" if self._failed else "")
                 ) from None
             raise
         return self
 
     async def _connect(self, timeout_s: float | None) -> None:
+        """Reach a server within ``timeout_s`` (``start``), then check the streams."""
+        refused_s = self._refused_s
         errors = _RepeatedErrors()
         shown = safe_url(self.nats_url)
         options = self.auth.options()
@@ -189,10 +211,18 @@ class Bridge:
         # the same credentials cannot help, so the start fails at once.
         loop = asyncio.get_running_loop()
         refused: asyncio.Future[str] = loop.create_future()
+        # Why no server can be reached, when every one refused the connection for
+        # ``refused_s``: nothing listens there.
+        unreachable: asyncio.Future[str] = loop.create_future()
         started = loop.time()
-        quiet_s = _QUIET_S if timeout_s is None else min(_QUIET_S, timeout_s / 2)
+        # A short wait (a command's) ends in one line saying why; a long one (a daemon's)
+        # says on the log, after a moment, that it goes on trying.
+        patient = timeout_s is None or timeout_s > 2 * _QUIET_S
+        quiet_s = _QUIET_S if patient else math.inf
+        refused_since: float | None = None
 
         async def on_error(exc: Exception) -> None:
+            nonlocal refused_since
             if connected:
                 if "permissions violation" in str(exc):
                     # Only noted: what needed it fails with it (``call``), and a refusal
@@ -204,17 +234,26 @@ class Bridge:
                 else:
                     errors.report(f"NATS error: {exc}")
                 return
-            why = refusal(exc, self.nats_url, self.auth)
-            if why is not None:
+            denied = refusal(exc, self.nats_url, self.auth)
+            if denied is not None:
                 if not refused.done():
-                    refused.set_result(why)
+                    refused.set_result(denied)
                 return
+            self._failed = _reason(exc)
+            if isinstance(exc, ConnectionRefusedError):
+                refused_since = loop.time() if refused_since is None else refused_since
+                if refused_s is not None and loop.time() - refused_since >= refused_s:
+                    if not unreachable.done():
+                        unreachable.set_result(f"nothing listens at {shown} (connection refused)")
+                    return
+            else:
+                refused_since = None
             # The first connection: say that it is tried again, and for how long, unless
             # it is over (connected, or refused) within a moment: a server that wants a
             # client certificate drops the first attempt before it says why.
             if loop.time() - started >= quiet_s:
                 until = "until one answers" if timeout_s is None else f"for {timeout_s:g}s"
-                errors.report(f"no NATS server at {shown} yet ({exc}); trying {until}")
+                errors.report(f"no NATS server at {shown} yet ({self._failed}); trying {until}")
 
         async def on_disconnect() -> None:
             if self._closing:
@@ -250,10 +289,16 @@ class Bridge:
         self._nc = NATS()
         connecting = asyncio.ensure_future(self._nc.connect(server_urls(self.nats_url), **options))
         try:
-            outcomes: set[asyncio.Future[Any]] = {connecting, refused}
-            await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
+            outcomes: set[asyncio.Future[Any]] = {connecting, refused, unreachable}
+            done, _ = await asyncio.wait(
+                outcomes, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                raise TimeoutError
             if refused.done():
                 raise NatsAccessRefused(refused.result())
+            if unreachable.done():
+                raise NatsUnreachable(unreachable.result())
             connecting.result()
             connected = True
             check_tls(self._nc, self.nats_url, self.auth)
@@ -286,11 +331,14 @@ class Bridge:
         self._closing = True
         if self._nc is not None and not self._nc.is_closed:
             # close, not drain: every publish was already acknowledged by JetStream, and
-            # unacked work is redelivered by design, so there is nothing left to flush.
+            # unacked work is redelivered by design, so there is nothing left to flush. A
+            # connection that is down is not waited for: its close flushes into nothing.
+            wait_s = timeout_s if self._nc.is_connected else min(timeout_s, _GIVE_UP_CLOSE_S)
             try:
-                self.call(self._nc.close(), timeout=timeout_s)
+                self.call(self._nc.close(), timeout=wait_s)
             except Exception as exc:  # stopping anyway; say why it was not clean
-                log.warning("closing the NATS connection failed: %r", exc)
+                down = wait_s < timeout_s  # closing what was lost: no news
+                log.log(logging.INFO if down else logging.WARNING, "closing NATS: %r", exc)
         try:
             self.call(self._finish_tasks(), timeout=timeout_s)
         except Exception as exc:

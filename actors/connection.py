@@ -10,6 +10,7 @@ under ``_INBOX`` (kernelflow.nats_auth), so no user sees the replies another get
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,57 @@ class CredentialsError(ValueError):
 
 class NatsAccessRefused(ConnectionError):
     """The server would not let this client in: its credentials or TLS."""
+
+
+class BadNatsUrl(ValueError):
+    """A NATS URL that names no server a client could connect to: what is wrong with it."""
+
+
+# The schemes a NATS client speaks (nats-py's): a URL without one is nats://.
+_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_nats_url(url: str) -> None:
+    """Raise BadNatsUrl, saying what is wrong, unless ``url`` (one URL, or a
+    comma-separated list of a cluster's) names servers a NATS client can connect to: a
+    known scheme, a host and a port from 1 to 65535 each, websocket and plain URLs not
+    mixed. Checked before connecting, where nats-py would fail with its internals."""
+    servers = server_urls(url)
+    if not servers:
+        raise BadNatsUrl(f"{_no_userinfo(url)!r} names no NATS server (e.g. nats://127.0.0.1:4222)")
+    schemes = {_check_server_url(one) for one in servers}
+    if len(schemes & {"ws", "wss"}) and len(schemes - {"ws", "wss"}):
+        raise BadNatsUrl(
+            f"{_no_userinfo(url)!r}: websocket (ws://, wss://) and NATS URLs cannot be mixed"
+        )
+
+
+def _check_server_url(one: str) -> str:
+    """One server's URL checked (``check_nats_url``); its scheme."""
+    what = f"NATS URL {_no_userinfo(one)!r}"
+    try:
+        parts = urlsplit(one if "://" in one else f"nats://{one}")
+    except ValueError:  # "[::1": urlsplit's only complaint
+        raise BadNatsUrl(f"{what}: an IPv6 address without its closing ']'") from None
+    if parts.scheme not in _SCHEMES:
+        raise BadNatsUrl(
+            f"{what}: {parts.scheme}:// is not a NATS scheme (nats://, tls://, ws://, wss://)"
+        )
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # "host:4222x", "host:99999"
+        port_text = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        raise BadNatsUrl(f"{what}: port {port_text!r} is not a number from 1 to 65535") from None
+    if not host:
+        raise BadNatsUrl(f"{what}: no host (e.g. nats://127.0.0.1:4222)")
+    if port == 0:
+        raise BadNatsUrl(f"{what}: port 0 is not a number from 1 to 65535")
+    return parts.scheme
+
+
+def _no_userinfo(url: str) -> str:
+    """``url`` (one or a list) without user-info, for an error: never a password shown."""
+    return re.sub(r"//[^/@,]*@", "//", url)
 
 
 def safe_url(url: str) -> str:

@@ -70,6 +70,7 @@ def outcome_of(state: TaskState) -> Outcome:
             result.report.passed if isinstance(result, VerificationCompleted) else None
         ),
         code_author=before,
+        output=result.fields if isinstance(result, OutputParsed) else None,
     )
 
 

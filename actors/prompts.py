@@ -24,6 +24,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 from string import Template
 
+from kernelflow.actors.kinds.formats import tool_catalogue
 from kernelflow.events.model import (
     ChatMessage,
     OutputParsed,
@@ -32,8 +33,10 @@ from kernelflow.events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
+from kernelflow.projections.memory import memory, render_memory
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
+from kernelflow.tools import make_tool
 from kernelflow.verification.backends import UnknownBackend, backend
 from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
 
@@ -87,10 +90,12 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
     if submitted.prompt is not None:  # a prompt task (rollouts): no kernel, no DSL
         earlier, prompt = _dataset_turns(submitted)
         system = _agent_template(spec, "system", "task.system.txt").safe_substitute()
-        user = _agent_template(spec, "user", "task.txt").safe_substitute(
+        template = _agent_template(spec, "user", "task.txt")
+        user = template.safe_substitute(
             prompt=prompt.strip(),
             feedback=_feedback_section(state, agent),
             output_format=_format_section(spec),
+            **_flow_sections(template, state, workflow),
         )
         return _messages(system, user, earlier)
     static = _backend_notes(submitted.backend)
@@ -107,8 +112,26 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         prior_kernels=prior,
         feedback=_feedback_section(state, agent),
         output_format=_format_section(spec),
+        **_flow_sections(template, state, workflow),
     )
     return _messages(system, user)
+
+
+def _flow_sections(template: Template, state: TaskState, workflow: Workflow) -> dict[str, str]:
+    """``$memory`` (what the task's agents did so far: ``projections/memory.py``) and
+    ``$toolset`` (the tools of the workflow's agents), for the templates that use them
+    (docs/workflows.md, "agentflow")."""
+    sections = {}
+    if _uses(template, "memory"):
+        sections["memory"] = render_memory(memory(state))
+    if _uses(template, "toolset"):
+        names = dict.fromkeys(name for spec in workflow.agents.values() for name in spec.tools)
+        sections["toolset"] = tool_catalogue([make_tool(name).spec() for name in names])
+    return sections
+
+
+def _uses(template: Template, name: str) -> bool:
+    return f"${name}" in template.template or f"${{{name}}}" in template.template
 
 
 def _backend_notes(name: str) -> dict[str, str]:
@@ -302,13 +325,13 @@ def _format_section(spec: AgentSpec) -> str:
 
 def _single_answer(spec: AgentSpec) -> bool:
     """An agent whose one output is a plain answer (not code): ``Final Answer:`` suits it."""
-    return len(spec.output_fields) == 1 and spec.output_fields[0].name != "code"
+    return len(spec.output_fields) == 1 and spec.output_fields[0].name != spec.code_field
 
 
 def _final_answer_format(spec: AgentSpec) -> str:
     if len(spec.output_fields) == 1 and spec.output_fields[0].field_type == "str":
         f = spec.output_fields[0]
-        if f.name == "code":
+        if f.name == spec.code_field:
             return (
                 "Give `Final Answer:` followed by the complete module as exactly one fenced "
                 f"code block (```python ... ```): {f.description}"

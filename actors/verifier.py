@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.worker import DispatchWorker, Job, Settlement, current_dispatch, state_of
+from kernelflow.actors.worker import (
+    DispatchWorker,
+    Job,
+    Settlement,
+    current_dispatch,
+    state_of,
+    workflow_of,
+)
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict
 from kernelflow.events.model import (
@@ -30,14 +37,16 @@ from kernelflow.workflows.model import VERIFIER
 
 
 def candidate_code(state: TaskState, d: Dispatch) -> str | None:
-    """What this verification checks: the code the previous agent produced, or, when the
-    verifier runs first, the code submitted with the task."""
+    """What this verification checks: the code the previous agent produced (its code
+    field: docs/workflows.md, "The verifier"), or, when the verifier runs first, the code
+    submitted with the task."""
     index = state.dispatches.index(d)
     if index == 0:
         return state.submitted.candidate_code if state.submitted else None
-    result = state.dispatches[index - 1].result
-    if isinstance(result, OutputParsed) and isinstance(result.fields.get("code"), str):
-        return str(result.fields["code"])
+    previous = state.dispatches[index - 1]
+    spec = workflow_of(state).agents.get(previous.agent)
+    if isinstance(previous.result, OutputParsed) and spec is not None:
+        return spec.code_in(previous.result.fields)
     return None
 
 

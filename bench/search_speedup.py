@@ -97,6 +97,7 @@ def run_search(
         str(generations),
         "--workflow",
         "coder_only",
+        "--no-compile-baseline",  # the search ranks by the speedup over eager
         "--llm",
         f"scripted:{scripted_model(workdir, order)}",
         "--json",

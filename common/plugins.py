@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from kernelflow.common.suggest import did_you_mean
+
 
 def load_plugins(
     group: str,
@@ -40,8 +42,10 @@ def load_plugins(
 
 
 def unknown_name(what: str, name: str, known: Iterable[str], problems: Iterable[str]) -> str:
-    """The message for a name no registered object (or plugin) has."""
+    """The message for a name no registered object (or plugin) has, with the known name
+    it is closest to, if one is close."""
     broken = "; ".join(problems)
-    return f"unknown {what} {name!r}; known: {', '.join(sorted(known))}" + (
+    names = sorted(known)
+    return f"unknown {what} {name!r}; known: {', '.join(names)}{did_you_mean(name, names)}" + (
         f" (plugin problems: {broken})" if broken else ""
     )

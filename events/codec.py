@@ -19,7 +19,9 @@ from typing import Any, cast
 import msgspec
 
 from kernelflow.events.model import (
+    BACKEND_NAME_PATTERN,
     EVENT_TYPES,
+    TASK_ID_PATTERN,
     AnyCommand,
     AnyEvent,
     Command,
@@ -32,6 +34,38 @@ from kernelflow.events.model import (
 
 class MalformedMessage(ValueError):
     """A payload that is not a valid command or event. The message says what is wrong."""
+
+
+# msgspec's names of JSON types, as a message says them.
+_TYPE_WORDS = {
+    "str": "text",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+
+# The patterns of the schema's names, as a message says them.
+_PATTERN_WORDS = {
+    TASK_ID_PATTERN: "1 to 64 letters, digits, '_' or '-'",
+    BACKEND_NAME_PATTERN: "a lowercase letter, then up to 31 of a-z, 0-9, '_' or '-'",
+}
+
+
+def in_words(exc: msgspec.DecodeError) -> str:
+    """What msgspec found wrong, said in a message's terms: the field first, types by
+    name ("deadline_s: expected a number > 0.0", not "Expected `float` > 0.0 - at
+    `$.deadline_s`")."""
+    what, _, where = str(exc).partition(" - at `")
+    what = what.replace("Object missing required field", "missing field")
+    what = re.sub(r"`([^`]*)`", lambda m: _TYPE_WORDS.get(m[1], m[1]), what)
+    what = re.sub(r"text matching regex '([^']*)'", lambda m: _PATTERN_WORDS.get(m[1], m[0]), what)
+    if what[1:2].islower():  # "Expected", "Invalid"; not "JSON"
+        what = what[:1].lower() + what[1:]
+    field = where.rstrip("`").removeprefix("$").removeprefix(".")
+    return f"{field}: {what}" if field else what
 
 
 _encoder = msgspec.json.Encoder()
@@ -129,7 +163,7 @@ def _decode_unusual(data: bytes, error: msgspec.DecodeError) -> Event:
     try:
         envelope = msgspec.convert(obj, _Envelope)
     except msgspec.ValidationError as exc:
-        raise MalformedMessage(f"not a kernelflow event: {exc}") from None
+        raise MalformedMessage(f"not a kernelflow event: {in_words(exc)}") from None
     if not _KIND.fullmatch(kind):
         raise MalformedMessage(f"not a kernelflow event: kind {kind[:80]!r} is not a name")
     return UnknownEvent(
@@ -153,7 +187,7 @@ def _upcast(obj: dict[str, Any]) -> Event:
     try:
         return cast(Event, msgspec.convert(obj, AnyEvent))
     except msgspec.ValidationError as exc:
-        raise MalformedMessage(f"not a kernelflow event after upcasting: {exc}") from None
+        raise MalformedMessage(f"not a kernelflow event after upcasting: {in_words(exc)}") from None
 
 
 def decode_command(data: bytes) -> Command:
@@ -164,7 +198,7 @@ def decode_command(data: bytes) -> Command:
     try:
         command: Command = _command_decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise MalformedMessage(f"not a kernelflow command: {exc}") from exc
+        raise MalformedMessage(f"not a kernelflow command: {in_words(exc)}") from exc
     except RecursionError:
         raise MalformedMessage("not a kernelflow command: JSON nested too deeply") from None
     return command

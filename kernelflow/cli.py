@@ -6,16 +6,24 @@ what an error ends the command with: one line on stderr, no traceback, and an ex
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
+import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import nats.errors
 import nats.js.errors
 
 from kernelflow.actors.bridge import NatsUnreachable
-from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
+from kernelflow.actors.connection import (
+    BadNatsUrl,
+    CredentialsError,
+    NatsAccessRefused,
+    check_nats_url,
+)
 from kernelflow.commands import (
     agents,
     bench,
@@ -37,6 +45,8 @@ from kernelflow.commands import (
     workflow,
 )
 from kernelflow.commands.options import TLS_FLAGS, apply_agent_flags
+from kernelflow.common.suggest import did_you_mean
+from kernelflow.llm import EndpointUnreachable
 from kernelflow.nats_server import NatsServerError
 from kernelflow.settings import Settings, SettingsError, parse_gpus
 from kernelflow.usage import (
@@ -73,11 +83,31 @@ COMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line, as every other error of a command is
+    (kernelflow.usage), with the closest choice to a misspelt one."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {_suggesting(message)} ({self.prog} --help)\n")
+
+
+def _suggesting(message: str) -> str:
+    """argparse's "invalid choice" error, with a "did you mean" where a choice is close."""
+    message = message.removeprefix("argument ")
+    bad = re.fullmatch(r"(.+): invalid choice: '(.*)' \(choose from (.*)\)", message)
+    if bad is None:
+        return message
+    what, given, listed = bad.groups()
+    choices = re.findall(r"'([^']*)'", listed)
+    return f"{what} {given!r} is not one of {', '.join(choices)}{did_you_mean(given, choices)}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kernelflow",
         description="Event-sourced LLM agents that turn PyTorch operators into verified kernels.",
     )
+    parser.add_argument("--version", action="version", version=f"kernelflow {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
@@ -85,10 +115,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kernelflow")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "(not installed)"
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     settings = Settings()
     if getattr(args, "nats_url", None):
         settings.nats_url = args.nats_url
+    if settings.nats_url:
+        try:
+            check_nats_url(settings.nats_url)  # before anything starts
+        except BadNatsUrl as exc:
+            given = "--nats-url" if getattr(args, "nats_url", None) else "KF_NATS_URL"
+            raise UsageError(f"{given}: {exc}") from None
+    if getattr(args, "connect_timeout", None):
+        settings.connect_timeout_s = args.connect_timeout
     if getattr(args, "data_dir", None):
         settings.data_dir = Path(args.data_dir)
     if getattr(args, "creds", None):
@@ -115,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_agent_flags(args, os.environ)
         return int(args.func(args, settings_from(args)))
-    except (UsageError, SettingsError, NatsServerError) as exc:
+    except (UsageError, SettingsError, NatsServerError, EndpointUnreachable) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (CredentialsError, NatsAccessRefused) as exc:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,17 +43,26 @@ from kernelflow.actors.connection import (
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.presence import llm_description, ping_daemons, safe_spec
 from kernelflow.events import subjects
-from kernelflow.llm import ProviderSpecError, default_llm_spec, make_provider
+from kernelflow.llm import (
+    EndpointUnreachable,
+    ProviderRouter,
+    ProviderSpecError,
+    default_llm_spec,
+    make_provider,
+)
 from kernelflow.nats_server import NatsServerError
-from kernelflow.projections.report import table
+from kernelflow.projections.report import wrapped_table
 from kernelflow.sandbox import isolation_status
 from kernelflow.settings import Settings
 from kernelflow.tools import make_tool, tool_names
 from kernelflow.verification.backends import backend, backend_names
 from kernelflow.verification.backends import plugin_errors as backend_plugin_errors
+from kernelflow.verification.engine import detect_device
 from kernelflow.workflows.model import VERIFIER
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+# ``absent``: not here, and nothing wrong for the question asked (no GPU on a CPU machine,
+# no daemon when none was asked for, streams no daemon has made yet).
+OK, WARN, FAIL, SKIP, ABSENT = "ok", "warn", "fail", "skip", "absent"
 # The default roles that call an LLM: whose settings are shown when no workflow narrows
 # them down.
 LLM_AGENTS = tuple(role for role in DEFAULT_ROLES if role != VERIFIER)
@@ -71,10 +81,10 @@ class Check:
 @dataclass(frozen=True)
 class DaemonsWanted:
     """How long to gather the daemons' answers (``--wait``), and how many must answer
-    (``--min-daemons``; none with ``--no-daemons``)."""
+    (``--min-daemons``: none unless asked; ``--no-daemons``: none is even looked for)."""
 
     wait_s: float = 1.0
-    at_least: int = 1
+    at_least: int = 0
     none_needed: bool = False
 
 
@@ -113,14 +123,22 @@ class Report:
             **self.sections,
         }
 
-    def text(self) -> str:
+    def text(self, width: int = 100) -> str:
+        """A table ``width`` characters wide at most (each detail wrapped under its
+        column; ``as_json`` has them whole), under the line saying what was checked."""
         rows = [[c.component, c.name, c.status.upper(), c.detail] for c in self.checks]
         fails = sum(c.status == FAIL for c in self.checks)
         warns = sum(c.status == WARN for c in self.checks)
         verdict = "healthy" if self.healthy else f"UNHEALTHY: {fails} check(s) failed"
         if warns:
             verdict += f" ({warns} warning{'s' if warns > 1 else ''})"
-        return table(["component", "name", "status", "detail"], rows) + f"\n\n{verdict}"
+        checked = self.sections.get("checked")
+        head = textwrap.fill(f"checked: {checked}", width) + "\n\n" if checked else ""
+        return (
+            head
+            + wrapped_table(["component", "name", "status", "detail"], rows, width)
+            + (f"\n\n{verdict}")
+        )
 
 
 # --------------------------------------------------------------------------- NATS side
@@ -140,7 +158,7 @@ async def check_nats(
     def not_connected(why: str) -> None:
         report.add("nats", shown, FAIL, why)
         report.add("streams", "-", SKIP, "NATS unreachable")
-        report.add("daemons", "-", SKIP if daemons.none_needed else FAIL, "NATS unreachable")
+        report.add("daemons", "-", FAIL if daemons.at_least else SKIP, "NATS unreachable")
 
     try:
         # One try per server, no reconnecting: a health check must not hang.
@@ -196,7 +214,11 @@ async def check_nats(
         )
         check_access(report, info, auth)
         last_seq = await check_streams(js, report, replicas)
-        hosted = await check_daemons(nc, report, daemons, last_seq)
+        if daemons.none_needed:
+            report.add("daemons", "-", SKIP, "not looked for (--no-daemons)")
+            hosted: set[str] = set()
+        else:
+            hosted = await check_daemons(nc, report, daemons, last_seq)
         await check_consumers(js, report, hosted)
     finally:
         await nc.close()
@@ -234,8 +256,8 @@ async def check_streams(js: Any, report: Report, replicas: int) -> int:
             report.add(
                 "stream",
                 spec.name,
-                FAIL,
-                "missing (a daemon or any kernelflow command that connects creates it)",
+                ABSENT,
+                "not made yet (the first daemon, or command with the daemon's key, makes it)",
             )
             streams[spec.name] = None
             continue
@@ -302,17 +324,23 @@ async def check_daemons(nc: Any, report: Report, daemons: DaemonsWanted, last_se
             detail += f"; {quarantined} message(s) in the log quarantined (kernelflow log verify)"
         report.add("daemon", str(a.get("daemon_id", "?")), status, detail)
         check_verifiers(report, a)
-    wanted = 0 if daemons.none_needed else daemons.at_least
+    wanted = daemons.at_least
     if len(answers) < wanted:
         report.add(
             "daemons",
             f"{len(answers)} answering",
             FAIL,
-            f"need at least {wanted} within {daemons.wait_s:g}s (start one: kernelflow daemon; "
-            "or pass --no-daemons)",
+            f"--min-daemons {wanted}: {len(answers)} answered within {daemons.wait_s:g}s "
+            "(start one: kernelflow daemon)",
         )
     elif not answers:
-        report.add("daemons", "0 answering", SKIP, "--no-daemons")
+        report.add(
+            "daemons",
+            "0 answering",
+            ABSENT,
+            f"none answered within {daemons.wait_s:g}s, and none was asked for "
+            "(--min-daemons N asks for N; kernelflow daemon starts one)",
+        )
     else:
         missing = [r for r in DEFAULT_ROLES if r not in hosted]
         if missing:
@@ -376,7 +404,9 @@ async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
 # --------------------------------------------------------------------------- local side
 
 
-def check_llm(report: Report, spec_arg: str | None) -> None:
+def check_llm(report: Report, spec_arg: str | None, *, probe: bool = False) -> None:
+    """The LLM provider configured here, resolved per agent (nothing called); with
+    ``probe`` (``--llm SPEC``), each endpoint it names sent a one-token request."""
     try:
         spec = spec_arg or default_llm_spec()
     except ProviderSpecError as exc:
@@ -384,13 +414,21 @@ def check_llm(report: Report, spec_arg: str | None) -> None:
         report.sections["llm"] = {"error": str(exc)}
         return
     if not spec:
-        report.add(
-            "llm",
-            "-",
-            WARN,
-            "no provider configured here (--llm, KF_LLM, KF_LLM_CONFIG or ANTHROPIC_API_KEY); "
-            "each daemon reports its own",
+        used = sorted(
+            {str((a.get("llm") or {}).get("spec")) for a in report.sections.get("daemons", [])}
+            - {"None"}
         )
+        if used:  # the daemons' own providers do the work: nothing is missing here
+            detail = f"none set here; the daemons use {', '.join(used)}"
+            report.add("llm", "-", OK, detail)
+        else:
+            report.add(
+                "llm",
+                "-",
+                ABSENT,
+                "none set here (--llm, KF_LLM, KF_LLM_CONFIG or ANTHROPIC_API_KEY); each "
+                "daemon has its own",
+            )
         report.sections["llm"] = {"provider": None, "agents": {}}
         return
     try:
@@ -412,6 +450,23 @@ def check_llm(report: Report, spec_arg: str | None) -> None:
         if entry.get("provider") == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
             status, note = WARN, f"{note}; ANTHROPIC_API_KEY is not set"
         report.add("llm", agent, status, f"{entry.get('spec')}{note}")
+    if probe:
+        probe_llm(report, provider, agents)
+
+
+def probe_llm(report: Report, provider: ProviderRouter, agents: list[str]) -> None:
+    """Send each endpoint the agents use a one-token request (``health --llm SPEC``): a row
+    per endpoint, saying whether it answered, how fast, and with token ids and
+    log-probabilities or not (docs/llm.md, "Serving a model of your own")."""
+    try:
+        answered = asyncio.run(provider.probe(agents, call=True))
+    except EndpointUnreachable as exc:
+        report.add("llm", "endpoint", FAIL, str(exc))
+        report.sections["llm"]["probe"] = {"error": str(exc)}
+        return
+    report.sections["llm"]["probe"] = answered
+    for spec, said in answered.items():
+        report.add("llm", "endpoint", OK, f"{spec}: {said}")
 
 
 def check_tools(report: Report) -> None:
@@ -439,9 +494,10 @@ def check_tools(report: Report) -> None:
                 f"output ≤ {getattr(limits, 'max_output_chars', '?')} chars"
             )
         description = (getattr(tool, "description", "") or "").strip()
-        detail.append(description.splitlines()[0] if description else "")
+        first = description.splitlines()[0].split(". ")[0] if description else ""
+        detail.append(textwrap.shorten(first, 90, placeholder=" …"))
         tools.append(entry)
-        report.add("tool", name, OK, "; ".join(d for d in detail if d)[:110])
+        report.add("tool", name, OK, "; ".join(d for d in detail if d))
     if not names:
         report.add("tools", "registry", WARN, "the registry has no tools")
     report.sections["tools"] = {"available": True, "tools": tools}
@@ -450,14 +506,25 @@ def check_tools(report: Report) -> None:
 def check_backends(report: Report) -> None:
     """The kernel backends tasks may name, and the plugins that failed to load."""
     names = backend_names()
+    gpu = detect_device() == "cuda"
     for name in names:
         found = backend(name)
-        where = "needs a GPU" if found.needs_gpu else "checked on the CPU too"
-        report.add("backend", name, OK, f"{found.title}; {where}")
+        if not found.needs_gpu:
+            report.add("backend", name, OK, f"{found.title}; checked on the CPU too")
+        elif gpu:
+            report.add("backend", name, OK, f"{found.title}; on this machine's GPU")
+        else:
+            report.add(
+                "backend",
+                name,
+                ABSENT,
+                f"{found.title}; needs a GPU, and none is here (its tasks are answered "
+                "unsupported on this machine)",
+            )
     problems = backend_plugin_errors()
     for problem in problems:
         report.add("backends", "plugin", WARN, problem)
-    report.sections["backends"] = {"names": names, "plugin_errors": problems}
+    report.sections["backends"] = {"names": names, "plugin_errors": problems, "gpu": gpu}
 
 
 def check_sandbox(report: Report, settings: Settings) -> None:
@@ -494,14 +561,31 @@ def check_sandbox(report: Report, settings: Settings) -> None:
 
 def run_checks(settings: Settings, daemons: DaemonsWanted, llm: str | None = None) -> Report:
     """Every check, in order; ``llm``: the provider spec to check instead of the
-    configured one."""
+    configured one, its endpoints sent a one-token request."""
     report = Report()
+    where = (
+        f"NATS at {safe_url(settings.nats_url)}"
+        if settings.nats_url
+        else f"the embedded NATS server of {settings.data_dir}"
+    )
+    asked = (
+        "not looked for"
+        if daemons.none_needed
+        else f"at least {daemons.at_least} required"
+        if daemons.at_least
+        else "none required"
+    )
+    report.sections["checked"] = (
+        f"{where} (access, streams, work waiting), the daemons ({asked}), "
+        + ("the LLM endpoint of --llm (a one-token request)" if llm else "the LLM set here")
+        + ", tools, backends, this machine's sandbox"
+    )
     try:
         with settings.nats() as endpoint:
             asyncio.run(check_nats(endpoint, report, daemons, settings.replicas))
     except NatsServerError as exc:
         report.add("nats", "embedded", FAIL, str(exc))
-    check_llm(report, llm or settings.llm)
+    check_llm(report, llm or settings.llm, probe=llm is not None)
     check_tools(report)
     check_backends(report)
     check_sandbox(report, settings)

@@ -61,6 +61,7 @@ _VERDICT_COLORS = {
 _OTHER_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#1f77b4")
 MAX_TASKS = 30
 MAX_GROUPS = 12
+EMPTY_HEIGHT = 0.8  # inches: a plot with nothing to draw says so in a strip this high
 
 
 def verdicts_over_time(tasks: Iterable[TaskMetrics]) -> str:
@@ -93,15 +94,22 @@ def verdicts_over_time(tasks: Iterable[TaskMetrics]) -> str:
         series = [[d for d, (_, v) in zip(days, stamped, strict=True) if v == w] for w in verdicts]
         colors = [_verdict_color(v, i) for i, v in enumerate(verdicts)]
         ax.hist(series, bins=edges.tolist(), stacked=True, label=verdicts, color=colors)
-        locator = mdates.AutoDateLocator()
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-        ax.set_xlabel("time (UTC; a task's verifications at its end)")
+        # Every tick a whole time, in one format (a tick of seconds alone reads as a
+        # number of its own); the date once, in the label.
+        span = high - low
+        shown = "%H:%M:%S" if span < 1 / 24 else "%H:%M" if span < 2 else "%m-%d %H:%M"
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=6))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(shown, tz=UTC))
+        first, last = mdates.num2date(low, UTC), mdates.num2date(high, UTC)
+        dates = f"{first:%Y-%m-%d}" + (
+            "" if first.date() == last.date() else f" to {last:%Y-%m-%d}"
+        )
+        ax.set_xlabel(f"time (UTC, {dates}; a task's verifications at its end)")
         ax.set_ylabel("verifications")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
-    return _render("verdicts_over_time", title, draw)
+    return _render("verdicts_over_time", title, draw, empty=not stamped)
 
 
 def steps_and_tokens_per_task(tasks: Sequence[TaskMetrics], *, limit: int = MAX_TASKS) -> str:
@@ -136,7 +144,8 @@ def steps_and_tokens_per_task(tasks: Sequence[TaskMetrics], *, limit: int = MAX_
         tokens_ax.set_xlabel("LLM tokens")
         tokens_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
-    return _render("steps_and_tokens", title, draw, height=1.4 + 0.2 * max(len(shown), 3))
+    height = 1.4 + 0.2 * max(len(shown), 3)
+    return _render("steps_and_tokens", title, draw, height=height, empty=not shown)
 
 
 def compared_groups(
@@ -175,7 +184,7 @@ def reward_distribution_per_group(
         ax.set_xlabel("group")
         ax.set_ylabel("reward (each task's own)")
 
-    return _render("reward_per_group", title, draw)
+    return _render("reward_per_group", title, draw, empty=not shown)
 
 
 def fast_p_curve(fractions: Mapping[float, float | None]) -> str:
@@ -221,7 +230,7 @@ def fast_p_curve(fractions: Mapping[float, float | None]) -> str:
         if len(xs) == 1:
             ax.set_xlim(xs[0] - 1, xs[0] + 1)
 
-    return _render("fast_p", title, draw)
+    return _render("fast_p", title, draw, empty=not points)
 
 
 def speedup_histogram(speedups: Iterable[float]) -> str:
@@ -253,7 +262,7 @@ def speedup_histogram(speedups: Iterable[float]) -> str:
         ax.axvline(mean, color="#d62728", label=f"geomean {mean:.3g}x")
         ax.legend(loc="upper right", frameon=False)
 
-    return _render("speedup", title, draw)
+    return _render("speedup", title, draw, empty=not valid)
 
 
 def _verdict_color(verdict: str, index: int) -> str:
@@ -265,14 +274,18 @@ def _count(n: int, noun: str) -> str:
 
 
 def _short(label: str, limit: int = 28) -> str:
-    return label if len(label) <= limit else label[: limit - 1] + "…"
+    """``label`` cut in its middle to ``limit`` characters: its end (a sample's ``-3``)
+    tells rows of one prefix apart."""
+    if len(label) <= limit:
+        return label
+    tail = (limit - 1) // 2
+    return label[: limit - 1 - tail] + "…" + label[-tail:]
 
 
 def _note(ax: Axes, text: str) -> None:
-    """Say in the plot why it holds nothing."""
+    """Say, in place of the plot, why it holds nothing (no empty axes)."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#525252")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set_axis_off()
 
 
 def _render(
@@ -282,9 +295,12 @@ def _render(
     *,
     width: float = 7.0,
     height: float = 3.4,
+    empty: bool = False,
 ) -> str:
+    """``draw``'s figure as inline SVG under ``title``; ``empty`` (it only says why it has
+    nothing to draw): a strip of a figure, not a plot's space."""
     with _LOCK, matplotlib.rc_context(_STYLE):
-        fig = Figure(figsize=(width, height), layout="constrained")
+        fig = Figure(figsize=(width, EMPTY_HEIGHT if empty else height), layout="constrained")
         draw(fig)
         fig.suptitle(title)
         out = io.StringIO()

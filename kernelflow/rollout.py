@@ -2,8 +2,9 @@
 through the actor system and score each trajectory.
 
 Each rollout is an ordinary task in the log — a prompt task whose workflow has one agent,
-``solver``, of the chosen kind with the chosen tools — so trajectories, metrics and the
-Flow-GRPO export work on rollouts unchanged. The N rollouts of one prompt share a group
+``solver``, of the chosen kind with the chosen tools, or runs the workflow the config names
+(``agentflow``: docs/workflows.md) — so trajectories, metrics and the Flow-GRPO export
+work on rollouts unchanged. The N rollouts of one prompt share a group
 id (GRPO's ``rollout.n``). Rewards are the task's reward functions (``exact_match`` and
 ``numeric_match`` by default, ``judge`` for an LLM judge), recorded when it finishes.
 
@@ -37,6 +38,7 @@ import nats.errors
 import yaml
 
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
+from kernelflow.actors.kinds import agent_kind
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.model import Event, SubmitTask
@@ -46,9 +48,17 @@ from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.projections.trajectory import Trajectory, build_trajectory
 from kernelflow.prompt_datasets import PromptItem  # also importable from here: docs/agents.md
-from kernelflow.runtime import cancel_abandoned, connected, noting_other_tasks, stopped_after
+from kernelflow.runtime import (
+    cancel_abandoned,
+    connected,
+    noting_other_tasks,
+    reach_llm,
+    stopped_after,
+)
 from kernelflow.settings import Settings
 from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.workflows.loader import parse_workflow, resolve_workflow
+from kernelflow.workflows.model import DEFAULT_AGENT_KIND
 
 SOLVER = "solver"
 
@@ -72,6 +82,11 @@ class RolloutConfig:
     deadline_s: float | None = None  # per rollout
     # The verifier's strictness policy for the kernel tools (compile_kernel, check_kernel).
     policy: str = DEFAULT_POLICY
+    # The workflow each rollout runs (docs/workflows.md, "agentflow"): a predefined or named
+    # workflow, or a YAML file; its agents replace the one solver (``agent_type``,
+    # ``max_steps``, ``tool_format``, ``agent_config`` and a dataset's system prompt are the
+    # solver's), and ``tools``, when given, replace the tools of its agents that call tools.
+    workflow: str | None = None
 
     def workflow_yaml(self, system: str | None = None) -> str:
         """The rollout workflow; ``system`` replaces the solver's system prompt."""
@@ -108,6 +123,25 @@ class RolloutConfig:
             "limitation_info": {"required": {"max_step": 1}},
         }
         return yaml.safe_dump(doc, sort_keys=False)
+
+    def task_workflow(
+        self, system: str | None = None, dirs: Sequence[Path] = ()
+    ) -> tuple[str, str]:
+        """``(name, yaml)`` of the workflow a rollout's task runs: ``workflow`` (found in
+        ``dirs`` by name), else the solver's. WorkflowError, UnknownAgentKind where it
+        cannot be used."""
+        if self.workflow is None:
+            return f"rollout_{self.agent_type}", self.workflow_yaml(system)
+        name, text = resolve_workflow(self.workflow, dirs)
+        if not self.tools:
+            return name, text
+        doc = yaml.load(text, Loader=yaml.SafeLoader)
+        agents = doc.get("agent_info") if isinstance(doc, dict) else None
+        for entry in (agents or {}).values():
+            kind = entry.get("agent_kind", DEFAULT_AGENT_KIND) if isinstance(entry, dict) else None
+            if isinstance(kind, str) and agent_kind(kind).uses_tools:
+                entry["tools"] = list(self.tools)
+        return name, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
 
 def rollout_complete(state: TaskState) -> bool:
@@ -147,10 +181,11 @@ class Rollout:
             raise ValueError(f"n must be at least 1, got {n}")
         run = uuid.uuid4().hex[:10]
         out = []
+        dirs = self.settings.workflow_dirs
         for i, raw in enumerate(prompts):
             item = raw if isinstance(raw, PromptItem) else PromptItem(prompt=raw)
             name = item.id or f"p{i}"
-            workflow = self.config.workflow_yaml(item.system)
+            workflow_name, workflow = self.config.task_workflow(item.system, dirs)
             for k in range(n):
                 command = SubmitTask(
                     task_id=f"ro-{run}-{i}-{k}",
@@ -159,7 +194,7 @@ class Rollout:
                     prompt=item.prompt,
                     reference_answer=item.reference,
                     files=item.files,
-                    workflow=f"rollout_{self.config.agent_type}",
+                    workflow=workflow_name,
                     workflow_yaml=workflow,
                     group_id=f"{run}-p{i}",
                     rewards=list(self.config.rewards),
@@ -185,17 +220,21 @@ class Rollout:
     ) -> list[Trajectory]:
         """Run every prompt ``n`` times; the trajectories in submission order."""
         commands = self.commands(prompts, n)
-        provider = self._provider()
+        agents = self._agents(commands)
+        provider = self._provider(agents)
         pool = max(1, self.config.max_concurrency)
         with connected(self.settings) as bridge:
+            reach_llm(bridge, provider, [SOLVER, CONDUCTOR_ROLE])
             daemon = Daemon(
                 bridge,
                 DaemonConfig(
-                    roles=(CONDUCTOR_ROLE, SOLVER),
-                    pool_sizes={SOLVER: pool, CONDUCTOR_ROLE: min(pool, 8)},
+                    roles=(CONDUCTOR_ROLE, *agents),
+                    pool_sizes={**dict.fromkeys(agents, pool), CONDUCTOR_ROLE: min(pool, 8)},
                     ack_wait_s=self.settings.ack_wait_s,
                     llm=provider,
-                    on_job=noting_other_tasks({c.task_id or "" for c in commands}, "this rollout"),
+                    on_job=noting_other_tasks(
+                        bridge, {c.task_id or "" for c in commands}, "this rollout"
+                    ),
                 ),
             ).start()
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves
@@ -210,14 +249,23 @@ class Rollout:
                     out.write(json.dumps(t.to_dict()) + "\n")
         return trajectories
 
-    def _provider(self) -> Any:
+    @staticmethod
+    def _agents(commands: list[SubmitTask]) -> tuple[str, ...]:
+        """The agents of the rollouts' workflows: what this process hosts."""
+        texts = {(c.workflow, c.workflow_yaml or "") for c in commands}
+        agents = (a for name, text in texts for a in parse_workflow(text, name).agents)
+        return tuple(dict.fromkeys(agents))
+
+    def _provider(self, agents: tuple[str, ...]) -> Any:
+        """The LLM, with the rollout's sampling settings for every agent of it."""
         config = load_config()
-        solver = AgentLLM(
+        sampling = AgentLLM(
             temperature=self.config.temperature, max_tokens=self.config.max_tokens_per_step
         )
-        agents = dict(config.agents)
-        agents[SOLVER] = solver.over(agents.get(SOLVER, AgentLLM()))
-        return make_provider(self.config.llm, dataclasses.replace(config, agents=agents))
+        per_agent = dict(config.agents)
+        for agent in agents:
+            per_agent[agent] = sampling.over(per_agent.get(agent, AgentLLM()))
+        return make_provider(self.config.llm, dataclasses.replace(config, agents=per_agent))
 
     def _drive(
         self,

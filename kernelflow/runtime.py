@@ -15,9 +15,10 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import nats.errors
 
@@ -31,11 +32,18 @@ from kernelflow.events.log import StreamSettings, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
 from kernelflow.faults import ENV as FAULT_ENV
 from kernelflow.faults import crash_after
-from kernelflow.llm import ProviderSpecError, default_llm_spec, make_provider
-from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.llm import (
+    EndpointUnreachable,
+    ProviderRouter,
+    ProviderSpecError,
+    default_llm_spec,
+    make_provider,
+)
+from kernelflow.projections.task_state import TaskState, apply, fold
 from kernelflow.settings import Settings
-from kernelflow.usage import UsageError, WaitTimeout
+from kernelflow.usage import EXIT_INTERRUPTED, UsageError, WaitTimeout
 from kernelflow.verification.engine import detect_device
+from kernelflow.workflows.model import VERIFIER
 
 # The name these warnings have always carried on stderr, from when this was the CLI's.
 log = logging.getLogger("kernelflow.cli")
@@ -43,8 +51,15 @@ log = logging.getLogger("kernelflow.cli")
 # How long a followed task may wait on one step before the user is told why, if no daemon
 # hosts the role that step needs.
 UNTAKEN_HINT_AFTER_S = 5.0
+# How long a command goes on trying a NATS server given by URL that refuses every
+# connection (nothing listens there) before it fails.
+REFUSED_S = 2.0
 # How long a command that gives up on its tasks lets its actors finish what they hold.
 ABANDONED_STOP_WAIT_S = 2.0
+# How long a command asked to stop (Ctrl-C, SIGTERM) may take to cancel what it started
+# and close its daemon, NATS connection and embedded server (a few seconds, as a rule)
+# before it exits at once, as it does at a second signal (README.md, "CLI").
+STOP_DEADLINE_S = 15.0
 
 
 # --------------------------------------------------------------------------- wiring
@@ -61,8 +76,11 @@ def connected(
 ) -> Iterator[Bridge]:
     """A bridge to the NATS of ``settings``. With ``on_give_up`` (a daemon), the give-up
     bound applies at start (no server answers) and later (the connection stays lost),
-    after which ``on_give_up`` is called. ``after_append`` sees each event this process
-    records (a daemon's telemetry), on the bridge loop."""
+    after which ``on_give_up`` is called. Otherwise (a command) no server answering
+    within the connect timeout fails the start, and so does a server given by URL that
+    refuses the connection for ``REFUSED_S``: nothing listens there. (The embedded server
+    refuses only between its owner's exit and its successor's start.) ``after_append``
+    sees each event this process records (a daemon's telemetry), on the bridge loop."""
     with settings.nats() as (url, auth):
         streams = StreamSettings(replicas=settings.replicas)
         hook = _with_failpoint(after_append)
@@ -70,7 +88,11 @@ def connected(
         bridge = Bridge(
             url, streams, after_append=hook, auth=auth, give_up_s=give_up_s, on_give_up=on_give_up
         )
-        bridge.start(timeout_s=give_up_s if on_give_up is not None else 30.0)
+        if on_give_up is not None:
+            bridge.start(timeout_s=give_up_s)
+        else:
+            refused_s = REFUSED_S if settings.nats_url else None
+            bridge.start(timeout_s=settings.connect_timeout_s, refused_s=refused_s)
         try:
             yield bridge
         finally:
@@ -98,7 +120,12 @@ def start_daemon(
     roles: tuple[str, ...],
     pools: dict[str, int],
     on_job: Callable[[str, Job], None] | None = None,
+    *,
+    llm_must_answer: bool = True,
 ) -> Daemon:
+    """A daemon hosting ``roles`` on ``bridge``, its LLM endpoints reached first
+    (``reach_llm``): one that cannot be used ends a command at once (EndpointUnreachable)
+    and is said on the log of a daemon (not ``llm_must_answer``), which waits for it."""
     llm = None
     try:
         spec = settings.llm or default_llm_spec()
@@ -111,6 +138,8 @@ def start_daemon(
             "no LLM provider: pass --llm (e.g. scripted:examples/scripted/relu.yaml, "
             "anthropic:MODEL, openai:URL), set KF_LLM, or set ANTHROPIC_API_KEY"
         )
+    if llm is not None:
+        reach_llm(bridge, llm, [r for r in roles if r != VERIFIER], must_answer=llm_must_answer)
     config = DaemonConfig(
         roles=roles,
         pool_sizes=pools,
@@ -123,6 +152,21 @@ def start_daemon(
     if "verifier" in roles:
         warn_unseen_gpus(config)
     return Daemon(bridge, config).start()
+
+
+def reach_llm(
+    bridge: Bridge, llm: ProviderRouter, agents: list[str], *, must_answer: bool = True
+) -> None:
+    """Probe the LLM endpoints these agents use (``ProviderRouter.probe``), on the bridge
+    loop whose connections the calls will use: one nothing answers at would fail the first
+    call only after its retries (a minute), its reason among their warnings. Raises
+    EndpointUnreachable with the URL and why; or, not ``must_answer``, says so on the log."""
+    try:
+        bridge.call(llm.probe(agents), timeout=60)
+    except EndpointUnreachable as exc:
+        if must_answer:
+            raise
+        log.warning("%s; its calls are tried (and retried) as they come", exc)
 
 
 def warn_unseen_gpus(config: DaemonConfig) -> None:
@@ -319,25 +363,36 @@ def _explain_waits(
 # --------------------------------------------------------------------------- giving up
 
 
-def noting_other_tasks(ours: set[str], runner: str) -> Callable[[str, Job], None]:
+def noting_other_tasks(bridge: Bridge, ours: set[str], runner: str) -> Callable[[str, Job], None]:
     """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
-    when it takes work for a task that is not one of ``ours`` (``runner`` names the
-    command: "this run"). Such work was queued in the store before the command (a crashed
-    run's task, a submit no daemon took yet) or comes from another publisher on a shared
-    server; unsaid, it would run unseen, LLM calls and all."""
+    when it takes work for a task that is not one of ``ours`` and is not over (``runner``
+    names the command: "this run"). Such work was queued in the store before the command
+    (a crashed run's task, a submit no daemon took yet) or comes from another publisher
+    on a shared server; unsaid, it would run unseen, LLM calls and all. Work left over for
+    a task that ended (an earlier command's, cancelled as it stopped) is dropped unsaid."""
     noted: set[str] = set()
+    looking: set[asyncio.Task[None]] = set()
 
-    def on_job(role: str, job: Job) -> None:
-        task = _task_worked_on(job)
-        if task is None or task in ours or task in noted:
-            return
-        noted.add(task)
+    async def note_unless_over(role: str, task: str) -> None:
+        with contextlib.suppress(Exception):  # unread (NATS gone): said, as before
+            history = await bridge.log.read_task(task)
+            if fold(task, history.events).terminal is not None:
+                return
         print(
             f"note: {runner}'s daemon also works on task {task} ({role}), queued before "
             f"{runner} or by another publisher; `kernelflow cancel {task}` ends it",
             file=sys.stderr,
             flush=True,
         )
+
+    def on_job(role: str, job: Job) -> None:  # on the bridge loop
+        task = _task_worked_on(job)
+        if task is None or task in ours or task in noted:
+            return
+        noted.add(task)
+        looked = asyncio.get_running_loop().create_task(note_unless_over(role, task))
+        looking.add(looked)
+        looked.add_done_callback(looking.discard)
 
     return on_job
 
@@ -355,18 +410,58 @@ def _task_worked_on(job: Job) -> str | None:
 
 
 @contextlib.contextmanager
-def terminated_as_interrupted() -> Iterator[None]:
-    """Within the block SIGTERM (a ``timeout`` wrapper, a cancelled CI job) ends the command
-    as Ctrl-C does, so that it cancels its own tasks instead of dying with them running."""
+def interruptible(deadline_s: float = STOP_DEADLINE_S) -> Iterator[StopDeadline]:
+    """Within the block, the first SIGINT or SIGTERM (Ctrl-C, a ``timeout`` wrapper, a
+    cancelled CI job) raises KeyboardInterrupt, so that the command cancels what it
+    started and stops, and starts its stop's deadline (``StopDeadline``): past it, or
+    at a second signal, the process exits at once, whatever NATS or its actors do. Left
+    without a signal, the block restores the handlers it found."""
+    stop = StopDeadline(deadline_s)
 
     def interrupt(*_: object) -> None:
+        stop.asked()
         raise KeyboardInterrupt
 
-    before = signal.signal(signal.SIGTERM, interrupt)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.signal(sig, interrupt) for sig in signals}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, before)
+        if not stop.started:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+        # Asked to stop: the handlers stay, so that a signal during the rest of the exit
+        # (the interpreter waiting for threads) exits at once too.
+
+
+class StopDeadline:
+    """How long a command's stop may take once it began (``asked``): past
+    ``deadline_s``, or asked again, the process exits at once with status 130, saying
+    so on stderr (an embedded NATS server this process started stops with it)."""
+
+    def __init__(self, deadline_s: float = STOP_DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self._timer: threading.Timer | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._timer is not None
+
+    def asked(self) -> None:
+        if self._timer is not None:
+            exit_now("asked again to stop: stopping at once")
+        why = f"the stop took over {self.deadline_s:g}s: stopping at once"
+        self._timer = threading.Timer(self.deadline_s, exit_now, [why])
+        self._timer.daemon = True
+        self._timer.start()
+
+
+def exit_now(why: str) -> NoReturn:
+    """End the process now (130), with one line on stderr: written straight to the file
+    descriptor, since the thread holding stderr's lock may be the one that is stuck."""
+    with contextlib.suppress(Exception):
+        os.write(sys.stderr.fileno(), f"kernelflow: {why}\n".encode())
+    os._exit(EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager
@@ -397,10 +492,13 @@ def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
             )
         )
 
-    try:
-        answers = bridge.call(cancel_all(), timeout=10)
-    except Exception:  # NATS gone too: say what stays unfinished, then leave as asked
-        answers = [None] * len(task_ids)
+    answers: list[dict[str, Any] | None] = [None] * len(task_ids)
+    why = "no answer"
+    if not bridge.nc.is_connected:  # NATS gone: say what stays unfinished, leave as asked
+        why = "NATS is not connected"
+    else:
+        with contextlib.suppress(Exception):  # NATS gone meanwhile: the same
+            answers = bridge.call(cancel_all(), timeout=10)
     cancelled = [t for t, a in zip(task_ids, answers, strict=True) if a and a.get("ok")]
     unanswered = [t for t, a in zip(task_ids, answers, strict=True) if a is None]
     if cancelled:
@@ -408,7 +506,7 @@ def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
     if unanswered:
         them = "it" if len(unanswered) == 1 else "them"
         print(
-            f"kernelflow: could not cancel {_listed(unanswered)} (no answer): the next daemon "
+            f"kernelflow: could not cancel {_listed(unanswered)} ({why}): the next daemon "
             f"resumes {them} (kernelflow cancel ID stops one)",
             file=sys.stderr,
         )

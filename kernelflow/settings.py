@@ -123,7 +123,13 @@ class Settings:
             os.environ.get("KF_NATS_GIVE_UP", "60"), "KF_NATS_GIVE_UP"
         )
     )
-    # Where the embedded NATS keeps its JetStream store (the log), and run outputs.
+    # How long a command (not a daemon: ``nats_give_up_s``) waits for a NATS server to
+    # answer before it fails, saying why.
+    connect_timeout_s: float = field(
+        default_factory=lambda: _env_seconds("KF_CONNECT_TIMEOUT", 10.0)
+    )
+    # The embedded NATS server's store (the log) and keys, and what verifiers cache (checked
+    # references, built extensions); not a run's outputs (``run --out``).
     data_dir: Path = field(
         default_factory=lambda: Path(os.environ.get("KF_DATA_DIR") or user_data_dir("kernelflow"))
     )
@@ -177,10 +183,19 @@ class Settings:
     ui_port: int = field(default_factory=lambda: _env_port("KF_UI_PORT") or DEFAULT_UI_PORT)
     # A file holding the token the dashboard asks for; None: it asks for none.
     ui_token_file: Path | None = field(default_factory=lambda: _env_path("KF_UI_TOKEN_FILE"))
+    # Where named workflows (NAME.yaml, ``--workflow NAME``) are looked for after the
+    # current directory; None: the data dir's ``workflows``.
+    workflows_dir: Path | None = field(default_factory=lambda: _env_path("KF_WORKFLOWS_DIR"))
 
     @property
     def nats_store(self) -> Path:
         return self.data_dir / "nats"
+
+    @property
+    def workflow_dirs(self) -> tuple[Path, ...]:
+        """Where a named workflow is looked for, in order: the current directory, then the
+        workflows dir (``KF_WORKFLOWS_DIR``; by default the data dir's ``workflows``)."""
+        return (Path.cwd(), self.workflows_dir or self.data_dir / "workflows")
 
     @property
     def extension_cache(self) -> Path:

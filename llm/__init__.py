@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from kernelflow.llm.base import (
     BUDGET_EXHAUSTED,
     BudgetExceeded,
+    EndpointUnreachable,
     LLMError,
     LLMProvider,
     LLMRequest,
@@ -31,6 +32,7 @@ from kernelflow.llm.router import ProviderRouter
 __all__ = [
     "BUDGET_EXHAUSTED",
     "BudgetExceeded",
+    "EndpointUnreachable",
     "LLMError",
     "LLMProvider",
     "LLMRequest",

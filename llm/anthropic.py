@@ -22,7 +22,15 @@ import time
 from typing import Any
 
 from kernelflow.events.model import ChatMessage, ToolUse, Usage
-from kernelflow.llm.base import LLMError, LLMRequest, LLMResponse
+from kernelflow.llm.base import (
+    PROBE_CALL_TIMEOUT_S,
+    PROBE_TIMEOUT_S,
+    EndpointUnreachable,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    transport_reason,
+)
 from kernelflow.llm.config import (
     DEFAULT_ANTHROPIC_MODEL,
     ProviderSpecError,
@@ -85,6 +93,34 @@ class AnthropicProvider:
                 timeout=self.gateway.limits.timeout_s,
             )
         return self._client
+
+    async def probe(self, *, call: bool = False) -> str:
+        """Whether the API answers and takes the key (``Probed``): its model list, which
+        costs nothing; with ``call``, a one-token message."""
+        import anthropic
+
+        where = self.base_url or "the Anthropic API"
+        client = self._sdk().with_options(timeout=PROBE_TIMEOUT_S)
+        try:
+            await client.models.list(limit=1)
+            if not call:
+                return f"{where} answers and takes the key"
+            started = time.monotonic()
+            await client.with_options(timeout=PROBE_CALL_TIMEOUT_S).messages.create(
+                model=self.model,
+                max_tokens=1,
+                messages=[{"role": "user", "content": "Say OK."}],
+            )
+        except anthropic.APIConnectionError as exc:
+            raise EndpointUnreachable(
+                f"nothing answers at {where} ({transport_reason(exc)})"
+            ) from None
+        except anthropic.APIStatusError as exc:
+            if not call and exc.status_code not in (401, 403):  # up; the calls will tell
+                return f"{where} answers (HTTP {exc.status_code} to its model list)"
+            what = f"HTTP {exc.status_code}: {exc.api_message or exc.type or ''}"
+            raise EndpointUnreachable(f"{where}: {redact(what, self.gateway.secrets)}") from None
+        return f"{where} answers; a one-token message in {time.monotonic() - started:.2f}s"
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         started = time.monotonic()

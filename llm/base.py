@@ -3,6 +3,8 @@ event loop, so one daemon can keep many calls in flight without a thread per cal
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +17,34 @@ BUDGET_EXHAUSTED = "budget exhausted:"
 
 class LLMError(RuntimeError):
     """The provider could not answer (after its own retries)."""
+
+
+class EndpointUnreachable(LLMError):
+    """A provider's server cannot be used (``probe``): nothing answers at its URL, it
+    refuses the key, it serves no such model. The message names the URL and why."""
+
+
+# How long a probe waits for a server to answer at all, and for a one-token completion
+# (a cold server may load its model first).
+PROBE_TIMEOUT_S = 5.0
+PROBE_CALL_TIMEOUT_S = 60.0
+
+
+def transport_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words ("connection refused", not a client's class
+    and errno): the operating system's reason where one is in the chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror) and seen.strerror:  # a name not found
+            return seen.strerror.lower()
+        if isinstance(seen, OSError) and seen.errno and seen.errno > 0:
+            return os.strerror(seen.errno).lower()
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "No route to host"):
+        if marker in text:
+            return marker.lower()
+    return text or type(exc).__name__
 
 
 class BudgetExceeded(LLMError):
@@ -68,6 +98,15 @@ class LLMProvider(Protocol):
     name: str
 
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+class Probed(Protocol):
+    """A provider with a server to reach."""
+
+    async def probe(self, *, call: bool = False) -> str:
+        """Whether its server answers, at once and without retries; with ``call``, a
+        one-token completion too. What answered; EndpointUnreachable saying why not."""
+        ...
 
 
 def llm_called(

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from kernelflow.common.redact import scrub
+from kernelflow.common.yaml_error import yaml_problem
 from kernelflow.events.model import Usage
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -309,7 +310,8 @@ def load_config(env: Mapping[str, str] | None = None) -> LLMConfig:
         except OSError as exc:
             raise ProviderSpecError(f"KF_LLM_CONFIG={path}: cannot read: {exc}") from exc
         except yaml.YAMLError as exc:
-            raise ProviderSpecError(f"KF_LLM_CONFIG={path}: not valid YAML: {exc}") from exc
+            problem = yaml_problem(exc)
+            raise ProviderSpecError(f"KF_LLM_CONFIG={path}: not valid YAML: {problem}") from exc
         config = parse_config(doc, path)
     else:
         config = LLMConfig()

@@ -5,10 +5,12 @@ without ``#MODEL`` the server's first model from ``GET /models`` is used). The k
 server wants one, comes from ``KF_OPENAI_API_KEY`` or ``OPENAI_API_KEY``; a URL with
 credentials in it (``http://user:pass@host/v1``) is refused.
 
-It asks for token log-probabilities (``logprobs``) and, vLLM's extensions, for token ids
-(``return_token_ids``, ``return_tokens_as_token_ids``); what the server returns is
-recorded. A server that refuses the extensions (HTTP 400) is asked again without them,
-and not asked for them again.
+It asks for token log-probabilities (``logprobs``) and for token ids (vLLM's and SGLang's
+extensions, ``TOKEN_ID_EXTENSIONS``); what the server returns is recorded: token ids as
+vLLM and SGLang give them, or in the log-probabilities (vLLM's ``token_id:N`` tokens,
+llama.cpp's ``id``). A server that refuses the extensions (HTTP 400) is asked again
+without them, and not asked for them again. ``probe`` checks, before anything runs, that
+the server answers and serves the model (docs/llm.md has what each server returns).
 
 Tools are offered as ``{"type": "function", "function": ...}``; the tool calls in an
 answer become ``ToolUse`` (arguments that are not a JSON object are kept as
@@ -26,8 +28,17 @@ from typing import Any
 
 import httpx2
 
+from kernelflow.common.suggest import did_you_mean
 from kernelflow.events.model import ChatMessage, ToolUse, Usage
-from kernelflow.llm.base import LLMError, LLMRequest, LLMResponse
+from kernelflow.llm.base import (
+    PROBE_CALL_TIMEOUT_S,
+    PROBE_TIMEOUT_S,
+    EndpointUnreachable,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    transport_reason,
+)
 from kernelflow.llm.config import OpenAIOptions, credential_free
 from kernelflow.llm.gateway import (
     Gateway,
@@ -41,6 +52,11 @@ from kernelflow.llm.gateway import (
 log = logging.getLogger("kernelflow.llm")
 RETRYABLE_STATUS = {408, 409, 429}
 TOKEN_ID_PREFIX = "token_id:"
+# What servers are asked for to return token ids (docs/llm.md, "Token ids and
+# log-probabilities"): vLLM's answer's and prompt's ids, and its logprobs' tokens as ids;
+# SGLang's prompt ids (its answer's come with return_token_ids too). A server ignores the
+# ones it does not know, or refuses them all (HTTP 400: not asked again).
+TOKEN_ID_EXTENSIONS = ("return_token_ids", "return_tokens_as_token_ids", "return_prompt_token_ids")
 
 
 class OpenAIProvider:
@@ -93,6 +109,60 @@ class OpenAIProvider:
                 ) from None
         return self.model
 
+    async def probe(self, *, call: bool = False) -> str:
+        """Whether the server answers (``Probed``): its model list, with ``#MODEL`` one of
+        its models; with ``call``, a one-token completion, saying whether it returned
+        token ids and log-probabilities (what training data needs: docs/llm.md)."""
+        listing = f"{self.base_url}/models"
+        try:
+            reply = await self._http().get(listing, timeout=PROBE_TIMEOUT_S)
+        except httpx2.TimeoutException:
+            raise EndpointUnreachable(
+                f"{self.base_url} did not answer within {PROBE_TIMEOUT_S:g}s"
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise EndpointUnreachable(
+                f"nothing answers at {self.base_url} ({transport_reason(exc)})"
+            ) from None
+        if reply.status_code in (401, 403):
+            why = redact(_error_message(reply), self.gateway.secrets)
+            raise EndpointUnreachable(
+                f"{listing} refused the key (HTTP {reply.status_code}: {why}; "
+                "KF_OPENAI_API_KEY or OPENAI_API_KEY holds it)"
+            )
+        served = _model_ids(reply)  # none where the server lists none: it answered
+        if self.model and served and self.model not in served:
+            raise EndpointUnreachable(
+                f"{self.base_url} serves no model {self.model!r}"
+                f"{did_you_mean(self.model, served)} (it serves: {', '.join(served[:5])})"
+            )
+        said = f"{self.base_url} answers" + (f", serving {', '.join(served[:3])}" if served else "")
+        if not call:
+            return said
+        body: dict[str, Any] = {
+            "model": await self._model(),
+            "messages": [{"role": "user", "content": "Say OK."}],
+            "max_tokens": 1,
+        }
+        if self.options.logprobs:
+            body["logprobs"] = True
+        started = time.monotonic()
+        try:
+            answer, _ = await asyncio.wait_for(self._attempt(body), PROBE_CALL_TIMEOUT_S)
+        except (Transient, LLMError, TimeoutError) as exc:
+            why = redact(
+                str(exc) or f"no answer within {PROBE_CALL_TIMEOUT_S:g}s", self.gateway.secrets
+            )
+            raise EndpointUnreachable(
+                f"a one-token completion at {self.base_url} failed: {why}"
+            ) from None
+        token_ids, logprobs = _tokens(_read_answer(answer)[0])
+        return (
+            f"{said}; a one-token completion in {time.monotonic() - started:.2f}s, "
+            f"token ids: {'yes' if token_ids else 'no'}, "
+            f"log-probabilities: {'yes' if logprobs else 'no'}"
+        )
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         started = time.monotonic()
         model = await self._model()
@@ -144,8 +214,7 @@ class OpenAIProvider:
     async def _attempt(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         sent = dict(body)
         if self._extensions:
-            sent["return_token_ids"] = True
-            sent["return_tokens_as_token_ids"] = True
+            sent.update(dict.fromkeys(TOKEN_ID_EXTENSIONS, True))
         try:
             reply = await self._http().post(f"{self.base_url}/chat/completions", json=sent)
         except httpx2.TimeoutException:
@@ -235,6 +304,15 @@ def _arguments(raw: object) -> dict[str, Any]:
     return args if isinstance(args, dict) else {"_unparsed_arguments": str(raw)}
 
 
+def _model_ids(reply: httpx2.Response) -> list[str]:
+    """The model ids of a ``GET /models`` answer (none for one that is not a list)."""
+    try:
+        data = reply.json()["data"] if reply.status_code < 400 else []
+        return [str(m["id"]) for m in data]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 def _int_list(value: object) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return list(value)
@@ -255,17 +333,26 @@ def _tokens(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | Non
             logprobs.append(float(lp))
         else:
             logprobs = None
-        token = entry.get("token") if isinstance(entry, dict) else None
-        if (
-            from_tokens is not None
-            and isinstance(token, str)
-            and token.startswith(TOKEN_ID_PREFIX)
-            and token[len(TOKEN_ID_PREFIX) :].isdigit()
-        ):
-            from_tokens.append(int(token[len(TOKEN_ID_PREFIX) :]))
+        token_id = _logprob_token_id(entry)
+        if from_tokens is not None and token_id is not None:
+            from_tokens.append(token_id)
         else:
             from_tokens = None
     return token_ids if token_ids is not None else from_tokens, logprobs
+
+
+def _logprob_token_id(entry: object) -> int | None:
+    """The token id of one log-probability entry, where the server gives it: vLLM's
+    ``token_id:N`` tokens, llama.cpp's ``id``."""
+    if not isinstance(entry, dict):
+        return None
+    if isinstance(entry.get("id"), int) and not isinstance(entry["id"], bool):
+        return int(entry["id"])
+    token = entry.get("token")
+    if isinstance(token, str) and token.startswith(TOKEN_ID_PREFIX):
+        digits = token[len(TOKEN_ID_PREFIX) :]
+        return int(digits) if digits.isdigit() else None
+    return None
 
 
 def _error_message(reply: httpx2.Response) -> str:

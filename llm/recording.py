@@ -59,6 +59,11 @@ class RecordingProvider:
         self.inner = inner
         self.directory.mkdir(parents=True, exist_ok=True)
 
+    async def probe(self, *, call: bool = False) -> str:
+        """The recorded provider's probe (``Probed``), where it has a server."""
+        probe = getattr(self.inner, "probe", None)
+        return "nothing to reach" if probe is None else str(await probe(call=call))
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         response = await self.inner.complete(request)
         key = request_key(request)

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from kernelflow.common.redact import scrub
-from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, LLMResponse
+from kernelflow.common.suggest import did_you_mean
+from kernelflow.llm.base import (
+    EndpointUnreachable,
+    LLMError,
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+)
 from kernelflow.llm.budget import RunMeter
 from kernelflow.llm.config import LLMConfig, ProviderSpecError, credential_free, price_of
 from kernelflow.llm.gateway import Gateway
@@ -93,7 +101,31 @@ class ProviderRouter:
                 return ReplayProvider(Path(directory), by_position=mode == "position")
             except FileNotFoundError as exc:
                 raise ProviderSpecError(str(exc)) from exc
-        raise ProviderSpecError(f"{where}: unknown LLM provider {kind!r} in {shown!r}; {SPEC_HELP}")
+        guess = did_you_mean(kind, ("anthropic", "openai", "scripted", "record", "replay"))
+        raise ProviderSpecError(
+            f"{where}: unknown LLM provider {kind!r} in {shown!r}{guess} ({SPEC_HELP})"
+        )
+
+    async def probe(self, agents: Iterable[str], *, call: bool = False) -> dict[str, str]:
+        """Probe, once each, the providers these agents use (``Probed``; a provider with no
+        server, scripted or replayed answers, has nothing to reach): spec (as shown) →
+        what answered. EndpointUnreachable, naming the spec, for the first that does not;
+        an agent with no provider is left to its first call, which says so."""
+        found: dict[str, str] = {}
+        for agent in agents:
+            try:
+                spec, _ = self.params_for(agent)
+            except ProviderSpecError:
+                continue
+            shown = scrub(spec)
+            if shown in found:
+                continue
+            probe = getattr(self.provider(spec), "probe", None)
+            try:
+                found[shown] = "nothing to reach" if probe is None else await probe(call=call)
+            except EndpointUnreachable as exc:
+                raise EndpointUnreachable(f"LLM {shown}: {exc}") from None
+        return found
 
     def params_for(self, agent: str) -> tuple[str, dict[str, object]]:
         settings = self.config.for_agent(agent)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from kernelflow.common.yaml_error import yaml_problem
 from kernelflow.events.model import ToolUse, Usage
 from kernelflow.llm.base import LLMError, LLMRequest, LLMResponse
 
@@ -79,7 +80,7 @@ def load_script(path: Path) -> dict[str, list[ScriptedEntry]]:
     except OSError as exc:
         raise ScriptError(f"{path}: cannot read scripted responses: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ScriptError(f"{path}: not valid YAML: {exc}") from exc
+        raise ScriptError(f"{path}: not valid YAML: {yaml_problem(exc)}") from exc
     if not isinstance(doc, dict):
         raise ScriptError(f"{path}: must map agent names to lists of responses")
     script: dict[str, list[ScriptedEntry]] = {}

@@ -1,10 +1,12 @@
 """Flow-GRPO training samples (docs/datasets.md, "Flow-GRPO in kernelflow"), folded from
 the log in two passes.
 
-One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent; never the judge's,
-which grades the rollout) of a task that ended. Every turn of a rollout (task) carries the
-rollout's outcome reward; its advantage is normalised within the rollout's group (the
-tasks submitted together with one ``group_id``; verl's ``uid``).
+One sample per trainable LLM turn (an ``LLMCalled`` of a chosen agent: by default of the
+agents the task's workflow trains, ``trainable_agents`` — agentflow's planner —, else of
+every agent; never the judge's, which grades the rollout) of a task that ended. Every turn
+of a rollout (task) carries the rollout's outcome reward; its advantage is normalised
+within the rollout's group (the tasks submitted together with one ``group_id``; verl's
+``uid``).
 
 Two streaming passes keep memory bounded by the number of tasks, not the size of the log:
 
@@ -32,9 +34,11 @@ about the reward itself). Drops are counted by reason.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 import msgspec
@@ -63,6 +67,7 @@ from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.rewards import DEFAULT_REWARD, RewardFn, get_reward, rewards_for
 from kernelflow.projections.task_state import JUDGE
+from kernelflow.workflows.loader import WorkflowError, parse_recorded_workflow
 
 Normalize = Literal["trajectory", "turn"]
 KeepOrDrop = Literal["keep", "drop"]
@@ -72,7 +77,8 @@ Overlong = Literal["truncate", "drop"]
 
 @dataclass(frozen=True)
 class GrpoOptions:
-    agents: frozenset[str] | None = None  # None: every agent that called an LLM
+    # None: each task's workflow's ``trainable_agents``, else every agent that called an LLM.
+    agents: frozenset[str] | None = None
     reward: str | None = None  # None: each task's own reward function, as recorded
     normalize: Normalize = "trajectory"
     scale_std: bool = True  # False: Dr.GRPO (no division by the std)
@@ -88,9 +94,11 @@ class GrpoOptions:
     # then computed, not read); None: the newest check, and the rewards recorded with it.
     verifier_version: int | None = None
 
-    def wants(self, agent: str) -> bool:
-        """A trainable turn: any chosen agent's, never the judge's (it grades the rollout)."""
-        return agent != JUDGE and (self.agents is None or agent in self.agents)
+    def wants(self, agent: str, trainable: frozenset[str] | None = None) -> bool:
+        """A trainable turn: a chosen agent's (by default, one of the task's ``trainable``
+        agents, when its workflow names them), never the judge's (it grades the rollout)."""
+        chosen = self.agents if self.agents is not None else trainable
+        return agent != JUDGE and (chosen is None or agent in chosen)
 
     def reward_fn(self, task_reward: str | None = None) -> RewardFn:
         """The chosen function, else the task's own (``task_reward``), else the default."""
@@ -126,6 +134,8 @@ class TaskReward:
     prompt: bool
     reference: str | None = None
     answer: str | None = None
+    # The agents whose turns its workflow says are trained (None: every agent's).
+    trainable: frozenset[str] | None = None
 
 
 class RewardFacts:
@@ -145,14 +155,13 @@ class RewardFacts:
             own=rewards_for(event)[0].key,
             prompt=event.prompt is not None,
             reference=event.reference_answer,
+            trainable=trainable_agents(event.workflow_yaml, event.workflow_name),
         )
 
     def _finished(self, event: TaskFinished) -> None:
         known = self.tasks.get(event.task_id)
         if known is not None and known.prompt:
-            self.tasks[event.task_id] = TaskReward(
-                known.own, True, known.reference, event.final_answer
-            )
+            self.tasks[event.task_id] = dataclasses.replace(known, answer=event.final_answer)
 
 
 # Slotted: the reward table holds one per task of the log through pass 2.
@@ -166,6 +175,7 @@ class RolloutReward:
     turns: int  # trainable turns
     ended: bool
     fault: bool = False  # ended on the task's or the node's fault: not the policy's reward
+    trainable: frozenset[str] | None = None  # its workflow's trainable agents (None: all)
 
     @property
     def grouped(self) -> bool:
@@ -173,8 +183,20 @@ class RolloutReward:
         return self.ended and not self.fault
 
 
-def trainable_turns(t: TaskMetrics, options: GrpoOptions) -> int:
-    return sum(n for agent, n in t.llm_calls_by_agent.items() if options.wants(agent))
+@lru_cache(maxsize=256)
+def trainable_agents(workflow_yaml: str, workflow_name: str) -> frozenset[str] | None:
+    """The agents a recorded workflow trains (``trainable_agents``; docs/workflows.md); None
+    for every agent, and for a workflow that can no longer be read."""
+    try:
+        return parse_recorded_workflow(workflow_yaml, workflow_name).trainable_agents
+    except WorkflowError:
+        return None
+
+
+def trainable_turns(
+    t: TaskMetrics, options: GrpoOptions, trainable: frozenset[str] | None = None
+) -> int:
+    return sum(n for agent, n in t.llm_calls_by_agent.items() if options.wants(agent, trainable))
 
 
 def rollout_reward(
@@ -196,9 +218,10 @@ def rollout_reward(
         reward=value,
         reward_fn=fn.key,
         source=source,
-        turns=trainable_turns(t, options),
+        turns=trainable_turns(t, options, facts.trainable if facts is not None else None),
         ended=t.ended,
         fault=t.outcome(options.verifier_version).fault,
+        trainable=facts.trainable if facts is not None else None,
     )
 
 
@@ -448,7 +471,8 @@ class SampleBuilder:
         self._open.setdefault(event.task_id, _OpenTask()).submitted = event
 
     def _llm_called(self, event: LLMCalled) -> None:
-        if not self.options.wants(event.agent):
+        rollout = self.table.rollouts.get(event.task_id)
+        if not self.options.wants(event.agent, rollout.trainable if rollout else None):
             return
         reason = self._keep_task(event.task_id)
         if reason is None:

@@ -12,6 +12,7 @@ finished task may well have the wrong answer.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ import msgspec
 from kernelflow.projections.benchmark import ProblemResult, card_lines
 from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
 from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.rewards import REWARD_FUNCTIONS
 from kernelflow.projections.statistics import RunMetrics
 
 OWN_REWARD = GrpoOptions()  # each task scored by its own reward function
@@ -51,11 +53,37 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
 
 
+def wrapped_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int) -> str:
+    """``table``, its last column wrapped (at spaces, under itself) so that no line is
+    longer than ``width``, as far as the other columns leave it 30 characters."""
+    cells = [[_cell(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers[:-1]]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row[:-1], strict=False)]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(30, width - indent)
+
+    def lines(row: Sequence[str]) -> list[str]:
+        lead = "  ".join(v.ljust(w) for v, w in zip(row[:-1], widths, strict=True)) + "  "
+        last = textwrap.wrap(row[-1], room, break_on_hyphens=False) or [""]
+        return [(lead if n == 0 else " " * indent) + text for n, text in enumerate(last)]
+
+    rule = [*("-" * w for w in widths), "-" * min(room, max(len(headers[-1]), 6))]
+    out = [*lines(list(headers)), *lines(rule)]
+    for row in cells:
+        out.extend(lines(row))
+    return "\n".join(line.rstrip() for line in out)
+
+
 def _cell(value: Any) -> str:
+    """A table's cell for a person: three significant digits, never an exponent (a
+    near-zero time reads ``<0.001``)."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+        if 0 < abs(value) < 0.001:
+            return "<0.001" if value > 0 else ">-0.001"
+        return f"{value:.3g}" if abs(value) < 999.5 else f"{value:.0f}"
     return str(value)
 
 
@@ -269,11 +297,6 @@ def report_sections(
             f"Faults not the candidates' (task_error, unsupported; left out of the rates): "
             f"{overall.faults}   passed with their policy's warnings: {warned}"
         )
-    if overall.rewards_mean:
-        totals.append(
-            "Mean recorded reward: "
-            + ", ".join(f"{k} {v:.3g}" for k, v in overall.rewards_mean.items())
-        )
     sections: list[Table | list[str]] = [
         task_table(tasks, correct),
         summary_table(
@@ -282,6 +305,9 @@ def report_sections(
         ),
         totals,
     ]
+    if overall.rewards_mean:
+        timed = any(t.outcome(verifier_version).speedup is not None for t in tasks)
+        sections.append(reward_table(overall.rewards_mean, timed=timed))
     if overall.agents or overall.agent_latency or overall.llm_latency:
         sections.append(agent_table(overall))
     if overall.tools:
@@ -291,6 +317,21 @@ def report_sections(
             ["Benchmark card (how the speedups above were measured):", *card_lines(card)]
         )
     return sections
+
+
+def reward_table(means: Mapping[str, float], *, timed: bool) -> Table:
+    """The mean of each reward recorded, with what its values mean; ``timed``: some kernel
+    was timed (else a speedup reward is 1 for every pass, which says so)."""
+    rows = []
+    for key, mean in means.items():
+        known = REWARD_FUNCTIONS.get(key)
+        means_what = known.means if known is not None else ""
+        if known is not None and known.name == "speedup" and not timed:
+            means_what += "; no kernel was timed here, so 1 for every pass"
+        rows.append([key, means_what or "-", mean])
+    return Table(
+        "Rewards (means of those recorded)", ["reward", "what it is", "mean"], _cells(rows)
+    )
 
 
 def report_text(

@@ -50,6 +50,7 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.common.suggest import did_you_mean
 from kernelflow.events.model import (
     FAULT_VERDICTS,
     KernelReverified,
@@ -114,6 +115,8 @@ class RewardFn:
     fn: Callable[[RewardInput, dict[str, float]], float]
     params: dict[str, float] = field(default_factory=dict)
     doc: str = ""
+    # What a value of it means, in a report's words (its name says how it is computed).
+    means: str = ""
 
     @property
     def key(self) -> str:
@@ -198,13 +201,20 @@ def _judge(r: RewardInput, p: dict[str, float]) -> float:
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     f.key: f
     for f in (
-        RewardFn("binary", 1, _binary, doc="1 if the task's kernel passed verification, else 0"),
+        RewardFn(
+            "binary",
+            1,
+            _binary,
+            doc="1 if the task's kernel passed verification, else 0",
+            means="passed: 1, else 0",
+        ),
         RewardFn(
             "speedup",
             1,
             _speedup,
             {"cap": 10.0},
             doc="correct * clip(speedup, 0, cap); unmeasured speedup counts as 1",
+            means="speedup of a passing kernel, at most 10 (untimed: 1)",
         ),
         RewardFn(
             "cheat_penalty",
@@ -212,6 +222,7 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             _cheat_penalty,
             {"penalty": 1.0},
             doc="binary - penalty if any verification was rejected as a reward hack",
+            means="passed: 1, else 0; 1 less after a reward-hack attempt",
         ),
         RewardFn(
             "clean",
@@ -219,12 +230,14 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             _clean,
             {"warned": 0.5},
             doc="1 for a pass without warnings, `warned` for one the policy let through",
+            means="passed without warnings: 1, with them: 0.5, else 0",
         ),
         RewardFn(
             "exact_match",
             1,
             _exact_match,
             doc="1 if the final answer equals the reference after normalisation, else 0",
+            means="answer equals the reference: 1, else 0",
         ),
         RewardFn(
             "numeric_match",
@@ -232,8 +245,15 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             _numeric_match,
             {"rel_tol": 1e-6, "abs_tol": 1e-9},
             doc="1 if the answer's last number equals the reference's within rel_tol",
+            means="answer's number equals the reference's: 1, else 0",
         ),
-        RewardFn("judge", 1, _judge, doc="1 if the LLM judge found the answer correct"),
+        RewardFn(
+            "judge",
+            1,
+            _judge,
+            doc="1 if the LLM judge found the answer correct",
+            means="the LLM judge found the answer correct: 1, else 0",
+        ),
     )
 }
 DEFAULT_REWARD = "binary@1"
@@ -256,8 +276,9 @@ def get_reward(spec: str) -> RewardFn:
     versions = [f for f in REWARD_FUNCTIONS.values() if f.name == spec]
     if versions:
         return max(versions, key=lambda f: f.version)
-    known = ", ".join(sorted(REWARD_FUNCTIONS))
-    raise UnknownReward(f"unknown reward function {spec!r} (known: {known})")
+    known = sorted(REWARD_FUNCTIONS)
+    guess = did_you_mean(spec, [*known, *{f.name for f in REWARD_FUNCTIONS.values()}])
+    raise UnknownReward(f"unknown reward function {spec!r}{guess} (known: {', '.join(known)})")
 
 
 def check_reward_names(specs: Sequence[str]) -> None:

@@ -26,7 +26,7 @@ import msgspec
 
 from kernelflow.events.model import TaskSubmitted
 from kernelflow.workflows.loader import WorkflowError, parse_recorded_workflow
-from kernelflow.workflows.model import CODE_FIELD, VERIFIER, AgentSpec
+from kernelflow.workflows.model import VERIFIER
 
 DATASET_ROW = "dataset_row"  # the SubmitTask.metadata key of the recorded dataset row
 KERNEL_SOURCE_PREFIX = "kernelflow/"
@@ -121,16 +121,12 @@ def chat_prompt(submitted: TaskSubmitted, row: DatasetRow | None) -> list[dict[s
 
 def kernel_writers(submitted: TaskSubmitted) -> frozenset[str]:
     """The agents of a kernel task's workflow that write the kernel: those that hand their
-    ``code`` to the verifier, else any that declares a ``code`` field (a coder that checks
-    its own kernel with tools). Empty when the recorded workflow cannot be read."""
+    code field to the verifier, else any that has one (a coder that checks its own kernel
+    with tools). Empty when the recorded workflow cannot be read."""
     try:
         workflow = parse_recorded_workflow(submitted.workflow_yaml, submitted.workflow_name)
     except WorkflowError:
         return frozenset()
-    coders = {name: spec for name, spec in workflow.agents.items() if _writes_code(spec)}
+    coders = {name: spec for name, spec in workflow.agents.items() if spec.code_field}
     to_verifier = {name for name, spec in coders.items() if VERIFIER in spec.possible_next}
     return frozenset(to_verifier or coders)
-
-
-def _writes_code(spec: AgentSpec) -> bool:
-    return any(f.name == CODE_FIELD and f.field_type == "str" for f in spec.output_fields)

@@ -40,7 +40,11 @@ FILE_SIZE_LIMIT = 64 * 1024 * 1024
 # header of torch's on the CPU, well over the candidate's limit.
 JUDGE_FILE_SIZE_LIMIT = 1024 * 1024 * 1024
 NOBODY = 65534
-NPROC_LIMIT = 256  # threads count too; generous for torch, fatal for a fork bomb
+# Threads count too, and for the real ``nobody`` every sandbox's on the machine together: a
+# torch process holds a thread per core, so a pool of sandboxes on a many-core node needs
+# thousands (256 failed a sandbox's own `fork` while a few others ran). Still a wall for a
+# fork bomb, which the timeout then ends.
+NPROC_LIMIT = 4096
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38

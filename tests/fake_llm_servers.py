@@ -2,10 +2,16 @@
 chat-completions API (as vLLM serves it), error bodies and headers included.
 
 They listen on 127.0.0.1 on a free port, in a background thread, and are driven by the
-tests: ``fail_next(...)`` queues what the next requests get (an HTTP error with its real
-error body and ``retry-after``, a hang, a garbled body); everything else gets an answer
-from ``responder`` after ``delay_s``: a text, or a ``Reply`` with tool calls. Every request
-is kept for inspection (``seen``; ``completions`` are the bodies of the completion calls).
+tests: ``fail_next(...)`` queues what the next completion requests get (an HTTP error with
+its real error body and ``retry-after``, a hang, a garbled body); everything else gets an
+answer from ``responder`` after ``delay_s``: a text, or a ``Reply`` with tool calls. Each
+lists its models (``GET /v1/models``) as the real server does. Every request is kept for
+inspection (``seen``; ``completions`` are the bodies of the completion calls).
+
+The OpenAI-compatible one answers as the server it is told to be (``SERVERS``: vLLM,
+SGLang, Ollama, llama.cpp's llama-server, or api.openai.com itself): the request fields
+each takes, and the token ids and log-probabilities each returns, in its own places
+(docs/llm.md, "Serving a model of your own", says the same of the real ones).
 
 Like the real APIs, they refuse (HTTP 400, with the API's message) conversations whose
 tool calls and tool results do not fit together, so a provider's translation is checked.
@@ -171,11 +177,12 @@ class FakeLLMServer:
             self._send(handler, 400, self.error_body(400, "request body is not JSON"))
             return
         headers = {k.lower(): v for k, v in handler.headers.items()}
+        completion = handler.path.rstrip("/") == self.completion_path
         with self._lock:
             self.seen.append(Seen(handler.path, headers, body))
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            failure = self.failures.popleft() if self.failures else None
+            failure = self.failures.popleft() if self.failures and completion else None
         try:
             auth_error = self.check_auth(headers)
             if auth_error is not None:
@@ -272,6 +279,9 @@ class FakeAnthropic(FakeLLMServer):
         return {"request-id": f"req_{self.next_id():06d}"}
 
     def answer(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if method == "GET" and path.split("?")[0].rstrip("/") == "/v1/models":
+            model = {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude"}
+            return 200, {"data": [model], "has_more": False, "first_id": model["id"]}
         if method != "POST" or path.rstrip("/") != "/v1/messages":
             return 404, {"type": "error", "error": {"type": "not_found_error", "message": path}}
         for key in ("model", "max_tokens", "messages"):
@@ -329,9 +339,54 @@ class FakeAnthropic(FakeLLMServer):
         }
 
 
+@dataclass(frozen=True)
+class Server:
+    """What one OpenAI-compatible server takes and gives back, as far as kernelflow asks
+    (docs/llm.md, "Serving a model of your own"): the extension fields it knows, where it
+    puts token ids, how its log-probabilities name tokens."""
+
+    name: str
+    # Request fields beyond the standard ones it knows; any other is ignored, or refused
+    # with HTTP 400 where ``strict`` (api.openai.com).
+    extensions: frozenset[str] = frozenset()
+    strict: bool = False
+    answer_ids: str | None = None  # the field that returns the answer's token ids
+    prompt_ids: str | None = None  # the one that returns the prompt's
+    prompt_ids_on_choice: bool = False  # the prompt's ids on the choice (else top level)
+    logprobs: bool = True  # it returns log-probabilities when asked
+    # How an entry of its log-probabilities names its token: its text, its text with an
+    # ``id`` field (llama.cpp), or ``token_id:N`` when asked (vLLM's extension).
+    logprob_ids: str = "text"
+
+
+STANDARD_FIELDS = frozenset(
+    {"model", "messages", "max_tokens", "temperature", "logprobs", "top_logprobs", "tools"}
+)
+SERVERS = {
+    "vllm": Server(
+        "vllm",
+        frozenset({"return_token_ids", "return_tokens_as_token_ids"}),
+        answer_ids="return_token_ids",
+        prompt_ids="return_token_ids",
+        logprob_ids="return_tokens_as_token_ids",
+    ),
+    "sglang": Server(
+        "sglang",
+        frozenset({"return_token_ids", "return_prompt_token_ids"}),
+        answer_ids="return_token_ids",
+        prompt_ids="return_prompt_token_ids",
+        prompt_ids_on_choice=True,
+    ),
+    "ollama": Server("ollama"),
+    "llama.cpp": Server("llama.cpp", logprob_ids="id"),
+    "openai": Server("openai", strict=True),
+}
+
+
 class FakeOpenAI(FakeLLMServer):
-    """``/v1/chat/completions`` and ``/v1/models`` as vLLM serves them, with its token-id
-    extensions; ``strict=True`` refuses unknown parameters the way api.openai.com does."""
+    """``/v1/chat/completions`` and ``/v1/models`` as the OpenAI-compatible ``server`` of
+    ``SERVERS`` answers them (vLLM by default); ``strict=True`` is api.openai.com, which
+    refuses fields it does not know."""
 
     api = "openai"
     completion_path = "/v1/chat/completions"
@@ -343,10 +398,11 @@ class FakeOpenAI(FakeLLMServer):
         api_key: str | None = None,
         model: str = "policy-7b",
         strict: bool = False,
+        server: str = "vllm",
     ):
         super().__init__(responder, api_key=api_key)
+        self.server = SERVERS["openai" if strict else server]
         self.model = model
-        self.strict = strict
 
     def check_auth(self, headers: dict[str, str]) -> str | None:
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
@@ -373,20 +429,11 @@ class FakeOpenAI(FakeLLMServer):
             return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
             return 404, json.loads(self.error_body(404, f"no route {path}"))
-        if self.strict:
-            unknown = set(body) - {
-                "model",
-                "messages",
-                "max_tokens",
-                "temperature",
-                "logprobs",
-                "top_logprobs",
-                "tools",
-                "tool_choice",
-            }
-            if unknown:
-                message = f"Unrecognized request argument supplied: {sorted(unknown)[0]}"
-                return 400, json.loads(self.error_body(400, message))
+        server = self.server
+        unknown = set(body) - STANDARD_FIELDS - {"tool_choice"} - server.extensions
+        if server.strict and unknown:
+            message = f"Unrecognized request argument supplied: {sorted(unknown)[0]}"
+            return 400, json.loads(self.error_body(400, message))
         check_openai_tools(body.get("tools") or [])
         check_openai_messages(body["messages"])
         reply = self.responder(body)
@@ -419,17 +466,11 @@ class FakeOpenAI(FakeLLMServer):
             "message": message,
             "finish_reason": "tool_calls" if reply.tool_calls else "stop",
         }
-        if body.get("logprobs"):
-            as_ids = body.get("return_tokens_as_token_ids")
+        if body.get("logprobs") and server.logprobs:
             choice["logprobs"] = {
                 "content": [
-                    {
-                        "token": f"token_id:{i}" if as_ids else w,
-                        "logprob": -0.01 * (n % 7),
-                        "bytes": list(w.encode()),
-                        "top_logprobs": [],
-                    }
-                    for n, (i, w) in enumerate(zip(ids, answer_words, strict=True))
+                    self._logprob(body, n, token_id, word)
+                    for n, (token_id, word) in enumerate(zip(ids, answer_words, strict=True))
                 ]
             }
         answer: dict[str, Any] = {
@@ -444,10 +485,28 @@ class FakeOpenAI(FakeLLMServer):
                 "total_tokens": len(prompt.split()) + len(answer_words),
             },
         }
-        if body.get("return_token_ids"):
+        if server.answer_ids and body.get(server.answer_ids):
             choice["token_ids"] = ids
-            answer["prompt_token_ids"] = token_ids(prompt)
+        if server.prompt_ids and body.get(server.prompt_ids):
+            (choice if server.prompt_ids_on_choice else answer)["prompt_token_ids"] = token_ids(
+                prompt
+            )
         return 200, answer
+
+    def _logprob(self, body: dict[str, Any], n: int, token_id: int, word: str) -> dict[str, Any]:
+        """One entry of ``logprobs.content``, naming its token as this server does."""
+        as_id = self.server.logprob_ids == "return_tokens_as_token_ids" and body.get(
+            "return_tokens_as_token_ids"
+        )
+        entry: dict[str, Any] = {
+            "token": f"token_id:{token_id}" if as_id else word,
+            "logprob": -0.01 * (n % 7),
+            "bytes": list(word.encode()),
+            "top_logprobs": [],
+        }
+        if self.server.logprob_ids == "id":
+            entry["id"] = token_id
+        return entry
 
 
 def check_anthropic_tools(tools: list[dict[str, Any]]) -> None:

@@ -86,8 +86,8 @@ def step(kind: str, t: Turn, **config: Any):  # type: ignore[no-untyped-def]
 
 
 def test_builtin_kinds_are_registered_and_unknown_kinds_are_named() -> None:
-    assert {"llm", "react", "tool", "coding"} <= set(agent_kinds())
-    with pytest.raises(UnknownAgentKind, match=r"'nope'.*known: coding, llm"):
+    assert {"llm", "react", "tool", "coding", "executor"} <= set(agent_kinds())
+    with pytest.raises(UnknownAgentKind, match=r"'nope'.*known: coding, executor, llm"):
         agent_kind("nope")
 
 

@@ -83,7 +83,7 @@ def test_bench_reports_fast_p_over_problems_and_a_cheat_does_not_solve_one(
     problems: Path, tmp_path: Path
 ) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
-    with FakeOpenAI(policy) as server:
+    with FakeOpenAI(policy, model="policy") as server:
         args = ("bench", str(problems), "--samples", "2", "--llm", f"openai:{server.url}/v1#policy")
         result = run_cli(*args, "--workflow", "coder_only", "--json", env=env)
         assert result.returncode == 0, result.stderr

@@ -38,7 +38,7 @@ def test_bench_of_cpp_kernels_reports_measured_speedups(
         KF_VERIFY_THREADS="1",
         KF_EXTENSION_CACHE=str(extension_cache),
     )
-    with FakeOpenAI(policy) as server:
+    with FakeOpenAI(policy, model="policy") as server:
         result = run_cli(
             "bench",
             str(problems),

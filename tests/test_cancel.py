@@ -66,7 +66,7 @@ def test_a_cancel_of_a_task_no_one_submitted_answers_at_once(
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
-    assert cancel.returncode == 1, cancel.stderr
+    assert cancel.returncode == 2, cancel.stderr  # a wrong id, as `status` says of one
     assert cancel.stderr == "kernelflow: no task never-submitted\n"
     assert took < 10, took  # one look at the log and the queue, not a timeout
     _assert_no_error_in(log)

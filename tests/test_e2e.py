@@ -7,7 +7,6 @@ import ast
 import asyncio
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -252,8 +251,9 @@ def test_tasks_no_daemon_takes_are_explained_and_said_to_wait(private_nats: str)
     cancel = run_cli("cancel", "queued-1", "--timeout", "2", *as_user("publisher", private_nats))
     assert cancel.returncode == 3
     assert cancel.stderr.startswith("kernelflow: no answer after 2s: no daemon answered."), cancel
-    # Its start, its 2 s and a 1 s ping (with room for a loaded machine): not 5 s more.
-    assert time.monotonic() - started < startup + 2 + 1 + 1.5
+    # Its start, its 2 s and a 1 s ping, with room for a loaded machine (3.5 s), and still
+    # short of the 5 s more it once waited.
+    assert time.monotonic() - started < startup + 2 + 1 + 3.5
 
 
 @pytest.fixture
@@ -416,19 +416,23 @@ def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> Non
 
 
 def test_unreachable_nats_is_a_clear_error_not_a_hang(caplog: pytest.LogCaptureFixture) -> None:
+    # A short wait (a command's): one error that says why, nothing logged before it.
     started = time.monotonic()
     with pytest.raises(NatsUnreachable) as raised:
         Bridge("nats://kf:hunter2@127.0.0.1:9").start(timeout_s=2)
     assert time.monotonic() - started < 10
-    assert str(raised.value) == "no NATS server answered at nats://127.0.0.1:9 within 2s"
-    # The client retried every 0.5 s (about 4 times); the same failure is logged once, not
-    # per attempt, saying for how long it is tried, and without the URL's credentials.
-    # (The failure's wording is the event loop's: asyncio's or uvloop's.)
+    assert str(raised.value) == (
+        "no NATS server answered at nats://127.0.0.1:9 within 2s (connection refused)"
+    )
+    assert not [r for r in caplog.records if r.name == "kernelflow.bridge"]
+    # A long one (a daemon's): the client retries every 0.5 s; the same failure is logged
+    # once, not per attempt, saying for how long it is tried, without the URL's credentials.
+    with pytest.raises(NatsUnreachable):
+        Bridge("nats://kf:hunter2@127.0.0.1:9").start(timeout_s=7)
     failures = [r.getMessage() for r in caplog.records if r.name == "kernelflow.bridge"]
-    assert len(failures) == 1
-    assert failures[0].startswith("no NATS server at nats://127.0.0.1:9 yet (")
-    assert failures[0].endswith("); trying for 2s")
-    assert re.search("Connect call failed|Connection refused", failures[0])
+    assert failures == [
+        "no NATS server at nats://127.0.0.1:9 yet (connection refused); trying for 7s"
+    ]
 
 
 def _following(bridge: Bridge, subject: str) -> list[str]:

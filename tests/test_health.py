@@ -14,9 +14,10 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.presence import HealthResponder, daemon_describer
 from kernelflow.events.log import EventLog
-from kernelflow.verification.engine import VerifierConfig
+from kernelflow.verification.engine import VerifierConfig, detect_device
 from tests.conftest import as_user, connect, creds, is_keyed, role_auth, run_cli
 from tests.daemons import start_daemon
+from tests.fake_llm_servers import FakeOpenAI
 
 # Starts servers, daemons or CLI processes: not in `make test-fast`.
 pytestmark = pytest.mark.integration
@@ -47,22 +48,25 @@ def statuses(report: dict[str, Any], component: str) -> list[str]:
     return [c["status"] for c in report["checks"] if c["component"] == component]
 
 
-def test_unhealthy_without_a_daemon_or_without_nats(bare_nats: str) -> None:
+def test_nothing_is_wrong_that_was_not_asked_for(bare_nats: str) -> None:
+    # A server no daemon has used yet: its streams and daemons are absent, not faults.
     code, report = health(bare_nats)
-    assert code == 1 and not report["healthy"]
-    assert statuses(report, "stream") == ["fail", "fail"]  # no daemon made them yet
+    assert code == 0 and report["healthy"]
+    assert statuses(report, "stream") == ["absent", "absent"]
+    assert statuses(report, "daemons") == ["absent"]
+    assert "none required" in report["checked"]
 
     ensure_streams(bare_nats)
     code, report = health(bare_nats)
-    assert code == 1 and report["daemons"] == []
+    assert code == 0 and report["daemons"] == []
     assert statuses(report, "nats") == ["ok"] and statuses(report, "stream") == ["ok", "ok"]
-    assert statuses(report, "daemons") == ["fail"]
     assert report["nats"]["jetstream"] is True
     assert report["streams"]["KF_EVENTS"]["subjects"] == ["kf.ev.>"]
     assert report["streams"]["KF_CMD"]["retention"] == "workqueue"
 
-    code, report = health(bare_nats, "--no-daemons")
-    assert code == 0 and report["healthy"]
+    # Asked for, a daemon that does not answer is a fault.
+    code, report = health(bare_nats, "--min-daemons", "1")
+    assert code == 1 and statuses(report, "daemons") == ["fail"]
 
     code, report = health("nats://127.0.0.1:9", "--no-daemons")
     assert code == 1 and statuses(report, "nats") == ["fail"]
@@ -73,6 +77,34 @@ def test_unhealthy_without_a_daemon_or_without_nats(bare_nats: str) -> None:
 
     bad = run_cli("health", *as_user("reader", bare_nats), "--wait", "0")
     assert bad.returncode == 2 and "--wait" in bad.stderr
+
+
+def test_health_llm_sends_the_endpoint_a_one_token_request(bare_nats: str) -> None:
+    with FakeOpenAI(model="qwen2.5-coder:7b", server="ollama") as server:
+        spec = f"openai:{server.url}/v1#qwen2.5-coder:7b"
+        code, report = health(bare_nats, "--no-daemons", "--llm", spec)
+        sent = server.completions
+    (endpoint,) = [c for c in report["checks"] if c["name"] == "endpoint"]
+    assert code == 0 and endpoint["status"] == "ok"
+    assert "a one-token completion in" in endpoint["detail"]
+    assert "token ids: no, log-probabilities: yes" in endpoint["detail"]  # docs/llm.md
+    assert [body["max_tokens"] for body in sent] == [1]
+
+    code, report = health(bare_nats, "--no-daemons", "--llm", "openai:http://127.0.0.1:9/v1#m")
+    (endpoint,) = [c for c in report["checks"] if c["name"] == "endpoint"]
+    assert code == 1 and endpoint["status"] == "fail"
+    assert "nothing answers at http://127.0.0.1:9/v1 (connection refused)" in endpoint["detail"]
+
+
+def test_the_text_report_fits_the_terminal_and_says_what_it_checked(bare_nats: str) -> None:
+    text = run_cli("health", *as_user("reader", bare_nats), "--wait", "0.3")
+    lines = text.stdout.splitlines()
+    assert text.returncode == 0 and lines[-1] == "healthy"
+    assert lines[0].startswith("checked: NATS at nats://127.0.0.1:")
+    assert max(map(len, lines)) <= 100  # the width when the output is no terminal
+    # No GPU here: its backends are absent, not OK (a GPU machine: OK, on it).
+    cuda = next(line for line in lines if line.startswith("backend    cuda"))
+    assert (" ABSENT " in cuda) == (detect_device() != "cuda")
 
 
 def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
@@ -110,6 +142,15 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
 
         code, report = health(private_nats, "--min-daemons", "2")
         assert code == 1 and statuses(report, "daemons") == ["fail"]
+
+        # No LLM set here, and the daemon has its own: nothing is missing.
+        code, report = health(private_nats)
+        (llm_row,) = [c for c in report["checks"] if c["component"] == "llm"]
+        assert code == 0 and llm_row["status"] == "ok"
+        assert (
+            llm_row["detail"]
+            == "none set here; the daemons use scripted:examples/scripted/relu.yaml"
+        )
 
         text = run_cli("health", *as_user("reader", private_nats), "--wait", "0.3")
         assert text.returncode == 0, text.stdout

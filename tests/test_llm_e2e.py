@@ -90,7 +90,8 @@ def test_relu_with_anthropic_recorded_then_replayed(private_nats: str, tmp_path:
 
 def test_relu_with_an_openai_compatible_policy_server(private_nats: str, tmp_path: Path) -> None:
     nats_url = private_nats
-    with FakeOpenAI(ScriptedAnswers(EXAMPLES / "scripted" / "relu.yaml")) as server:
+    scripted = ScriptedAnswers(EXAMPLES / "scripted" / "relu.yaml")
+    with FakeOpenAI(scripted, model="kernel-policy") as server:
         result = run_relu(nats_url, tmp_path, f"openai:{server.url}/v1#kernel-policy")
     assert result["status"] == "success", result
     calls = [e for e in task_events(nats_url, str(result["task_id"])) if isinstance(e, LLMCalled)]
@@ -117,21 +118,46 @@ def test_task_budget_ends_the_task_with_its_own_status(private_nats: str, tmp_pa
     assert len(finished) == 1 and finished[0].status == "budget_exceeded"
 
 
-@pytest.mark.parametrize("spec", ["anthropic:claude-x"])
-def test_unreachable_api_fails_the_task_not_the_daemon(
-    private_nats: str, tmp_path: Path, spec: str
+def test_an_api_nothing_answers_at_is_refused_before_the_run(
+    private_nats: str, tmp_path: Path
+) -> None:
+    run = run_cli(
+        "run",
+        "examples/tasks/relu.py",
+        "--llm",
+        "anthropic:claude-x",
+        env=user_env(
+            "daemon",
+            private_nats,
+            KF_DATA_DIR=str(tmp_path / "data"),
+            ANTHROPIC_BASE_URL="http://127.0.0.1:9",
+            ANTHROPIC_API_KEY=KEY,
+        ),
+        timeout=60,
+    )
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "kernelflow: LLM anthropic:claude-x: nothing answers at http://127.0.0.1:9 "
+        "(connection refused)\n"
+    )
+
+
+def test_an_api_that_fails_every_call_fails_the_task_not_the_daemon(
+    private_nats: str, tmp_path: Path
 ) -> None:
     # A server of its own: on the shared one, this run's daemon would also take work
     # other tests left unfinished there, with an API that fails it.
     nats_url = private_nats
-    result = run_relu(
-        nats_url,
-        tmp_path,
-        spec,
-        ANTHROPIC_BASE_URL="http://127.0.0.1:9",
-        ANTHROPIC_API_KEY=KEY,
-        KF_LLM_MAX_RETRIES="1",
-    )
+    with FakeAnthropic(api_key=KEY) as api:
+        api.fail_next(*[Failure(status=500)] * 2)  # the designer's call and its retry
+        result = run_relu(
+            nats_url,
+            tmp_path,
+            "anthropic:claude-x",
+            ANTHROPIC_BASE_URL=api.url,
+            ANTHROPIC_API_KEY=KEY,
+            KF_LLM_MAX_RETRIES="1",
+        )
     assert result["status"] == "failed"
     events = task_events(nats_url, str(result["task_id"]))
     failed = [e for e in events if isinstance(e, AgentFailed)]

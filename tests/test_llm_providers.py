@@ -130,11 +130,12 @@ def test_overloaded_and_server_errors_are_retried(
 
 
 def test_a_hang_past_the_timeout_is_cut_and_retried(anthropic_server: FakeAnthropic) -> None:
-    anthropic_server.fail_next(Failure(hang_s=1.5))
+    anthropic_server.fail_next(Failure(hang_s=10.0))
     limits = Limits(backoff_base_s=0.01, timeout_s=0.3, max_retries=2)
     started = time.monotonic()
     [answer] = run(router("anthropic:m", limits), request())
-    assert answer.retries == 1 and time.monotonic() - started < 1.2
+    # far sooner than the hang (a margin any load leaves)
+    assert answer.retries == 1 and time.monotonic() - started < 5.0
 
 
 def test_retries_run_out_into_a_clear_error(anthropic_server: FakeAnthropic) -> None:

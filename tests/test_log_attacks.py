@@ -225,7 +225,7 @@ async def answer_attacks(url: str) -> tuple[list[str], dict[str, Any]]:
 REVIEWER_ONLY = {
     "agent_info": {
         "reviewer": {
-            "possible_next_agent": ["finish"],
+            "possible_next_agent": ["verifier"],  # the built-in one, checking `verdict`
             "output_format": {
                 "parser_name": "reviewer_parser",
                 "parser_definition": {
@@ -264,8 +264,9 @@ def test_garbage_in_a_tasks_history_neither_stops_it_nor_keeps_it_from_being_can
         cancel = run_cli("cancel", "waits", *as_user("publisher", private_nats))
         assert cancel.returncode == 0, cancel.stderr
         status = run_cli("status", "waits", "--json", *as_user("publisher", private_nats))
-        health = run_cli("health", *as_user("reader", private_nats))
-    assert f"{2 * injected} message(s) in the log quarantined" in health.stdout, health.stdout
+        health = run_cli("health", "--json", *as_user("reader", private_nats))
+    [daemon] = [c for c in json.loads(health.stdout)["checks"] if c["component"] == "daemon"]
+    assert f"{2 * injected} message(s) in the log quarantined" in daemon["detail"], daemon
     assert "Traceback" not in health.stderr
     # The agents' work went on top of the garbage: nothing lost, nothing twice.
     assert_each_step_once(events)
@@ -355,7 +356,7 @@ POISON_COMMANDS = {
     "a number out of range": (
         subjects.SUBMIT,
         b'{"kind": "submit_task", "task_source": "x", "deadline_s": 1e999}',
-        "Number out of range",
+        "deadline_s: number out of range",
     ),
     "random bytes": (subjects.CANCEL, bytes(range(256)) * 4, "not a kernelflow command"),
     "a submit on the cancel subject": (

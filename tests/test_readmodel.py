@@ -428,7 +428,9 @@ def status(url: str) -> tuple[list[dict[str, Any]], str]:
 def health(url: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while True:
-        result = run_cli("health", "--json", *as_user("reader", url), "--wait", "0.5")
+        result = run_cli(
+            "health", "--json", *as_user("reader", url), "--wait", "0.5", "--min-daemons", "1"
+        )
         if result.returncode == 0 or time.monotonic() > deadline:
             assert result.returncode == 0, result.stdout + result.stderr
             report: dict[str, Any] = json.loads(result.stdout)
@@ -468,7 +470,7 @@ def test_a_stop_that_cannot_finish_is_cut_short_and_says_what_it_waited_for(
         began = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="kernelflow.readmodel"):
             model.stop(timeout_s=1.0)
-        assert time.monotonic() - began < 3.0
+        assert time.monotonic() - began < 10.0  # not forever, as the deaf task would have it
         assert (
             "read model: stop did not finish within 1s "
             "(waiting for its reader and queries to stop: TimeoutError"
@@ -487,8 +489,8 @@ def test_a_read_model_stopped_as_it_starts_stops_at_once(private_nats: str) -> N
         for i in range(6):  # the race itself, as it happens (most of the time)
             model = ReadModel(bridge, f"quick-{i}", snapshot_every_s=3600).start()
             began = time.monotonic()
-            model.stop(timeout_s=5.0)
-            assert time.monotonic() - began < 2.0, f"stop {i} waited"
+            model.stop(timeout_s=30.0)  # waiting it out is far from stopping at once
+            assert time.monotonic() - began < 10.0, f"stop {i} waited"
         # And every time: a task that swallows one cancellation, as wait_for does.
         model = ReadModel(bridge, "swallower", snapshot_every_s=3600).start()
 
@@ -502,8 +504,8 @@ def test_a_read_model_stopped_as_it_starts_stops_at_once(private_nats: str) -> N
 
         bridge.call(plant_swallowing_task())
         began = time.monotonic()
-        model.stop(timeout_s=5.0)
-        assert time.monotonic() - began < 2.0
+        model.stop(timeout_s=30.0)
+        assert time.monotonic() - began < 10.0
     finally:
         bridge.stop()
 

@@ -5,6 +5,7 @@ capped groups are said to be capped)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -309,3 +310,93 @@ def test_the_plots_judge_kernels_by_the_verifier_version_the_tables_do(
         "fast_p": {0.0: 1.0, 1.0: 1.0},
         "speedups": [2.0, 2.0],
     }
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium")
+def test_the_page_as_a_browser_shows_it(tmp_path: Path) -> None:
+    """The page in headless Chromium: every label of every plot inside its plot; time
+    ticks each a whole time of day (the date in the axis label); long task ids cut in the
+    middle so that samples stay apart; a plot with nothing to draw a strip, not a plot's
+    space."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    start = datetime(2026, 3, 1, 23, 59, 20, tzinfo=UTC).timestamp()  # across midnight
+    tasks = [
+        TaskMetrics(
+            task_id=f"rollout-of-the-arithmetic-dataset-sample-{i}",
+            task_name="relu",
+            group_id="g",
+            status="success",
+            submitted_at=start + 20 * i,
+            ended_at=start + 20 * i + 15,
+            steps=3,
+            input_tokens=500,
+            output_tokens=100,
+            verdicts=("mismatch", "pass"),
+            final_verdict="pass",
+        )
+        for i in range(1, 4)
+    ]
+    page_file = tmp_path / "report.html"
+    page_file.write_text(
+        report_page(
+            run_metrics(tasks),
+            {},
+            tasks,
+            None,
+            fast_ps=(0.0, 1.0),
+            generated_at=datetime(2026, 3, 2, tzinfo=UTC),
+        ),
+        encoding="utf-8",
+    )
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"], timeout=60_000
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(page_file.as_uri(), timeout=60_000)
+            shown = page.evaluate(
+                """() => {
+                const ancestors = (e, svg) => {
+                    const ids = [];
+                    for (; e && e !== svg; e = e.parentElement) if (e.id) ids.push(e.id);
+                    return ids.join(' ');
+                };
+                return [...document.querySelectorAll('svg')].map(svg => {
+                    const box = svg.getBoundingClientRect();
+                    const texts = [...svg.querySelectorAll('text')].map(t => {
+                        const r = t.getBoundingClientRect();
+                        return {text: t.textContent, ids: ancestors(t, svg),
+                                inside: r.left >= box.left - 1 && r.right <= box.right + 1
+                                        && r.top >= box.top - 1 && r.bottom <= box.bottom + 1};
+                    });
+                    return {title: svg.querySelector('title').textContent,
+                            height: box.height, texts};
+                });
+                }"""
+            )
+        finally:
+            browser.close()
+    by_title = {plot["title"].split(" (")[0]: plot for plot in shown}
+    assert list(by_title) == PLOT_TITLES
+    for plot in shown:
+        cut = [t["text"] for t in plot["texts"] if not t["inside"]]
+        assert not cut, (plot["title"], cut)
+    verdicts = by_title["Verdicts over time"]["texts"]
+    ticks = [t["text"] for t in verdicts if "xtick" in t["ids"]]
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d(:\d\d)?", tick) for tick in ticks), ticks
+    assert any("2026-03-01 to 2026-03-02" in t["text"] for t in verdicts)
+    rows = [
+        t["text"] for t in by_title["Steps and tokens per task"]["texts"] if "ytick" in t["ids"]
+    ]
+    assert len(set(rows)) == 3 and all(
+        "…" in r and r.endswith(f"-{i}") for i, r in enumerate(rows, 1)
+    )
+    # Nothing was timed: the speedup plot says so in a strip; the others are drawn.
+    empty = by_title["Speedup over the baseline"]
+    assert any(t["text"] == "no timing: no speedup measured" for t in empty["texts"])
+    drawn = [plot["height"] for plot in shown if plot is not empty]
+    assert empty["height"] < 100 < min(drawn)

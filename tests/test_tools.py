@@ -119,7 +119,8 @@ def test_calculator_computes(expression: str, expected: str) -> None:
 def test_calculator_refuses_with_a_reason(expression: str, problem: str) -> None:
     started = time.monotonic()
     outcome = calc(expression)
-    assert time.monotonic() - started < 1.0  # refused before any expensive work
+    # refused before any expensive work (which would run for minutes, not seconds)
+    assert time.monotonic() - started < 5.0
     assert not outcome.ok
     assert problem in outcome.error
     assert outcome.output == f"error: {outcome.error}"
@@ -194,7 +195,7 @@ class _Sleeper(Tool):
 def test_slow_tool_times_out() -> None:
     started = time.monotonic()
     outcome = call(_Sleeper(ToolLimits(timeout_s=0.2)), {})
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # cut long before its 30 s sleep
     assert not outcome.ok
     assert outcome.error == "test_sleeper timed out after 0.2s"
 
@@ -294,7 +295,7 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     )
     started = time.monotonic()
     outcome = call(make_tool("python", ToolLimits(timeout_s=3)), {"code": code})
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 30  # not the 300 s its children would hold a pipe
     assert not outcome.ok
     assert outcome.error.startswith("[timed out after 3 s: the command and all it started")
     assert "STARTED" in outcome.error
@@ -423,8 +424,10 @@ def test_builtin_tools_are_registered_with_valid_specs() -> None:
 
 
 def test_unknown_tool_names_the_known_ones() -> None:
-    with pytest.raises(UnknownTool, match="unknown tool 'nope'; known tools: calculator, "):
+    with pytest.raises(UnknownTool, match=r"unknown tool 'nope' \(known tools: calculator, "):
         make_tool("nope")
+    with pytest.raises(UnknownTool, match="unknown tool 'calculater'; did you mean 'calculator'"):
+        make_tool("calculater")
 
 
 def test_make_tool_takes_limits() -> None:

@@ -453,7 +453,7 @@ def test_detect_device_is_cached() -> None:
     first = detect_device()
     started = time.perf_counter()
     assert detect_device(sys.executable, None) == first in ("cpu", "cuda")
-    assert time.perf_counter() - started < 0.01
+    assert time.perf_counter() - started < 0.2  # a probe starts an interpreter (~1 s)
 
 
 def stand_in_python(tmp_path: Path, body: str) -> str:

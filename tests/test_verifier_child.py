@@ -18,6 +18,7 @@ SANDBOX_PACKAGES = (
     "kernelflow.sandbox",
     "kernelflow.verification.backends",
     "kernelflow.common.plugins",  # the backends' plugin loader: stdlib only
+    "kernelflow.common.suggest",  # its "did you mean": stdlib only
 )
 
 

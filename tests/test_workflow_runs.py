@@ -256,35 +256,14 @@ def test_invalid_workflow_is_refused_before_anything_runs(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "args, problem",
     [
-        (["submit", RELU, "--task-id", "a.b"], "at `$.task_id`"),
-        (["cancel", "a.b"], "at `$.task_id`"),
-        (["submit", RELU, "--samples", "10", "--task-id", "x" * 62], "at `$.task_id`"),
-        (["submit", RELU, "--deadline", "0"], "Expected `float` > 0.0 - at `$.deadline_s`"),
+        (["submit", RELU, "--task-id", "a.b"], "task_id: expected 1 to 64 letters, digits"),
+        (["cancel", "a.b"], "task_id: expected 1 to 64 letters, digits"),
         (
-            ["run", RELU, "--deadline", "-5", "--llm", "scripted:x"],
-            "Expected `float` > 0.0 - at `$.deadline_s`",
-        ),
-        (
-            [
-                "rollout",
-                "--dataset",
-                "examples/datasets/arithmetic.jsonl",
-                "--deadline",
-                "-1",
-                "--llm",
-                "scripted:examples/scripted/arithmetic_react.yaml",
-            ],
-            "Expected `float` > 0.0 - at `$.deadline_s`",
+            ["submit", RELU, "--samples", "10", "--task-id", "x" * 62],
+            "task_id: expected 1 to 64 letters, digits",
         ),
     ],
-    ids=[
-        "task-id",
-        "cancel-task-id",
-        "sample-ids",
-        "submit-deadline",
-        "run-deadline",
-        "rollout-deadline",
-    ],
+    ids=["task-id", "cancel-task-id", "sample-ids"],
 )
 def test_a_command_a_daemon_would_refuse_is_refused_before_it_is_published(
     args: list[str], problem: str, private_nats: str
@@ -346,7 +325,7 @@ def test_cancel_a_running_task(nats_url: str, tmp_path: Path) -> None:
         )
         assert replay["steps"][-1]["step_type"] == "final_answer"  # ...and is not recorded
         missing = run_cli("cancel", "no-such-task", *as_user("publisher", nats_url))
-        assert missing.returncode == 1 and "no task" in missing.stderr
+        assert missing.returncode == 2 and "no task" in missing.stderr
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)

@@ -167,8 +167,9 @@ MALFORMED = {
         ),
         [
             "agent_info.coder.output_format.parser_definition.output_fields: 'coder' hands "
-            "over to the verifier, which checks a 'code' field (a string), but declares only: "
-            "kernel"
+            "over to the verifier, which checks one string field of its answer, but it has no "
+            "'code' field nor a single mandatory string field: name the field to check with "
+            "code_field: FIELD under agent_info.coder (declared: kernel: str, optional)"
         ],
     ),
     "mandatory_llm_analysis string": (
@@ -477,7 +478,9 @@ SCHEMA_KEYS = {
     "user",
 }
 # Keys the author chooses (agents, fields, sequences, tools) rather than the schema.
-AUTHOR_NAMED = re.compile(r"(^|\.)(agent_info|single_agent|sequences|output_fields)$|tools\[\d+\]$")
+AUTHOR_NAMED = re.compile(
+    r"(^|\.)(agent_info|single_agent|sequences|output_fields|route_by\.values)$|tools\[\d+\]$"
+)
 REQUIRED = re.compile(
     r"^(agent_info|start_agent|limitation_info|limitation_info\.required"
     r"|limitation_info\.required\.max_step|.*\.sequences\.[^.]+\.(pattern|max_repeats)"

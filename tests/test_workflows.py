@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from kernelflow.projections.counters import repeat_counters
 from kernelflow.workflows.loader import (
     WorkflowError,
-    available_workflows,
+    catalogue,
     load_workflow,
     parse_workflow,
 )
@@ -22,8 +22,9 @@ def counted(wf: Workflow, history: list[str]):  # type: ignore[no-untyped-def]
     return repeat_counters(history, wf.sequence_patterns)
 
 
-def test_the_four_predefined_workflows_load() -> None:
-    assert available_workflows() == [
+def test_the_predefined_workflows_load() -> None:
+    assert [w.name for w in catalogue()] == [
+        "agentflow",
         "coder_only",
         "conductor_connect_all",
         "default",

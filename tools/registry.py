@@ -20,6 +20,7 @@ import re
 from typing import TypeVar, cast
 
 from kernelflow.common.plugins import load_plugins
+from kernelflow.common.suggest import did_you_mean
 from kernelflow.tools.base import Tool, ToolLimits
 
 __all__ = ["ENTRY_POINT_GROUP", "UnknownTool", "make_tool", "register_tool", "tool_names"]
@@ -99,4 +100,7 @@ def make_tool(name: str, limits: ToolLimits | None = None) -> Tool:
     problem = _plugins()[1].get(name)
     if problem is not None:
         raise UnknownTool(problem)
-    raise UnknownTool(f"unknown tool {name!r}; known tools: {', '.join(tool_names())}")
+    known = tool_names()
+    raise UnknownTool(
+        f"unknown tool {name!r}{did_you_mean(name, known)} (known tools: {', '.join(known)})"
+    )

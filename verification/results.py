@@ -33,8 +33,10 @@ _VERDICT_ADVICE = {
 }
 
 
-def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
-    """A concise text for the coder: verdict, rule(s) broken, key error lines, mismatches."""
+def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bool = True) -> str:
+    """A concise text for the coder: verdict, rule(s) broken, key error lines, mismatches,
+    each said once; without ``headline`` (a command that prints the verdict and summary
+    on a line of its own), what follows them."""
     if report.passed:
         text = f"pass: {report.summary}"
         if report.warnings:
@@ -42,14 +44,13 @@ def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
                 f"- {w}" for w in report.warnings[:8]
             )
         return text[:limit]
-    parts = [f"Verdict: {report.verdict}. {_VERDICT_ADVICE.get(report.verdict, '')}"]
-    parts.append(report.summary)
+    advice = _VERDICT_ADVICE.get(report.verdict, "")
+    parts = [f"Verdict: {report.verdict}. {advice}", report.summary] if headline else [advice]
     if report.reasons and report.verdict.startswith("rejected"):
         parts.append("Rules broken:\n" + "\n".join(f"- {r}" for r in report.reasons[:8]))
     if report.mismatches:
         parts.append("First mismatching positions:\n" + "\n".join(report.mismatches[:5]))
-    shown = set(report.reasons) | {report.summary}
-    body = "\n".join(e for e in report.errors if e and e not in shown)
+    body = "\n".join(e for e in report.errors if e and not _said(e, report))
     if body:
         lines = body.splitlines()
         if len(lines) > 20:
@@ -57,6 +58,15 @@ def feedback_text(report: VerificationReport, limit: int = 2000) -> str:
         parts.append("\n".join(lines))
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
+
+
+def _said(error: str, report: VerificationReport) -> bool:
+    """Whether an error line says what the feedback says already: the summary (which may
+    quote it: ``trial 1/3: <error>``), a rule broken, or the mismatching positions."""
+    if any(error in said for said in (report.summary, *report.reasons)):
+        return True
+    listed = error.partition(": ")[2].split("; ")
+    return bool(report.mismatches) and all(m in report.mismatches for m in listed)
 
 
 def _tail(text: str, workdir: str, lines: int = _FEEDBACK_LINES) -> str:

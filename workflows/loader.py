@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -18,9 +19,20 @@ from typing import Any
 
 import yaml
 
+from kernelflow.common.suggest import did_you_mean
+from kernelflow.common.yaml_error import yaml_problem
+from kernelflow.workflows.checking import Problem
+from kernelflow.workflows.checking import is_agent_name as is_agent_name  # for the daemon
+from kernelflow.workflows.extend import (
+    BASE_KEY,
+    Origins,
+    merge,
+    origin_of,
+    origins_of,
+    without_base,
+)
 from kernelflow.workflows.model import VERIFIER, Workflow
-from kernelflow.workflows.validate import Problem, check_document
-from kernelflow.workflows.validate import is_agent_name as is_agent_name  # for the daemon
+from kernelflow.workflows.validate import check_document
 
 # libyaml's loader where PyYAML was built with it: the same safe subset, ~8x faster (every
 # submitted task parses its workflow).
@@ -48,10 +60,6 @@ class WorkflowError(ValueError):
         return cls("\n".join(lines), ordered)
 
 
-def available_workflows() -> list[str]:
-    return sorted(_predefined())
-
-
 @cache
 def _predefined() -> dict[str, str]:
     """The predefined workflows' texts by name: package data, read once (every submitted
@@ -64,20 +72,184 @@ def _predefined() -> dict[str, str]:
     }
 
 
-def resolve_workflow(name_or_path: str) -> tuple[str, str]:
-    """Return ``(name, yaml_text)`` for a predefined workflow name or a YAML file path."""
+@dataclass(frozen=True)
+class Found:
+    """A workflow's text, and where it came from."""
+
+    name: str
+    text: str
+    source: str  # what a problem in it is reported under: a path, or a predefined name
+    path: Path | None = None  # a file's (a relative ``base:`` path starts in its folder)
+
+    @property
+    def identity(self) -> str:
+        return str(self.path.resolve()) if self.path else f"predefined {self.name}"
+
+    @property
+    def folder(self) -> Path | None:
+        return self.path.parent if self.path else None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A workflow ``kernelflow workflow list`` shows."""
+
+    name: str
+    source: str  # "predefined", or the file
+    shadowed_by: str | None = None  # the workflow of the same name found first
+
+
+def catalogue(dirs: Sequence[Path] = ()) -> list[Listed]:
+    """The predefined workflows, then the named ones in ``dirs`` (in their order: the
+    first of a name is the one found by it)."""
+    listed = [Listed(name, "predefined") for name in sorted(_predefined())]
+    first = {w.name: w.source for w in listed}
+    for folder in dirs:
+        for path in sorted(_named_files(folder)):
+            name = path.stem
+            listed.append(Listed(name, str(path), first.get(name)))
+            first.setdefault(name, str(path))
+    return listed
+
+
+def _named_files(folder: Path) -> list[Path]:
+    """The workflow files of ``folder``: ``*.yaml`` / ``*.yml`` holding a mapping with
+    ``agent_info`` or ``base`` (other YAML files, a compose file say, are not named)."""
+    try:
+        paths = [p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
+    except OSError:
+        return []
+    found = []
+    for path in paths:
+        try:
+            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and ("agent_info" in doc or BASE_KEY in doc):
+            found.append(path)
+    return found
+
+
+def find_workflow(
+    name_or_path: str, dirs: Sequence[Path] = (), folder: Path | None = None
+) -> Found:
+    """A workflow by file path (relative to ``folder`` if given), predefined name, or the
+    name of a file ``NAME.yaml`` / ``NAME.yml`` in ``dirs`` (the first that has one)."""
     path = Path(name_or_path)
+    if folder is not None and not path.is_absolute():
+        path = folder / path
     if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
         try:
-            return path.stem, path.read_text(encoding="utf-8")
+            return Found(path.stem, path.read_text(encoding="utf-8"), name_or_path, path)
         except (OSError, UnicodeDecodeError) as exc:
             raise WorkflowError(f"{name_or_path}: cannot read workflow file: {exc}") from exc
     if name_or_path in _predefined():
-        return name_or_path, _predefined()[name_or_path]
+        return Found(name_or_path, _predefined()[name_or_path], name_or_path)
+    if is_agent_name(name_or_path):  # a plain name: no path in it
+        for d in dirs:
+            for suffix in (".yaml", ".yml"):
+                candidate = d / f"{name_or_path}{suffix}"
+                if candidate.is_file():
+                    return find_workflow(str(candidate))
+    known = sorted({w.name for w in catalogue(dirs)})
+    looked = f"; named workflows are looked for in: {', '.join(map(str, dirs))}" if dirs else ""
     raise WorkflowError(
-        f"unknown workflow {name_or_path!r}; available: {', '.join(available_workflows())} "
-        "(or give the path of a .yaml file)"
+        f"unknown workflow {name_or_path!r}; available: {', '.join(known)} (or give the path "
+        f"of a .yaml file{looked}){did_you_mean(name_or_path, known)}"
     )
+
+
+@dataclass(frozen=True)
+class Extended:
+    """A workflow document with its bases merged in, and where each value came from."""
+
+    name: str
+    source: str
+    document: Any
+    origins: Origins
+    bases: tuple[str, ...]  # the chain of bases, nearest first
+    lines: dict[str, int]  # the line of each key path in the file itself
+    duplicates: tuple[Problem, ...]  # keys given twice in the file itself
+
+    @property
+    def text(self) -> str:
+        """The merged document as YAML: what a task records (it never depends on a base
+        that may change later)."""
+        over = f"# {self.source} over {' over '.join(self.bases)}, merged by kernelflow\n"
+        body = yaml.safe_dump(self.document, sort_keys=False, allow_unicode=True)
+        return (over if self.bases else "") + body
+
+
+def extend(found: Found, dirs: Sequence[Path] = (), chain: tuple[str, ...] = ()) -> Extended:
+    """``found`` over its base (and the base's over its own...), merged."""
+    doc, lines, duplicates = _parsed(found.text, found.source)
+    if not isinstance(doc, dict) or BASE_KEY not in doc:
+        return Extended(
+            found.name,
+            found.source,
+            doc,
+            origins_of(doc, found.source),
+            (),
+            lines,
+            tuple(duplicates),
+        )
+    base_name = doc[BASE_KEY]
+    where = f"{found.source}: {BASE_KEY}"
+    if not isinstance(base_name, str) or not base_name.strip():
+        raise WorkflowError(f"{where}: must name a workflow or a file, got {base_name!r}")
+    if found.identity in chain:
+        raise WorkflowError(
+            f"{where}: {base_name!r} extends {found.source} in turn: a workflow cannot be "
+            "its own base"
+        )
+    try:
+        base_found = find_workflow(base_name, dirs, found.folder)
+    except WorkflowError as exc:
+        raise WorkflowError(f"{where}: {exc}") from exc
+    base = extend(base_found, dirs, (*chain, found.identity))
+    if not isinstance(base.document, dict):
+        raise WorkflowError(f"{where}: {base_found.source} is not a workflow (not a mapping)")
+    merged, origins = merge(base.document, without_base(doc), base.origins, found.source)
+    return Extended(
+        found.name,
+        found.source,
+        merged,
+        origins,
+        (base_found.source, *base.bases),
+        lines,
+        tuple(duplicates),
+    )
+
+
+def resolve_workflow(name_or_path: str, dirs: Sequence[Path] = ()) -> tuple[str, str]:
+    """``(name, yaml_text)`` of a predefined workflow name, a YAML file path or a named
+    workflow in ``dirs``; a file with a ``base`` comes merged with it, and is refused here,
+    each problem named where it was set, when the merged workflow has any."""
+    found = find_workflow(name_or_path, dirs)
+    extended = extend(found, dirs)
+    if not extended.bases:
+        return found.name, found.text  # as written: its problems are reported by line
+    _, problems = check_document(extended.document, found.name)
+    if problems or extended.duplicates:
+        located = [_from_layers(p, extended) for p in problems]
+        raise WorkflowError.listing(found.source, [*extended.duplicates, *located])
+    return found.name, extended.text
+
+
+def _parsed(text: str, source: str) -> tuple[Any, dict[str, int], list[Problem]]:
+    try:
+        return _read_yaml(text)
+    except yaml.YAMLError as exc:
+        raise WorkflowError(f"{source}: not valid YAML: {yaml_problem(exc)}") from exc
+
+
+def _from_layers(problem: Problem, extended: Extended) -> Problem:
+    """``problem`` located in the file where its value was set: the line, for the file
+    itself; the workflow it came from, for a base."""
+    origin = origin_of(problem.path, extended.origins)
+    if origin is None or origin == extended.source:
+        return _located(problem, extended.lines)
+    return Problem(problem.path, f"{problem.message} (set in {origin})", problem.mistake)
 
 
 def parse_workflow(text: str, name: str, source: str | None = None) -> Workflow:
@@ -99,8 +271,8 @@ def parse_recorded_workflow(text: str, name: str) -> Workflow:
     return workflow
 
 
-def load_workflow(name_or_path: str) -> tuple[Workflow, str]:
-    name, text = resolve_workflow(name_or_path)
+def load_workflow(name_or_path: str, dirs: Sequence[Path] = ()) -> tuple[Workflow, str]:
+    name, text = resolve_workflow(name_or_path, dirs)
     return parse_workflow(text, name, source=name_or_path), text
 
 
@@ -116,10 +288,7 @@ def check_candidate(workflow: Workflow, has_candidate: bool) -> None:
 
 
 def _check(text: str, name: str, source: str) -> tuple[Workflow | None, list[Problem]]:
-    try:
-        doc, lines, duplicates = _read_yaml(text)
-    except yaml.YAMLError as exc:
-        raise WorkflowError(f"{source}: not valid YAML: {exc}") from exc
+    doc, lines, duplicates = _parsed(text, source)
     workflow, problems = check_document(doc, name)
     located = [_located(p, lines) for p in problems]
     return workflow, duplicates + located

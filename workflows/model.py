@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 FINISH = "finish"
-VERIFIER = "verifier"  # the one agent that is a program, not an LLM
+# The one agent that is a program, not an LLM. Built in: a workflow may name it without
+# defining it (docs/workflows.md, "The verifier").
+VERIFIER = "verifier"
 DEFAULT_SINGLE_AGENT_LIMIT = 3
 DEFAULT_AGENT_KIND = "llm"  # one LLM call, its answer parsed: what designer/coder are
-CODE_FIELD = "code"  # the output field the verifier checks
+CODE_FIELD = "code"  # the output field the verifier checks, unless an agent names another
 # An agent without ``output_format`` (optional: docs/workflows.md, "output_format") answers
 # in free text: its whole answer is its ``answer`` field, and the last fenced code block in
 # it its ``code`` field; one that may hand over to the verifier must give such a block
@@ -23,6 +26,24 @@ class OutputField:
     field_type: str
     mandatory: bool
     description: str = ""
+
+
+@dataclass(frozen=True)
+class RouteBy:
+    """``route_by``: the value of ``field`` in the agent's answer picks the next agent."""
+
+    field: str
+    # Value → agent (or ``finish``), in the order the workflow lists them.
+    values: tuple[tuple[str, str], ...]
+
+    def chosen(self, fields: Mapping[str, Any]) -> str | None:
+        """The agent the answer names, if its value is one of ``values`` (whatever its
+        case and surrounding spaces)."""
+        value = fields.get(self.field)
+        if not isinstance(value, str):
+            return None
+        wanted = value.strip().lower()
+        return next((agent for answer, agent in self.values if answer.lower() == wanted), None)
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,21 @@ class AgentSpec:
     # The workflow's own prompt templates for this agent (``prompt: {system, user}``),
     # replacing the built-in files; same placeholders (``$task_source``...).
     prompt_templates: dict[str, str] = field(default_factory=dict)
+    # The output field holding the agent's code: what the verifier checks when this agent
+    # hands over to it (``code_field``, else ``code``, else its one mandatory string field
+    # where it hands over to the verifier); None: the agent writes no code.
+    code_field: str | None = None
+    # The agent chooses what follows it (``route_by``): its answer's field, and which
+    # agent each value of it leads to.
+    route_by: RouteBy | None = None
+    # The verifier the workflow named without defining it: it finishes on a pass and goes
+    # back to the agent whose code failed (docs/workflows.md, "The verifier").
+    built_in: bool = False
+
+    def code_in(self, fields: Mapping[str, Any]) -> str | None:
+        """The code in this agent's parsed answer ``fields``, if it has any."""
+        value = fields.get(self.code_field) if self.code_field is not None else None
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -61,6 +97,12 @@ class Workflow:
     mandatory_llm_analysis: frozenset[str] = frozenset()
     single_agent_limits: dict[str, int] = field(default_factory=dict)
     sequences: tuple[SequenceLimit, ...] = ()
+    # The agents whose LLM turns are the policy's (``trainable_agents``): what ``export
+    # grpo`` takes by default. None: every agent's, the conductor's included.
+    trainable_agents: frozenset[str] | None = None
+    # The reward functions a task of this workflow is scored with unless its submitter
+    # names others (``rewards``); empty: the defaults for its kind of task.
+    rewards: tuple[str, ...] = ()
 
     @property
     def sequence_patterns(self) -> dict[str, tuple[str, ...]]:

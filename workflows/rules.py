@@ -18,8 +18,11 @@ After an agent finishes (docs/workflows.md, "Routing"):
    wrote the kernel) finishes on a pass with no LLM call, while the optimizer example
    ``default_with_optimizer.yaml`` (verifier → [finish, coder, optimizer]) may send a
    kernel the coder got right on to the optimizer, and ``conductor_connect_all`` may send
-   it back to the designer for another round.
-5. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
+   it back to the designer for another round. The built-in verifier (named, not defined)
+   finishes on a pass and goes back to the kernel's author on a failure.
+5. An agent with ``route_by`` chooses for itself: the agent its answer names is taken when
+   the limits leave it.
+6. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
    → take it; otherwise the conductor's LLM chooses among the options.
 """
 
@@ -27,9 +30,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from kernelflow.events.model import RemovedOption
 from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
@@ -45,6 +48,8 @@ class Outcome:
     verification_passed: bool | None = None
     # The agent whose code the verifier checked (None: the code submitted with the task).
     code_author: str | None = None
+    # The agent's parsed answer, if it gave one (an agent with ``route_by`` routes by it).
+    output: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,11 +142,27 @@ def route(workflow: Workflow, counters: Counters, outcome: Outcome) -> Route:
             illegal,
             retry_removed=illegal[agent],
         )
+    spec = workflow.agents[agent]
+    if agent == VERIFIER and spec.built_in:
+        return _after_the_built_in_verifier(workflow, illegal, outcome)
     if agent == VERIFIER and outcome.verification_passed:
         return _after_a_pass(workflow, illegal, outcome.code_author)
-    candidates = list(workflow.agents[agent].possible_next)
+    candidates = list(spec.possible_next)
     if agent == VERIFIER and FINISH in candidates:
         candidates.remove(FINISH)  # a failed verification may not end the task as done
+    if spec.route_by is not None and outcome.output is not None:
+        chosen = spec.route_by.chosen(outcome.output)
+        if chosen is not None and chosen not in illegal:
+            answer = str(outcome.output[spec.route_by.field]).strip()
+            removed = tuple(illegal[a] for a in candidates if a in illegal)
+            return Route(
+                "finish" if chosen == FINISH else "run",
+                "limit" if removed else "auto",
+                tuple(a for a in candidates if a not in illegal),
+                chosen,
+                f"{agent} answered {spec.route_by.field} {answer!r}",
+                removed,
+            )
     return _choose(workflow, agent, candidates, illegal)
 
 
@@ -191,6 +212,18 @@ def _after_a_pass(
         "verification passed; the conductor's LLM chooses whether to hand it on",
         removed,
     )
+
+
+def _after_the_built_in_verifier(
+    workflow: Workflow, illegal: dict[str, RemovedOption], outcome: Outcome
+) -> Route:
+    """Rule 4 for the verifier a workflow names without defining it: a pass finishes, a
+    failure goes back to the agent whose code failed (when the limits let it run)."""
+    if outcome.verification_passed:
+        return Route("finish", "auto", (FINISH,), FINISH, "verification passed")
+    author = outcome.code_author
+    candidates = [author] if author is not None and author in workflow.agents else []
+    return _choose(workflow, VERIFIER, candidates, illegal)
 
 
 def _why(removed: Sequence[RemovedOption]) -> str:

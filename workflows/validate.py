@@ -4,8 +4,9 @@ Every problem is collected, not only the first, each under its key path
 (``agent_info.coder.output_format.parser_definition.output_fields.code.mandatry``); a
 misspelt key gets a "did you mean". Beyond types and required keys: unknown keys anywhere
 (a misspelt limit would otherwise be ignored and never applied), references to agents
-that do not exist, and the graph: every agent reachable from ``start_agent``, a way to
-``finish`` from every agent, an agent handing over to the verifier that produces code.
+that do not exist (the verifier and ``finish`` are built in: named, never defined), the
+field the verifier checks, and the graph: every agent reachable from ``start_agent``, a
+way to ``finish`` from every agent.
 
 This module knows nothing of YAML: ``kernelflow.workflows.loader`` reads the text, adds
 duplicate keys and line numbers, and raises ``WorkflowError`` with the whole list.
@@ -13,13 +14,18 @@ duplicate keys and line numbers, and raises ``WorkflowError`` with the whole lis
 
 from __future__ import annotations
 
-import difflib
-import re
-import reprlib
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from kernelflow.workflows.checking import (
+    NAME,
+    Checker,
+    Problem,
+    child,
+    did_you_mean,
+    is_agent_name,
+    shown,
+)
 from kernelflow.workflows.model import (
     CODE_FIELD,
     DEFAULT_AGENT_KIND,
@@ -27,13 +33,18 @@ from kernelflow.workflows.model import (
     VERIFIER,
     AgentSpec,
     OutputField,
-    SequenceLimit,
+    RouteBy,
     Workflow,
 )
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-TOP_KEYS = ("agent_info", "start_agent", "mandatory_llm_analysis", "limitation_info")
+TOP_KEYS = (
+    "agent_info",
+    "start_agent",
+    "mandatory_llm_analysis",
+    "limitation_info",
+    "trainable_agents",
+    "rewards",
+)
 VERIFIER_KEYS = ("possible_next_agent",)
 LLM_AGENT_KEYS = (
     "possible_next_agent",
@@ -42,6 +53,8 @@ LLM_AGENT_KEYS = (
     "tools",
     "agent_config",
     "prompt",
+    "code_field",
+    "route_by",
 )
 OUTPUT_FORMAT_KEYS = ("parser_name", "parser_definition")
 FIELD_KEYS = ("field_type", "mandatory", "field_description")
@@ -50,25 +63,13 @@ TOOL_LIMIT_KEYS = ("timeout_s", "max_output_chars", "calls_per_minute", "memory_
 _NO_FIELDS_HINT = (
     "declare parser_definition.output_fields, or leave output_format out for a free-text answer"
 )
-
-
-def is_agent_name(name: object) -> bool:
-    """Whether ``name`` can name an agent: it becomes a NATS subject token and part of a
-    consumer's name (letters, digits, '_' and '-'), and is not the workflow's end."""
-    return isinstance(name, str) and bool(_NAME.match(name)) and name != FINISH
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong in a workflow document, at ``path``."""
-
-    path: str
-    message: str
-    # A mistake leaves a workflow that can still be built (an ignored key, a duplicate, an
-    # agent nothing reaches): refused when submitted, tolerated in a workflow a task
-    # recorded under older, laxer rules. Any other problem leaves nothing to build.
-    mistake: bool = False
-    line: int | None = None
+# A document given as text (a submit command's workflow_yaml) is recorded as it is, so it
+# must not depend on another workflow that may change; kernelflow merges a file's base.
+_BASE_IN_TEXT = (
+    "only a workflow file may extend another (kernelflow merges it with its base when it "
+    "reads the file); a workflow given as text must be whole"
+)
+_EXTEND_HINT = " (or extend a workflow that has one: base: default)"
 
 
 def check_document(doc: Any, name: str) -> tuple[Workflow | None, list[Problem]]:
@@ -79,123 +80,8 @@ def check_document(doc: Any, name: str) -> tuple[Workflow | None, list[Problem]]
     return workflow, checker.problems
 
 
-def did_you_mean(word: object, choices: Iterable[str]) -> str:
-    """``; did you mean 'x'?`` for a near miss of one of ``choices``, else nothing."""
-    if not isinstance(word, str):
-        return ""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-_YAML_KINDS = {
-    bool: "a boolean",
-    int: "an integer",
-    float: "a number",
-    str: "a string",
-    list: "a list",
-    dict: "a mapping",
-}
-# Shows a value in a problem without walking all of it: a document's aliases can make a
-# small text a huge (or self-containing) value.
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxdict = 2, 4, 4
-_SHORT_REPR.maxstring, _SHORT_REPR.maxother = 40, 40
-
-
-def _shown(value: Any) -> str:
-    """``value`` as a problem describes it: its YAML kind, then the value, shortened."""
-    if value is None:
-        return "nothing"
-    return f"{_YAML_KINDS.get(type(value), type(value).__name__)} {_SHORT_REPR.repr(value)}"
-
-
-def _child(path: str, key: object) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-class _Checker:
-    """Walks a document, collecting problems. Each method that checks a value returns
-    it (converted where needed), or None where it is unusable: a problem then says why."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.unusable = 0  # problems that are not mistakes, so far
-
-    def broken(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
-        self.unusable += 1
-
-    def mistake(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message, mistake=True))
-
-    # ------------------------------------------------------------------ value checks
-
-    def mapping(self, value: Any, path: str, *, empty_ok: bool = True) -> dict[Any, Any] | None:
-        """A mapping; a key given no value (``optional:``) counts as an empty one."""
-        if value is None and empty_ok:
-            return {}
-        if not isinstance(value, dict):
-            self.broken(path, f"must be a mapping, got {_shown(value)}")
-            return None
-        return value
-
-    def known_keys(self, doc: dict[Any, Any], path: str, allowed: Collection[str]) -> None:
-        for key in doc:
-            if key not in allowed:
-                hint = did_you_mean(key, allowed) or f" (expected one of {', '.join(allowed)})"
-                self.mistake(_child(path, key), f"unknown key{hint}")
-
-    def required(self, doc: dict[Any, Any], key: str, path: str) -> Any:
-        """``doc[key]``; None, and a problem, where it is missing or given no value."""
-        if key not in doc:
-            self.broken(_child(path, key), "missing required key")
-        elif doc[key] is None:
-            self.broken(_child(path, key), "required, but given no value")
-        return doc.get(key)
-
-    def positive_int(self, value: Any, path: str) -> int | None:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-        quoted = isinstance(value, str) and value.strip().lstrip("+-").isdigit()
-        hint = " (write the number without quotes)" if quoted else ""
-        self.broken(path, f"must be a positive integer, got {_shown(value)}{hint}")
-        return None
-
-    def agent_names(
-        self, value: Any, path: str, known: Collection[str] | None, *, finish_ok: bool = False
-    ) -> list[str] | None:
-        """A list of agent names, each defined (or ``finish`` where ``finish_ok``)."""
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            hint = f" (write [{value}])" if isinstance(value, str) else ""
-            self.broken(path, f"must be a list of agent names, got {_shown(value)}{hint}")
-            return None
-        names: list[str] = []
-        usable = True
-        for i, item in enumerate(value):
-            name = self.agent_name(item, f"{path}[{i}]", known, finish_ok=finish_ok)
-            if name is None:
-                usable = False
-            elif name in names:
-                self.mistake(f"{path}[{i}]", f"{name!r} is listed twice")
-            else:
-                names.append(name)
-        return names if usable else None
-
-    def agent_name(
-        self, value: Any, path: str, known: Collection[str] | None, *, finish_ok: bool = False
-    ) -> str | None:
-        if not isinstance(value, str):
-            self.broken(path, f"must be an agent's name, got {_shown(value)}")
-            return None
-        if known is None:
-            return value  # agent_info is unusable: nothing to check the name against
-        choices = [*known, FINISH] if finish_ok else list(known)
-        if value not in choices:
-            self.broken(path, f"unknown agent {value!r}{did_you_mean(value, choices)}")
-            return None
-        return value
+class _Checker(Checker):
+    """Checks a whole document: its agents, their answers and tools, and the graph."""
 
     # ------------------------------------------------------------------ the document
 
@@ -206,15 +92,18 @@ class _Checker:
         doc = self.mapping(doc, "(document)", empty_ok=False)
         if doc is None:
             return None
-        self.known_keys(doc, "", TOP_KEYS)
+        if "base" in doc:
+            self.broken("base", _BASE_IN_TEXT)
+        self.known_keys({k: v for k, v in doc.items() if k != "base"}, "", TOP_KEYS)
         agents_doc = self.agent_info(self.required(doc, "agent_info", ""))
-        # The names agent_info defines, for checking references (None: unknown, so
-        # references go unchecked rather than all reported as unknown).
+        # The names agent_info defines, and the built-in verifier, for checking references
+        # (None: unknown, so references go unchecked rather than all reported as unknown).
         known = None
         agents = None
         if agents_doc is not None:
-            known = [a for a in agents_doc if is_agent_name(a)]
-            built = {a: self.agent(a, agents_doc[a], known) for a in known}
+            defined = [a for a in agents_doc if is_agent_name(a)]
+            known = defined if VERIFIER in defined else [*defined, VERIFIER]
+            built = {a: self.agent(a, agents_doc[a], known) for a in defined}
             agents = {a: spec for a, spec in built.items() if spec is not None}
         # The graph is checked only where every agent could be built: else it would report
         # the consequences of problems already listed.
@@ -223,10 +112,22 @@ class _Checker:
         mandatory = self.agent_names(
             doc.get("mandatory_llm_analysis"), "mandatory_llm_analysis", known
         )
-        limits = self.limits(self.required(doc, "limitation_info", ""), known)
-        if agents is not None and graph_sound:
-            self.graph(agents, start)
-        if self.unusable or agents is None or start is None or mandatory is None or not limits:
+        limits = self.limits(self.required(doc, "limitation_info", "", _EXTEND_HINT), known)
+        trainable = self.trainable(doc.get("trainable_agents"), agents_doc)
+        rewards = self.rewards(doc.get("rewards"))
+        if agents is not None:
+            _add_built_in_verifier(agents, start)
+            if graph_sound:
+                self.graph(agents, start)
+        if (
+            self.unusable
+            or agents is None
+            or start is None
+            or mandatory is None
+            or not limits
+            or trainable is None
+            or rewards is None
+        ):
             return None
         max_step, single_agent_limits, sequences = limits
         return Workflow(
@@ -237,7 +138,40 @@ class _Checker:
             mandatory_llm_analysis=frozenset(mandatory),
             single_agent_limits=single_agent_limits,
             sequences=sequences,
+            trainable_agents=frozenset(trainable) if trainable else None,
+            rewards=tuple(rewards),
         )
+
+    def trainable(self, value: Any, agents_doc: dict[Any, Any] | None) -> list[str] | None:
+        """``trainable_agents``: the LLM agents whose turns are the policy's."""
+        path = "trainable_agents"
+        if value is None:
+            return []
+        if value == []:
+            self.broken(path, "names no agent: leave it out to train every agent's turns")
+            return None
+        if isinstance(value, list) and VERIFIER in value:
+            self.broken(
+                f"{path}[{value.index(VERIFIER)}]",
+                "the verifier is a program: it makes no LLM turns to train",
+            )
+            return None
+        llm_agents = None if agents_doc is None else [a for a in agents_doc if a != VERIFIER]
+        return self.agent_names(value, path, llm_agents)
+
+    def rewards(self, value: Any) -> list[str] | None:
+        """``rewards``: reward function names (checked against the registry on submission)."""
+        if value is None:
+            return []
+        if not isinstance(value, list) or not value:
+            self.broken("rewards", f"must be a list of reward function names, got {shown(value)}")
+            return None
+        usable = True
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                self.broken(f"rewards[{i}]", f"must be a reward function's name, got {shown(item)}")
+                usable = False
+        return [str(v).strip() for v in value] if usable else None
 
     def start_agent(self, value: Any, known: list[str] | None) -> str | None:
         if value is None:
@@ -245,7 +179,7 @@ class _Checker:
         if not isinstance(value, str):
             named = isinstance(value, list) and value and isinstance(value[0], str)
             hint = f" (write start_agent: {value[0]})" if named else ""
-            self.broken("start_agent", f"must be one agent's name, got {_shown(value)}{hint}")
+            self.broken("start_agent", f"must be one agent's name, got {shown(value)}{hint}")
             return None
         if known is not None and value not in known:
             self.broken(
@@ -268,7 +202,7 @@ class _Checker:
         for agent in doc:
             if not is_agent_name(agent):
                 self.broken(
-                    _child("agent_info", agent),
+                    child("agent_info", agent),
                     f"agent names use letters, digits, '_' and '-' and may not be {FINISH!r}",
                 )
         return doc
@@ -296,9 +230,9 @@ class _Checker:
         if agent == VERIFIER:
             return AgentSpec(agent, tuple(nexts)) if nexts is not None else None
         kind = doc.get("agent_kind", DEFAULT_AGENT_KIND)
-        kind_ok = isinstance(kind, str) and bool(_NAME.match(kind))
+        kind_ok = isinstance(kind, str) and bool(NAME.match(kind))
         if not kind_ok:
-            self.broken(f"{path}.agent_kind", f"must be an agent kind's name, got {_shown(kind)}")
+            self.broken(f"{path}.agent_kind", f"must be an agent kind's name, got {shown(kind)}")
         tools = self.tools(doc.get("tools"), f"{path}.tools")
         config = self.mapping(doc.get("agent_config"), f"{path}.agent_config")
         prompt = self.prompt(doc.get("prompt"), f"{path}.prompt")
@@ -314,6 +248,11 @@ class _Checker:
             return None
         parser_name, fields = output
         names, limits = tools
+        before = self.unusable
+        code_field = self.code_field(agent, doc, fields, VERIFIER in nexts)
+        route_by = self.route_by(doc.get("route_by"), f"{path}.route_by", fields, nexts)
+        if self.unusable > before:
+            return None
         return AgentSpec(
             agent,
             tuple(nexts),
@@ -324,7 +263,101 @@ class _Checker:
             dict(config),
             limits,
             prompt,
+            code_field=code_field,
+            route_by=route_by,
         )
+
+    def code_field(
+        self, agent: str, doc: dict[Any, Any], fields: tuple[OutputField, ...], to_verifier: bool
+    ) -> str | None:
+        """The field holding the agent's code (docs/workflows.md, "The verifier"): the one
+        ``code_field`` names, else ``code``, else, for an agent that hands over to the
+        verifier, its one mandatory string field."""
+        path = f"agent_info.{agent}"
+        strings = [f.name for f in fields if f.field_type == "str"]
+        if "code_field" in doc:
+            named = doc["code_field"]
+            if not fields and named == CODE_FIELD:
+                return CODE_FIELD
+            if not fields:
+                self.broken(
+                    f"{path}.code_field",
+                    f"an agent without output_format gives its code as a fenced block, its "
+                    f"{CODE_FIELD!r} field: declare output_format to name another",
+                )
+                return None
+            if named not in strings:
+                self.broken(
+                    f"{path}.code_field",
+                    f"must name one of the agent's string fields "
+                    f"({', '.join(strings) or 'it declares none'}), got {shown(named)}"
+                    f"{did_you_mean(named, strings)}",
+                )
+                return None
+            return str(named)
+        if not fields:  # a free-text answer: its last fenced block is its code
+            return CODE_FIELD if to_verifier else None
+        if CODE_FIELD in strings:
+            return CODE_FIELD
+        mandatory = [f.name for f in fields if f.field_type == "str" and f.mandatory]
+        if to_verifier and len(mandatory) == 1:
+            return mandatory[0]
+        if to_verifier:
+            declared = ", ".join(
+                f"{f.name}: {f.field_type}{'' if f.mandatory else ', optional'}" for f in fields
+            )
+            self.mistake(
+                f"{path}.output_format.parser_definition.output_fields",
+                f"{agent!r} hands over to the verifier, which checks one string field of its "
+                f"answer, but it has no {CODE_FIELD!r} field nor a single mandatory string "
+                f"field: name the field to check with code_field: FIELD under "
+                f"agent_info.{agent} (declared: {declared})",
+            )
+        return None
+
+    def route_by(
+        self, value: Any, path: str, fields: tuple[OutputField, ...], nexts: list[str]
+    ) -> RouteBy | None:
+        """``route_by: {field, values: {answer: agent}}``: the agent's answer picks what
+        follows it (docs/workflows.md, "Routing")."""
+        if value is None:
+            return None
+        doc = self.mapping(value, path, empty_ok=False)
+        if doc is None:
+            return None
+        before = self.unusable
+        self.known_keys(doc, path, ("field", "values"))
+        strings = [f.name for f in fields if f.field_type == "str"]
+        name = self.required(doc, "field", path)
+        if name is not None and name not in strings:
+            self.broken(
+                f"{path}.field",
+                f"must name one of the agent's string fields "
+                f"({', '.join(strings) or 'it declares none'}), got {shown(name)}"
+                f"{did_you_mean(name, strings)}",
+            )
+        values = self.required(doc, "values", path)
+        values = None if values is None else self.mapping(values, f"{path}.values", empty_ok=False)
+        pairs: dict[str, str] = {}
+        for answer, agent in (values or {}).items():
+            at = child(f"{path}.values", answer)
+            if not isinstance(answer, str) or not answer.strip():
+                self.broken(
+                    at,
+                    f"must be an answer's text, got {shown(answer)} (quote it: YAML reads "
+                    "yes, no, on and off as true and false)",
+                )
+            elif agent not in nexts:
+                self.broken(
+                    at, f"{shown(agent)} is not one of possible_next_agent ({', '.join(nexts)})"
+                )
+            elif answer.strip().lower() in {a.lower() for a in pairs}:
+                self.broken(at, f"{answer!r} is given twice (answers match whatever their case)")
+            else:
+                pairs[answer.strip()] = agent
+        if self.unusable > before or name is None or values is None:
+            return None
+        return RouteBy(str(name), tuple(pairs.items()))
 
     def prompt(self, value: Any, path: str) -> dict[str, str] | None:
         doc = self.mapping(value, path)
@@ -359,7 +392,7 @@ class _Checker:
         self.known_keys(fmt, fmt_path, OUTPUT_FORMAT_KEYS)
         parser_name = fmt.get("parser_name")
         if parser_name is not None and not isinstance(parser_name, str):
-            self.broken(f"{fmt_path}.parser_name", f"must be a string, got {_shown(parser_name)}")
+            self.broken(f"{fmt_path}.parser_name", f"must be a string, got {shown(parser_name)}")
             return None
         def_path = f"{fmt_path}.parser_definition"
         definition = self.mapping(fmt.get("parser_definition"), def_path)
@@ -373,7 +406,7 @@ class _Checker:
         if not fields_doc:
             # Taken as a free-text answer, but surely not what the author meant.
             self.mistake(fields_path, f"no fields declared: {_NO_FIELDS_HINT}")
-        fields = [self.output_field(n, f, _child(fields_path, n)) for n, f in fields_doc.items()]
+        fields = [self.output_field(n, f, child(fields_path, n)) for n, f in fields_doc.items()]
         if None in fields:
             return None
         return parser_name, tuple(f for f in fields if f is not None)
@@ -387,15 +420,15 @@ class _Checker:
         if field_type not in FIELD_TYPES:
             self.broken(
                 f"{path}.field_type",
-                f"unknown type {_shown(field_type)}{did_you_mean(field_type, FIELD_TYPES)} "
+                f"unknown type {shown(field_type)}{did_you_mean(field_type, FIELD_TYPES)} "
                 f"(one of {', '.join(FIELD_TYPES)})",
             )
         mandatory = doc.get("mandatory", False)
         if not isinstance(mandatory, bool):
-            self.broken(f"{path}.mandatory", f"must be true or false, got {_shown(mandatory)}")
+            self.broken(f"{path}.mandatory", f"must be true or false, got {shown(mandatory)}")
         description = doc.get("field_description", "")
         if not isinstance(description, str):
-            self.mistake(f"{path}.field_description", f"must be text, got {_shown(description)}")
+            self.mistake(f"{path}.field_description", f"must be text, got {shown(description)}")
             description = ""
         if field_type not in FIELD_TYPES or not isinstance(mandatory, bool):
             return None
@@ -407,7 +440,7 @@ class _Checker:
         if value is None:
             return [], {}
         if not isinstance(value, list):
-            self.broken(path, f"must be a list of tool names, got {_shown(value)}")
+            self.broken(path, f"must be a list of tool names, got {shown(value)}")
             return None
         names: list[str] = []
         limits: dict[str, dict[str, Any]] = {}
@@ -443,117 +476,13 @@ class _Checker:
             wanted = float if key == "timeout_s" else int
             if isinstance(limit, bool) or not isinstance(limit, wanted | int) or limit <= 0:
                 kind = "number" if wanted is float else "integer"
-                self.broken(f"{path}.{key}", f"must be a positive {kind}, got {_shown(limit)}")
+                self.broken(f"{path}.{key}", f"must be a positive {kind}, got {shown(limit)}")
                 usable = False
         return {k: v for k, v in overrides.items() if k in TOOL_LIMIT_KEYS} if usable else None
 
-    # ------------------------------------------------------------------ limits
-
-    def limits(
-        self, value: Any, known: list[str] | None
-    ) -> tuple[int, dict[str, int], tuple[SequenceLimit, ...]] | None:
-        """``(max_step, single_agent limits, sequences)`` from ``limitation_info``."""
-        if value is None:
-            return None  # missing: already said
-        path = "limitation_info"
-        limits = self.mapping(value, path, empty_ok=False)
-        if limits is None:
-            return None
-        self.known_keys(limits, path, ("required", "optional"))
-        required = self.required(limits, "required", path)
-        if required is not None:
-            required = self.mapping(required, f"{path}.required")
-        max_step = None
-        if required is not None:
-            self.known_keys(required, f"{path}.required", ("max_step",))
-            if "max_step" in required:
-                max_step = self.positive_int(required["max_step"], f"{path}.required.max_step")
-            else:
-                self.broken(f"{path}.required.max_step", "missing required key")
-        optional = self.mapping(limits.get("optional"), f"{path}.optional")
-        repeat_path = f"{path}.optional.repeat_limits"
-        repeat = None
-        if optional is not None:
-            self.known_keys(optional, f"{path}.optional", ("repeat_limits",))
-            repeat = self.mapping(optional.get("repeat_limits"), repeat_path)
-        if repeat is None:
-            return None
-        self.known_keys(repeat, repeat_path, ("single_agent", "sequences"))
-        single = self.single_agent_limits(repeat.get("single_agent"), repeat_path, known)
-        sequences = self.sequences(repeat.get("sequences"), repeat_path, known)
-        if max_step is None or single is None or sequences is None:
-            return None
-        return max_step, single, sequences
-
-    def single_agent_limits(
-        self, value: Any, repeat_path: str, known: list[str] | None
-    ) -> dict[str, int] | None:
-        path = f"{repeat_path}.single_agent"
-        doc = self.mapping(value, path)
-        if doc is None:
-            return None
-        limits: dict[str, int] = {}
-        usable = True
-        for agent, limit in doc.items():
-            at = _child(path, agent)
-            if known is not None and agent not in known:
-                self.broken(at, f"unknown agent {agent!r}{did_you_mean(agent, known)}")
-                usable = False
-                continue
-            checked = self.positive_int(limit, at)
-            if checked is None:
-                usable = False
-            else:
-                limits[agent] = checked
-        return limits if usable else None
-
-    def sequences(
-        self, value: Any, repeat_path: str, known: list[str] | None
-    ) -> tuple[SequenceLimit, ...] | None:
-        path = f"{repeat_path}.sequences"
-        doc = self.mapping(value, path)
-        if doc is None:
-            return None
-        sequences = []
-        usable = True
-        for name, seq_doc in doc.items():
-            seq_path = _child(path, name)
-            seq = self.mapping(seq_doc, seq_path, empty_ok=False)
-            if seq is None:
-                usable = False
-                continue
-            self.known_keys(seq, seq_path, ("pattern", "max_repeats"))
-            pattern = self.pattern(self.required(seq, "pattern", seq_path), seq_path, known)
-            max_repeats = None
-            if "max_repeats" in seq:
-                max_repeats = self.positive_int(seq["max_repeats"], f"{seq_path}.max_repeats")
-            else:
-                self.broken(f"{seq_path}.max_repeats", "missing required key")
-            if pattern is None or max_repeats is None:
-                usable = False
-            else:
-                sequences.append(SequenceLimit(str(name), tuple(pattern), max_repeats))
-        return tuple(sequences) if usable else None
-
-    def pattern(self, value: Any, seq_path: str, known: list[str] | None) -> list[str] | None:
-        if value is None:
-            return None  # missing: already said
-        path = f"{seq_path}.pattern"
-        if not isinstance(value, list):
-            self.broken(path, f"must be a list of agent names, got {_shown(value)}")
-            return None
-        if not value:
-            self.broken(path, "must name at least one agent")
-            return None
-        # Unlike a list of options, a pattern may name an agent twice ([coder, coder]).
-        names = [self.agent_name(item, f"{path}[{i}]", known) for i, item in enumerate(value)]
-        return [n for n in names if n is not None] if None not in names else None
-
-    # ------------------------------------------------------------------ the graph
-
     def graph(self, agents: dict[str, AgentSpec], start: str | None) -> None:
         """Mistakes in how agents connect: agents nothing reaches, agents from which no
-        path ends, hand-overs to the verifier from an agent that writes no code."""
+        path ends."""
         if start is not None:
             reached = _reachable([start], lambda a: agents[a].possible_next)
             for agent in agents:
@@ -580,18 +509,15 @@ class _Checker:
                     f"no path from {agent!r} leads to {FINISH}: from there only "
                     f"{', '.join(sorted(loop))} can follow, and none of them ends the task",
                 )
-        for agent, spec in agents.items():
-            if VERIFIER in spec.possible_next and spec.output_fields and not _writes_code(spec):
-                declared = ", ".join(f.name for f in spec.output_fields)
-                self.mistake(
-                    f"agent_info.{agent}.output_format.parser_definition.output_fields",
-                    f"{agent!r} hands over to the verifier, which checks a {CODE_FIELD!r} "
-                    f"field (a string), but declares only: {declared}",
-                )
 
 
-def _writes_code(spec: AgentSpec) -> bool:
-    return any(f.name == CODE_FIELD and f.field_type == "str" for f in spec.output_fields)
+def _add_built_in_verifier(agents: dict[str, AgentSpec], start: str | None) -> None:
+    """Add the verifier a workflow names without defining it: it may finish, or go back
+    to any agent that hands over to it (the routing rules send a failure to the one whose
+    code failed)."""
+    authors = tuple(a for a, spec in agents.items() if VERIFIER in spec.possible_next)
+    if VERIFIER not in agents and (authors or start == VERIFIER):
+        agents[VERIFIER] = AgentSpec(VERIFIER, (FINISH, *authors), built_in=True)
 
 
 def _reachable(starts: Iterable[str], nexts: Callable[[str], Iterable[str]]) -> set[str]:

@@ -1,8 +1,15 @@
 """Agent kinds (agents as pure step functions; docs/agents.md, "Kinds"): ``llm``,
-``react``, ``tool``, ``coding`` and any registered through ``register_agent`` or the
-``kernelflow.agents`` entry-point group."""
+``react``, ``tool``, ``coding``, ``executor`` and any registered through
+``register_agent`` or the ``kernelflow.agents`` entry-point group, durable programs among them
+(``kernelflow.actors.kinds.durable``)."""
 
-from kernelflow.actors.kinds import coding, llm, react, tool  # noqa: F401  (register the built-ins)
+from kernelflow.actors.kinds import (  # noqa: F401  (register the built-ins)
+    coding,
+    executor,
+    llm,
+    react,
+    tool,
+)
 from kernelflow.actors.kinds.base import (
     AgentConfigError,
     AgentKind,
@@ -14,6 +21,7 @@ from kernelflow.actors.kinds.base import (
     Step,
     Turn,
 )
+from kernelflow.actors.kinds.durable import DivergenceError, DurableKind, Journal
 from kernelflow.actors.kinds.registry import (
     ENTRY_POINT_GROUP,
     UnknownAgentKind,
@@ -28,8 +36,11 @@ __all__ = [
     "AgentConfigError",
     "AgentKind",
     "CallLLM",
+    "DivergenceError",
+    "DurableKind",
     "Finish",
     "GiveUp",
+    "Journal",
     "KindConfig",
     "RunTools",
     "Step",

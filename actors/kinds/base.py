@@ -17,7 +17,14 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from kernelflow.events.model import ChatMessage, LLMCalled, ToolCalled, ToolUse
+from kernelflow.events.model import (
+    AgentDispatched,
+    ChatMessage,
+    LLMCalled,
+    TaskSubmitted,
+    ToolCalled,
+    ToolUse,
+)
 from kernelflow.workflows.model import AgentSpec
 
 
@@ -25,6 +32,9 @@ from kernelflow.workflows.model import AgentSpec
 class CallLLM:
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = field(default_factory=list)  # offered natively, if any
+    # Sampling parameters the agent asks for (max_tokens, temperature): they win over
+    # those the LLM configuration gives the agent.
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,10 @@ class Turn:
     tools: list[dict[str, Any]] = field(default_factory=list)  # specs of the agent's tools
     # The agent's workspace before this step (coding agents): path -> text.
     files: Mapping[str, str] = field(default_factory=dict)
+    # The task as submitted, and the dispatch this turn is of (kinds that run a program
+    # of their own take the task's own prompt, not the rendered one).
+    task: TaskSubmitted | None = None
+    dispatch: AgentDispatched | None = None
 
     def results_of(self, call: LLMCalled) -> list[ToolCalled]:
         """The recorded results of the tool calls ``call`` made (natively, or in its text:

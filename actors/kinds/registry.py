@@ -1,8 +1,10 @@
 """The agent-kind registry: built-in kinds, ``@register_agent`` and entry-point plugins.
 
 A third-party package adds a kind by declaring an entry point in the group
-``kernelflow.agents`` whose object is an ``AgentKind`` subclass; the name a workflow uses
-(``agent_kind``) is the class's ``name``.
+``kernelflow.agents`` whose object is an ``AgentKind`` subclass, or an agent written as a
+program that makes its own kind (an object with ``as_agent_kind(name)``, as
+``kernelflow.agentic_rollout.BaseAgent`` subclasses have); the name a workflow uses
+(``agent_kind``) is the entry point's.
 """
 
 from __future__ import annotations
@@ -39,16 +41,25 @@ def register_agent(name: str) -> Callable[[type[AgentKind]], type[AgentKind]]:
 def _plugin_errors() -> tuple[str, ...]:
     """Load the entry-point kinds once."""
 
-    def problem(name: str, cls: object) -> str | None:
-        if isinstance(cls, type) and issubclass(cls, AgentKind):
+    def problem(name: str, obj: object) -> str | None:
+        kind = _kind_of(name, obj)
+        if isinstance(kind, type) and issubclass(kind, AgentKind):
             return None
-        return "is not an AgentKind subclass"
+        return "is not an AgentKind subclass (nor makes one with as_agent_kind)"
 
-    def register(name: str, cls: object) -> None:
+    def register(name: str, obj: object) -> None:
         if name not in _KINDS:
-            register_agent(name)(cls)  # type: ignore[arg-type]
+            register_agent(name)(_kind_of(name, obj))  # type: ignore[arg-type]
 
     return load_plugins(ENTRY_POINT_GROUP, problem, register)
+
+
+def _kind_of(name: str, obj: object) -> object:
+    """The kind an entry point's object stands for: itself, or the kind it makes."""
+    if isinstance(obj, type) and issubclass(obj, AgentKind):
+        return obj
+    make = getattr(obj, "as_agent_kind", None)
+    return make(name) if callable(make) else obj
 
 
 def agent_kinds() -> list[str]:

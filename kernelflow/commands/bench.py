@@ -38,7 +38,7 @@ from kernelflow.projections.benchmark import (
     run_summary,
 )
 from kernelflow.projections.report import bench_text
-from kernelflow.runtime import connected, start_daemon, stopped_after, terminated_as_interrupted
+from kernelflow.runtime import connected, interruptible, start_daemon, stopped_after
 from kernelflow.search.driver import (
     Budget,
     SearchRunner,
@@ -106,6 +106,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", help="the run's id (default: derived from the problems and settings)")
     p.add_argument("--workflow", default="default", help="each candidate's workflow (name or YAML)")
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=backend_names())
+    p.add_argument(
+        "--no-compile-baseline",
+        action="store_true",
+        help="time against eager PyTorch only (its own daemon also times torch.compile of "
+        "each reference, which takes seconds to minutes per candidate on the CPU)",
+    )
     add_policy_option(p)
     p.add_argument("--deadline", type=float, help="seconds each candidate may take")
     p.add_argument("--llm", help=LLM_HELP)
@@ -244,7 +250,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.deadline is not None and args.deadline <= 0:
         raise UsageError("--deadline must be above 0")
     try:
-        workflow_name, workflow_yaml = resolve_workflow(args.workflow)
+        workflow_name, workflow_yaml = resolve_workflow(args.workflow, settings.workflow_dirs)
         workflow = parse_workflow(workflow_yaml, workflow_name, source=args.workflow)
         check_agents(workflow)
     except WorkflowError as exc:
@@ -274,8 +280,9 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
         flush=True,
     )
-    settings.compare_compile = True  # this run's own verifiers time torch.compile too
-    with terminated_as_interrupted(), connected(settings) as bridge:
+    # This run's own verifiers time torch.compile too, unless told not to.
+    settings.compare_compile = not args.no_compile_baseline
+    with interruptible(), connected(settings) as bridge:
         runner = SearchRunner(bridge, searches, args.concurrency, on_progress=print_progress)
         try:
             if args.use_daemons:

@@ -22,6 +22,7 @@ from kernelflow.commands.options import (
     add_connection_options,
     add_gpus_option,
 )
+from kernelflow.common.suggest import did_you_mean
 from kernelflow.observability import start_telemetry
 from kernelflow.runtime import ABANDONED_STOP_WAIT_S, connected, start_daemon
 from kernelflow.settings import Settings, parse_give_up, parse_port
@@ -34,7 +35,7 @@ log = logging.getLogger("kernelflow.cli")
 
 def register(subparsers: Any) -> None:
     daemon = subparsers.add_parser("daemon", help="long-running daemon hosting actor pools")
-    add_connection_options(daemon)
+    add_connection_options(daemon, daemon=True)
     daemon.add_argument(
         "--roles", default=",".join(DEFAULT_ROLES), help="comma-separated roles to host"
     )
@@ -77,6 +78,14 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(
                 f"--roles: {role!r} cannot name a role (letters, digits, '_' and '-'; not 'finish')"
             )
+        if role not in DEFAULT_ROLES and (guess := did_you_mean(role, DEFAULT_ROLES, 0.8)):
+            # A name this close to a built-in role is a typo, not a custom agent (agentflow's
+            # memory_verifier is not that close): hosted, it would wait for work no workflow
+            # gives it, and the role meant would be missing.
+            raise UsageError(
+                f"--roles: no role {role!r}{guess} (the roles: {', '.join(DEFAULT_ROLES)}, "
+                "and the custom agents workflows name)"
+            )
     pools = {}
     for item in args.pool:
         role, _, n = item.partition("=")
@@ -84,7 +93,8 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"--pool {item!r}: expected ROLE=N with N ≥ 1")
         if role not in roles:  # a typo would leave the pool its default size, unnoticed
             raise UsageError(
-                f"--pool {item!r}: this daemon does not host {role!r} (--roles {','.join(roles)})"
+                f"--pool {item!r}: this daemon does not host {role!r} (--roles "
+                f"{','.join(roles)}){did_you_mean(role, roles)}"
             )
         pools[role] = int(n)
     if settings.gpus and "verifier" in pools:
@@ -112,7 +122,10 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
     deadline.daemon = True
     try:
         with connected(settings, stop.set, telemetry.after_append) as bridge:
-            daemon = start_daemon(bridge, settings, roles, pools, telemetry.on_job)
+            # An LLM endpoint not up yet is waited for, as NATS is: said, not fatal.
+            daemon = start_daemon(
+                bridge, settings, roles, pools, telemetry.on_job, llm_must_answer=False
+            )
             # The status read model and the health responder (kernelflow status / health).
             read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
             telemetry.watch(bridge, daemon, read_model, daemon_id)

@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
     grpo.add_argument(
         "--agents",
         help="comma-separated agents whose turns are samples or conversations (default all "
-        "but the judge); in verl mode, whose first prompt a kernel task's row gets "
+        "but the judge; samples: the agents a task's workflow trains, trainable_agents, "
+        "where it names them); in verl mode, whose first prompt a kernel task's row gets "
         "(default the agent that writes the kernel)",
     )
     grpo.add_argument(

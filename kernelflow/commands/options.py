@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import MutableMapping
+from typing import Any
 
 from kernelflow.offline.since import SINCE_HELP
 from kernelflow.usage import UsageError
@@ -59,13 +61,38 @@ TLS_FLAGS = {
 }
 
 
-def add_connection_options(p: argparse.ArgumentParser) -> None:
+def positive_seconds(raw: str) -> float:
+    """An argparse ``type``: a number of seconds above 0 (an option's error otherwise)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {raw!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, not {raw}")
+    return value
+
+
+def add_connection_options(p: argparse.ArgumentParser, *, daemon: bool = False) -> None:
+    """``--nats-url``, ``--creds``, TLS and the data dir; for a command (not a
+    ``daemon``: it has ``--nats-give-up``) how long to wait for NATS."""
     p.add_argument(
         "--nats-url",
         help="NATS server to use, or a comma-separated list of a cluster's (env KF_NATS_URL); "
         "default: embedded",
     )
-    p.add_argument("--data-dir", help="embedded NATS store and outputs (env KF_DATA_DIR)")
+    p.add_argument(
+        "--data-dir",
+        help="the embedded NATS server's store (the log) and keys, and the verifiers' caches "
+        "(env KF_DATA_DIR; default ~/.local/share/kernelflow)",
+    )
+    if not daemon:
+        p.add_argument(
+            "--connect-timeout",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="fail when no NATS server answers within this long (env KF_CONNECT_TIMEOUT; "
+            "default 10; a server given by URL that refuses connections: after 2)",
+        )
     p.add_argument(
         "--creds",
         metavar="FILE",
@@ -95,17 +122,40 @@ def add_verifier_version_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_source_options(p: argparse.ArgumentParser, *, task_required: bool = False) -> None:
+class _GivenTask(argparse.Action):
+    """``TASK_ID`` and its older spelling ``--task ID``: either sets ``task`` (the
+    positional, only when given); both, naming different tasks, are an error."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        if values is None:
+            return
+        if namespace.task not in (None, values):
+            parser.error(f"two tasks named: {namespace.task!r} and {values!r}")
+        namespace.task = values
+
+
+def add_source_options(p: argparse.ArgumentParser, *, one_task: bool = False) -> None:
     """Where an offline tool reads (the live log, or ``--from FILE``) and what of it
-    (kernelflow.offline.sources.filter_from reads these)."""
+    (kernelflow.offline.sources.filter_from reads these): the task as ``TASK_ID`` (or
+    ``--task ID``, as ``status`` and ``cancel`` take it too); ``one_task``: a task is
+    all it reads (the command checks that one is named)."""
+    p.add_argument(
+        "task",
+        nargs="?",
+        metavar="TASK_ID",
+        action=_GivenTask,
+        help="the task" + ("" if one_task else ": only this task"),
+    )
     p.add_argument(
         "--from",
         dest="from_file",
         metavar="FILE",
         help="read an exported log file instead of the live log",
     )
-    p.add_argument("--task", required=task_required, help="only this task")
-    if not task_required:
+    p.add_argument("--task", metavar="ID", action=_GivenTask, help="the same as TASK_ID")
+    if not one_task:
         p.add_argument("--group", help="only the tasks of this group")
         p.add_argument("--workflow", help="only tasks run with this workflow")
         p.add_argument("--bench", metavar="RUN", help="only the candidates of this bench run")

@@ -4,6 +4,7 @@ the live log or an exported file."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from typing import Any
@@ -17,6 +18,7 @@ from kernelflow.offline.sources import source_for
 from kernelflow.projections.counters import counters_at_decisions, repeat_counters
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.report import agent_rows, tool_rows
+from kernelflow.projections.rewards import REWARD_FUNCTIONS
 from kernelflow.projections.statistics import projection_metrics
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import build_trajectory
@@ -29,13 +31,15 @@ def register(subparsers: Any) -> None:
     rep = subparsers.add_parser(
         "replay", help="a task's trajectory, counters or metrics, from the log or a file"
     )
-    add_source_options(rep, task_required=True)
+    add_source_options(rep, one_task=True)
     rep.add_argument("--view", choices=["trajectory", "counters", "metrics"], default="trajectory")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_replay)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.task:
+        raise UsageError("replay: which task? kernelflow replay TASK_ID")
     events: list[Event] = []
 
     def keep(_: int, event: Event) -> None:
@@ -59,7 +63,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(view, indent=2))
         else:
             for k, v in view.items():
-                print(f"{k:<20} {v}")
+                print(f"{k:<22} {_for_people(k, v)}")
             print(f"\nPer agent (time: dispatch → result)\n{agent_rows(run)}")
             if run.tools:
                 print(f"\nPer tool ({run.tool_calls} calls)\n{tool_rows(run)}")
@@ -80,3 +84,47 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     trajectory = build_trajectory(args.task, events)
     print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
     return 0
+
+
+def _for_people(key: str, value: Any) -> str:
+    """A metric of ``--view metrics`` as a person reads it: times as dates and durations,
+    numbers rounded, lists and counts by name, rewards with what they mean."""
+    if value is None or value == () or value == {}:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key.endswith("_at"):
+        return datetime.datetime.fromtimestamp(value).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    if key.endswith("_s"):
+        return _duration(value)
+    if key.endswith("speedup"):
+        return f"{value:.2f}x"
+    if key == "cost_usd":
+        return f"${value:.4f}"
+    if key == "rewards":
+        said = [f"{name} = {mean:.3g}  ({_meaning(name)})" for name, mean in value.items()]
+        return f"\n{'':23}".join(said)  # one a line, under the first
+    if key == "revisions":
+        return ", ".join(
+            f"v{version} {verdict}" + ("" if speedup is None else f" {speedup:.2f}x")
+            for version, verdict, speedup, _ in value
+        )
+    if isinstance(value, dict):
+        return ", ".join(f"{name} {count}" for name, count in value.items())
+    if isinstance(value, tuple | list):
+        return ", ".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _meaning(reward: str) -> str:
+    known = REWARD_FUNCTIONS.get(reward)
+    return known.means if known is not None and known.means else "a reward of its own"

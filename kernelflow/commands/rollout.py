@@ -5,13 +5,19 @@ data) and, with ``--out``, the trajectories in a JSONL file."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from kernelflow.actors.kinds import AgentConfigError, UnknownAgentKind, agent_kind, agent_kinds
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.commands.options import LLM_HELP, add_connection_options, add_policy_option
+from kernelflow.commands.options import (
+    LLM_HELP,
+    add_connection_options,
+    add_policy_option,
+    positive_seconds,
+)
 from kernelflow.events.codec import MalformedMessage
 from kernelflow.llm import ProviderSpecError
 from kernelflow.projections.rewards import (
@@ -22,7 +28,7 @@ from kernelflow.projections.rewards import (
 )
 from kernelflow.prompt_datasets import DatasetError, load_dataset
 from kernelflow.rollout import Rollout, RolloutConfig, print_progress, rollout_summary
-from kernelflow.runtime import terminated_as_interrupted
+from kernelflow.runtime import interruptible
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError
 from kernelflow.workflows.loader import WorkflowError, parse_workflow
@@ -32,7 +38,7 @@ def _names(raw: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
 
 
-def config_from(args: argparse.Namespace) -> RolloutConfig:
+def config_from(args: argparse.Namespace, settings: Settings) -> RolloutConfig:
     try:
         agent_config = json.loads(args.agent_config) if args.agent_config else {}
     except json.JSONDecodeError as exc:
@@ -55,19 +61,24 @@ def config_from(args: argparse.Namespace) -> RolloutConfig:
         llm=args.llm,
         deadline_s=args.deadline,
         policy=args.policy,
+        workflow=args.workflow,
     )
-    # Refuse a bad agent, tool or reward here, before anything starts.
+    # Refuse a bad agent, tool, workflow or reward here, before anything starts.
     try:
         agent_kind(config.agent_type)
+        name, text = config.task_workflow(dirs=settings.workflow_dirs)
+        workflow = parse_workflow(text, name, source=args.workflow or name)
+        check_agents(workflow)
+        if not args.reward and workflow.rewards:  # the workflow's own, when none is named
+            config = dataclasses.replace(config, rewards=workflow.rewards)
         check_reward_names(config.rewards)
-        check_agents(parse_workflow(config.workflow_yaml(), f"rollout_{config.agent_type}"))
     except (UnknownAgentKind, AgentConfigError, UnknownReward, WorkflowError) as exc:
         raise UsageError(str(exc)) from exc
     return config
 
 
 def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
-    config = config_from(args)
+    config = config_from(args, settings)
     try:
         prompts = load_dataset(Path(args.dataset), args.prompt_key, args.answer_key)
     except DatasetError as exc:
@@ -75,13 +86,16 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
     if not args.json:
+        how = (
+            f"the {config.workflow} workflow" if config.workflow else f"a {config.agent_type} agent"
+        )
         print(
-            f"rollout: {len(prompts)} prompts x {args.n} with a {config.agent_type} agent "
+            f"rollout: {len(prompts)} prompts x {args.n} through {how} "
             f"(tools: {', '.join(config.tools) or 'none'}; rewards: {', '.join(config.rewards)})",
             flush=True,
         )
     try:
-        with terminated_as_interrupted():
+        with interruptible():
             trajectories = Rollout(config, settings).run(
                 prompts, args.n, on_progress=None if args.json else print_progress
             )
@@ -129,6 +143,12 @@ def register(subparsers: Any) -> None:
         "reward_model.ground_truth)",
     )
     p.add_argument("--agent", default="react", help=f"agent kind: {', '.join(agent_kinds())}")
+    p.add_argument(
+        "--workflow",
+        help="run each prompt through this workflow instead of one agent (agentflow: "
+        "AgentFlow's planner, executor, memory verifier and solution generator; a named "
+        "workflow or a YAML file); --tools then gives its tool-calling agents their tools",
+    )
     p.add_argument("--tools", help="comma-separated tool names (see `kernelflow agents`)")
     add_policy_option(p)
     p.add_argument("--n", type=int, default=1, help="rollouts per prompt (one group)")
@@ -143,7 +163,7 @@ def register(subparsers: Any) -> None:
         f"known: {', '.join(sorted(REWARD_FUNCTIONS))})",
     )
     p.add_argument("--concurrency", type=int, default=8, help="rollouts in flight at once")
-    p.add_argument("--deadline", type=float, help="seconds one rollout may take")
+    p.add_argument("--deadline", type=positive_seconds, help="seconds one rollout may take")
     p.add_argument("--limit", type=int, help="only the first N prompts")
     p.add_argument("--out", help="write the trajectories to this JSONL file")
     p.add_argument("--llm", help=LLM_HELP)

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
@@ -24,24 +22,23 @@ from kernelflow.commands.submission import (
     submit_command,
 )
 from kernelflow.events import subjects
-from kernelflow.events.model import Event, SubmitTask
+from kernelflow.events.model import Event
 from kernelflow.offline.files import atomic_output
-from kernelflow.projections.task_state import TaskState, fold
+from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.trajectory import build_trajectory
 from kernelflow.render import describe, summary
-from kernelflow.rollout import rollout_complete
 from kernelflow.runtime import (
     cancel_abandoned,
     connected,
     follow_task,
+    interruptible,
     noting_other_tasks,
     start_daemon,
     stopped_after,
-    terminated_as_interrupted,
 )
 from kernelflow.settings import Settings
+from kernelflow.task import read_back, roles_for
 from kernelflow.usage import WaitTimeout, exit_code_for
-from kernelflow.workflows.loader import parse_workflow
 from kernelflow.workflows.model import VERIFIER
 
 
@@ -55,20 +52,24 @@ def register(subparsers: Any) -> None:
     add_agent_llm_options(run)
     add_gpus_option(run)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    run.add_argument("--out", default="kernelflow-runs", help="where the kernel and trajectory go")
+    run.add_argument(
+        "--out",
+        default="kernelflow-runs",
+        help="where the kernel and trajectory go: OUT/TASK_ID/ (default ./kernelflow-runs)",
+    )
     run.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    command = submit_command(args)
+    command = submit_command(args, settings.workflow_dirs)
     started = time.monotonic()
 
     def progress(event: Event) -> None:
         if not args.json:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
-    with terminated_as_interrupted(), connected(settings) as bridge:
-        own = noting_other_tasks({command.task_id or ""}, "this run")
+    with interruptible(), connected(settings) as bridge:
+        own = noting_other_tasks(bridge, {command.task_id or ""}, "this run")
         daemon = start_daemon(bridge, settings, roles_for(command), {}, own)
         with stopped_after(daemon):
             if args.reference_check and VERIFIER in roles_for(command):
@@ -100,32 +101,6 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     return exit_code_for(result["status"])
 
 
-def read_back(bridge: Bridge, task_id: str, wait_s: float = 10.0) -> list[Event]:
-    """The task's events once what follows its finish (its rewards) is in: the daemon
-    stopped, but a reward it was appending as the finish arrived may still be on its way
-    (a loaded machine), and the trajectory written now must be the one the log replays."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            events = list(bridge.call(bridge.log.read_task(task_id)).events)
-        except TimeoutError:
-            # A loaded server answered late: the task is over and its outputs still to be
-            # written, so ask again while there is time rather than lose them.
-            if time.monotonic() > deadline:
-                raise
-            continue
-        if rollout_complete(fold(task_id, events)) or time.monotonic() > deadline:
-            return events
-        time.sleep(0.1)
-
-
-def roles_for(command: SubmitTask) -> tuple[str, ...]:
-    """The conductor and every agent the task's workflow names: all that `run` must host."""
-    assert command.workflow_yaml is not None
-    workflow = parse_workflow(command.workflow_yaml, command.workflow)
-    return (CONDUCTOR_ROLE, *workflow.agents)
-
-
 def write_outputs(state: TaskState, out_dir: Path, events: list[Event]) -> dict[str, str]:
     target = out_dir / state.task_id  # made by atomic_output
     paths = {}
@@ -152,4 +127,4 @@ def print_summary(result: dict[str, Any]) -> None:
     if result.get("kernel_path"):
         print(f"kernel:   {result['kernel_path']}")
     print(f"trajectory: {result['trajectory_path']}")
-    print(f"replay:   kernelflow replay --task {result['task_id']}")
+    print(f"replay:   kernelflow replay {result['task_id']}")

@@ -13,25 +13,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.kinds.check import check_agents
 from kernelflow.actors.presence import ping_daemons
-from kernelflow.commands.options import add_policy_option
+from kernelflow.commands.options import add_policy_option, positive_seconds
 from kernelflow.events.codec import MalformedMessage, checked_command
 from kernelflow.events.model import Command, SubmitTask
+from kernelflow.projections.rewards import UnknownReward
+from kernelflow.task import kernel_task
 from kernelflow.usage import UsageError
 from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.verification.engine import VERIFIER_VERSION, check_reference, offered_backends
 from kernelflow.verification.taskfile import TaskFileError, check_task_source
-from kernelflow.workflows.loader import (
-    WorkflowError,
-    check_candidate,
-    parse_workflow,
-    resolve_workflow,
-)
+from kernelflow.workflows.loader import WorkflowError
 
 
 def add_task_options(p: argparse.ArgumentParser) -> None:
@@ -39,16 +35,26 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
         "task",
         help="task file in KernelBench format (class Model, get_inputs, get_init_inputs)",
     )
-    p.add_argument("--workflow", default="default", help="predefined workflow name or a YAML file")
+    p.add_argument(
+        "--workflow",
+        default="default",
+        help="a workflow: predefined (kernelflow workflow list), named (NAME.yaml in the "
+        "current directory or KF_WORKFLOWS_DIR) or a YAML file",
+    )
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=backend_names())
     add_policy_option(p)
     p.add_argument("--candidate", help="existing ModelNew module to start from (verifier_only)")
     p.add_argument("--task-id", help="task id to use (letters, digits, _ and -)")
     p.add_argument(
-        "--deadline", type=float, help="seconds the task may take; checked at every decision"
+        "--deadline",
+        type=positive_seconds,
+        help="seconds the task may take; checked at every decision",
     )
     p.add_argument(
-        "--timeout", type=float, default=None, help="give up waiting after this many seconds"
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        help="give up waiting after this many seconds",
     )
     p.add_argument(
         "--no-reference-check",
@@ -66,29 +72,26 @@ def read_task_file(path: str) -> str:
         raise UsageError(f"{path}: cannot read task file: {exc}") from exc
 
 
-def submit_command(args: argparse.Namespace) -> SubmitTask:
+def submit_command(args: argparse.Namespace, workflow_dirs: Sequence[Path] = ()) -> SubmitTask:
+    """The task the options describe; ``workflow_dirs``: where a named workflow is found."""
     source = read_task_file(args.task)
-    try:
-        workflow_name, workflow_yaml = resolve_workflow(args.workflow)
-        # Refuse it here, before anything is published: structure, kinds, tools.
-        workflow = parse_workflow(workflow_yaml, workflow_name, source=args.workflow)
-        check_agents(workflow)
-        check_candidate(workflow, has_candidate=bool(getattr(args, "candidate", None)))
-    except WorkflowError as exc:
-        raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
-    command = SubmitTask(
-        task_id=args.task_id or f"t-{uuid.uuid4().hex[:16]}",
-        task_name=Path(args.task).stem,
-        task_source=source,
-        workflow=workflow_name,
-        workflow_yaml=workflow_yaml,
-        backend=args.backend,
-        policy=args.policy,
-        candidate_code=candidate,
-        deadline_s=args.deadline,
-        group_id=getattr(args, "group", None),
-    )
+    try:
+        # Refused here, before anything is published: structure, kinds, tools, rewards.
+        command = kernel_task(
+            name=Path(args.task).stem,
+            source=source,
+            workflow=args.workflow,
+            dirs=workflow_dirs,
+            backend=args.backend,
+            policy=args.policy,
+            candidate=candidate,
+            task_id=args.task_id,
+            deadline_s=args.deadline,
+            group_id=getattr(args, "group", None),
+        )
+    except (WorkflowError, UnknownReward) as exc:
+        raise UsageError(str(exc)) from exc
     refuse_unpublishable(command, "submit this task")
     return command
 
@@ -157,4 +160,5 @@ def refuse_unpublishable(command: Command, what: str) -> None:
     try:
         checked_command(command)
     except MalformedMessage as exc:
-        raise UsageError(f"cannot {what}: {exc}") from exc
+        why = str(exc).removeprefix("not a kernelflow command: ")
+        raise UsageError(f"cannot {what}: {why}") from exc

@@ -29,7 +29,14 @@ from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_
 from kernelflow.progress import for_terminal
 from kernelflow.projections.task_state import fold
 from kernelflow.render import describe, summary, unknown_kinds_note
-from kernelflow.runtime import UNTAKEN_HINT_AFTER_S, connected, follow_tasks, no_host, request_reply
+from kernelflow.runtime import (
+    UNTAKEN_HINT_AFTER_S,
+    connected,
+    follow_tasks,
+    interruptible,
+    no_host,
+    request_reply,
+)
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError, WaitTimeout, exit_code_for
 from kernelflow.verification.taskfile import TaskFileError, check_task_source
@@ -63,7 +70,7 @@ def register(subparsers: Any) -> None:
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     if args.samples < 1:
         raise UsageError(f"--samples {args.samples}: expected at least 1")
-    command = submit_command(args)
+    command = submit_command(args, settings.workflow_dirs)
     # A publisher that does not wait would never hear of a rejection: refuse the task file
     # here (statically: nothing in it runs), before anything is published.
     try:
@@ -82,7 +89,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     task_ids = [c.task_id or "" for c in commands]
     if args.reference_check:
         refuse_broken_reference(command, settings.data_dir, own_verifier=False)
-    with connected(settings) as bridge:
+    with interruptible(), connected(settings) as bridge:
         refuse_unoffered_backend(bridge, command)
         for c in commands:
             bridge.call(bridge.log.publish_command(c, subjects.SUBMIT))
@@ -219,7 +226,10 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
             "none has)"
         )
     if not answer.get("ok"):
-        print(f"kernelflow: {answer.get('error')}", file=sys.stderr)
+        error = str(answer.get("error"))
+        if error == f"no task {args.task_id}":  # a wrong id: bad input, as for `status`
+            raise UsageError(error)
+        print(f"kernelflow: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(f"cancelled {args.task_id}")
     return EXIT_OK

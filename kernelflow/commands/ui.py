@@ -14,11 +14,12 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from kernelflow.actors.connection import safe_url
 from kernelflow.commands.options import add_connection_options
-from kernelflow.runtime import connected
+from kernelflow.runtime import StopDeadline, connected
 from kernelflow.settings import DEFAULT_UI_PORT, Settings
 from kernelflow.usage import EXIT_OK, UsageError
 
@@ -125,14 +126,30 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
         )
         server = uvicorn.Server(config)
         logging.getLogger("uvicorn.access").addFilter(redact_tokens)
+        # uvicorn stops on SIGINT and SIGTERM itself; from the first, the whole stop (the
+        # server's, NATS's) has its deadline, and a second one ends the command at once.
+        deadline = StopDeadline()
+        uvicorns = server.handle_exit
+        unanswered: list[int] = []  # the signals uvicorn heard, which it raises again
 
-        def stop(*_: object) -> None:
-            server.should_exit = True
+        def stopping(sig: int, frame: FrameType | None) -> None:
+            deadline.asked()
+            unanswered.append(sig)
+            uvicorns(sig, frame)
 
-        # uvicorn stops on these itself, then raises the signal again once stopped: this
-        # handler is what hears it then, so that the command ends as the daemon does (0).
+        server.handle_exit = stopping  # type: ignore[method-assign]
+
+        def stopped(*_: object) -> None:
+            # uvicorn raises the signals it heard again once it stopped: those end the
+            # command as the daemon ends (0); one more is a second signal.
+            if unanswered:
+                unanswered.pop()
+            else:
+                server.should_exit = True
+                deadline.asked()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, stop)
+            signal.signal(sig, stopped)
         # Said once a stop signal is heard as one: a supervisor may stop it at once.
         asks = f"; open it once as /?token=<the token in {token_file}>" if token else ""
         print(f"kernelflow ui: http://{shown}:{bound_port}/ ({where}{asks})", flush=True)

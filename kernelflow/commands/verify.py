@@ -20,6 +20,7 @@ from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.verification.engine import verify
+from kernelflow.verification.results import feedback_text
 from kernelflow.verification.taskfile import (
     CandidateError,
     TaskFileError,
@@ -186,8 +187,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         )
         if report.timing is not None:
             print(timing_line(report.timing))
-        if not report.passed:
-            print(report.feedback)
+        if not report.passed:  # what the coder would read, past the line above
+            print(feedback_text(report, config.feedback_chars, headline=False))
     if task_broken:
         print(
             f"kernelflow verify: task file {args.task}: the reference fails: {report.summary}",

@@ -5,6 +5,7 @@ they were made."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from kernelflow.offline.files import atomic_output
 from kernelflow.offline.rows import RowWriter, sample_schema, sft_schema, verl_schema
 from kernelflow.offline.sources import Source
 from kernelflow.projections.flow_grpo import GrpoOptions, RewardFacts, RewardTable, SampleBuilder
-from kernelflow.projections.metrics import MetricsProjection
+from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 from kernelflow.projections.verl_rows import ConversationCollector, Keep, PromptCollector
 from kernelflow.usage import UsageError
 
@@ -60,7 +61,19 @@ def _rewards_pass(source: Source, options: GrpoOptions) -> tuple[RewardTable, di
             name: a.llm_calls for name, a in sorted(metrics.state.agents.items()) if a.llm_calls
         },
         "workflows": sorted({t.workflow for t in tasks if t.workflow}),
+        "trainable_agents": _trained(tasks, facts),
     }
+
+
+def _trained(tasks: Iterable[TaskMetrics], facts: RewardFacts) -> dict[str, list[str]]:
+    """The agents each workflow trains, where it says (``trainable_agents``): whose turns
+    the samples hold without ``--agents``."""
+    trained: dict[str, list[str]] = {}
+    for t in tasks:
+        known = facts.tasks.get(t.task_id)
+        if known is not None and known.trainable is not None:
+            trained[t.workflow] = sorted(known.trainable)
+    return dict(sorted(trained.items()))
 
 
 def export_grpo(

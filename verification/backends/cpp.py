@@ -50,6 +50,9 @@ class ExtensionBackend(Backend):
 
     glue_paths: ClassVar[tuple[str, ...]] = (LOAD_INLINE,)
     source_kinds: ClassVar[tuple[str, ...]] = ("cpp_sources",)
+    # Where the verifier put the libraries it built for this check (the candidate's work
+    # dir; set in the sandbox, whose process checks one candidate and ends).
+    prebuilt: str = ""
 
     def check_kernels(self, module: CandidateModule) -> None:
         """An extension built with ``load_inline`` from readable sources that pass the C++
@@ -99,12 +102,12 @@ class ExtensionBackend(Backend):
         return _handle(func.value) in handles
 
     def use_prebuilt(self, directory: str) -> None:
-        self._prebuilt = directory
+        self.prebuilt = directory
 
     def start_runtime(self, device: str, launches: LaunchCounter) -> None:
         import torch.utils.cpp_extension as cpp_extension
 
-        built = _load_manifest(getattr(self, "_prebuilt", ""))
+        built = _load_manifest(self.prebuilt)
         original = cpp_extension.load_inline
         signature = inspect.signature(original)
 

@@ -1,0 +1,42 @@
+"""The AgenticRollout library on kernelflow (docs/agents.md, "AgenticRollout"): agents
+written as code (``BaseAgent.run_trajectory``), their tools and trajectories, run
+standalone with every call recorded in an in-process log, on verl's batches
+(``AgenticRollout.generate_sequences``), or in daemons as durable agent kinds."""
+
+from kernelflow.actors.kinds.durable import DivergenceError
+from kernelflow.agentic_rollout.agent import BaseAgent
+from kernelflow.agentic_rollout.analysis import TrajectoryAnalyzer
+from kernelflow.agentic_rollout.config import AgenticRolloutConfig
+from kernelflow.agentic_rollout.kinds import CodingAgent, ReactAgent, ToolAgent
+from kernelflow.agentic_rollout.registry import get_agent_class, list_agents, register_agent
+from kernelflow.agentic_rollout.rollout import AgenticRollout
+from kernelflow.agentic_rollout.tools import (
+    BaseTool,
+    CalculatorTool,
+    ToolConfigError,
+    ToolExecutionError,
+    tools_from_config,
+)
+from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep
+
+__all__ = [
+    "AgenticRollout",
+    "AgenticRolloutConfig",
+    "BaseAgent",
+    "BaseTool",
+    "CalculatorTool",
+    "CodingAgent",
+    "DivergenceError",
+    "ReactAgent",
+    "StepType",
+    "ToolAgent",
+    "ToolConfigError",
+    "ToolExecutionError",
+    "Trajectory",
+    "TrajectoryAnalyzer",
+    "TrajectoryStep",
+    "get_agent_class",
+    "list_agents",
+    "register_agent",
+    "tools_from_config",
+]

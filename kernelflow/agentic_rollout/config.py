@@ -1,0 +1,89 @@
+"""``AgenticRolloutConfig``: the settings of an ``AgenticRollout`` (docs/agents.md,
+"AgenticRollout"), from Python, a mapping (the ``rollout`` section of a verl config) or
+the environment.
+
+Environment variables give the defaults of the settings they name (a value passed
+explicitly wins): ``AGENTIC_MAX_CONCURRENT_REQUESTS`` (``concurrent_requests``),
+``AGENTIC_SAVE_TRAJECTORIES`` (``save_trajectories``: true/false), ``AGENTIC_DEFAULT_TIMEOUT``
+(seconds a tool call may take) and ``AGENTIC_LOG_LEVEL`` (the level of the
+``kernelflow.agentic_rollout`` logger). The model's keys are the providers' own
+(``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``: docs/llm.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The environment is read as kernelflow's own settings read it.
+from kernelflow.settings import _env_bool, _env_int, _env_seconds
+
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+LOGGER = "kernelflow.agentic_rollout"
+
+
+def default_tool_timeout() -> float:
+    """Seconds a tool call may take: ``AGENTIC_DEFAULT_TIMEOUT``, else 30."""
+    return _env_seconds("AGENTIC_DEFAULT_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
+
+
+def apply_log_level() -> None:
+    """Set the library's logger to ``AGENTIC_LOG_LEVEL``, where it is set."""
+    raw = os.environ.get("AGENTIC_LOG_LEVEL")
+    if raw:
+        level = logging.getLevelName(raw.strip().upper())
+        if not isinstance(level, int):
+            raise ValueError(f"AGENTIC_LOG_LEVEL: {raw!r} is not a log level (DEBUG, INFO...)")
+        logging.getLogger(LOGGER).setLevel(level)
+
+
+@dataclass
+class AgenticRolloutConfig:
+    # The agent: its registered name (react, tool, coding, or one of register_agent's).
+    agent_type: str = "react"
+    max_steps: int = 10
+    max_tokens_per_step: int = 512
+    temperature: float = 0.7
+    # Tools and interactions, as verl configures them (tools_from_config).
+    tools_config: dict[str, Any] | None = None
+    interactions_config: dict[str, Any] | None = None
+    batch_size: int = 1
+    concurrent_requests: int = field(
+        default_factory=lambda: _env_int("AGENTIC_MAX_CONCURRENT_REQUESTS", 4)
+    )
+    include_trajectory_in_output: bool = True
+    save_trajectories: bool = field(default_factory=lambda: _env_bool("AGENTIC_SAVE_TRAJECTORIES"))
+    trajectory_save_path: str | None = None
+    # kernelflow's: the model as a provider spec (docs/llm.md: anthropic:MODEL,
+    # openai:URL#MODEL, scripted:FILE...) when no llm_generate_func is given; None: the
+    # configured default.
+    llm: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_tokens_per_step", "batch_size", "concurrent_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"AgenticRolloutConfig.{name}: must be at least 1")
+        if self.interactions_config:
+            raise ValueError(
+                "AgenticRolloutConfig.interactions_config: not supported (kernelflow's agents "
+                "talk to their model and their tools only)"
+            )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgenticRolloutConfig:
+        """The config of a verl-style mapping: a whole config
+        (``actor_rollout_ref.rollout``) or its ``rollout`` section, whose ``name`` (verl's
+        choice of rollout) is left out. Unknown keys are refused."""
+        section = data.get("actor_rollout_ref", {}).get("rollout", data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        given = {str(k): v for k, v in section.items() if k != "name"}
+        unknown = sorted(k for k in given if k not in known)
+        if unknown:
+            raise ValueError(
+                f"rollout.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}"
+            )
+        return cls(**given)
