@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The longest modules (a minute or more of one test process each), run first: `make test`
-# hands whole modules to its two processes in collection order, and one of these last
+# hands whole modules to its processes in collection order, and one of these last
 # would leave the other process idle for as long.
 LONGEST_FIRST = (
     "test_faults.py",
@@ -226,8 +227,10 @@ LONGEST_FIRST = (
     "test_workflow_runs.py",
     "test_verifier_cpp.py",
     "test_e2e.py",
+    "test_first_hour.py",
     "test_search_speed.py",
     "test_crash.py",
+    "test_task_faults.py",
 )
 
 
@@ -254,3 +257,31 @@ def extension_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = shared / "extensions"
     path.mkdir(exist_ok=True)
     return path
+
+
+def marked(marker: str) -> list[int]:
+    """Host pids of the processes whose command line holds ``marker`` (a tool's command
+    has a PID namespace and /proc of its own: it cannot tell its host pids)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_unmarked(marker: str, within_s: float) -> None:
+    """Wait until no process's command line has held ``marker`` for half a second, or
+    ``within_s`` passed: a process mid-exec reads as unmarked for an instant."""
+    deadline = time.monotonic() + within_s
+    unmarked_since = None
+    while time.monotonic() < deadline:
+        if marked(marker):
+            unmarked_since = None
+        elif unmarked_since is None:
+            unmarked_since = time.monotonic()
+        elif time.monotonic() - unmarked_since >= 0.5:
+            return
+        time.sleep(0.05)

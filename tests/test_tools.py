@@ -30,6 +30,7 @@ from kernelflow.tools import (
     run_tool,
     tool_names,
 )
+from tests.conftest import marked, wait_until_unmarked
 
 REPO = Path(__file__).resolve().parent.parent
 CTX = ToolContext(task_id="t1", agent="tester")
@@ -245,34 +246,6 @@ def test_python_tool_output_keeps_the_tail() -> None:
     assert len(outcome.output) <= 2000 + 100
 
 
-def _marked(marker: str) -> list[int]:
-    """Host pids of the processes whose command line holds ``marker`` (a tool's command
-    has a PID namespace and /proc of its own: it cannot tell its host pids)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def _wait_until_unmarked(marker: str, within_s: float) -> None:
-    """Wait until no process's command line has held ``marker`` for half a second, or
-    ``within_s`` passed: a process mid-exec reads as unmarked for an instant."""
-    deadline = time.monotonic() + within_s
-    unmarked_since = None
-    while time.monotonic() < deadline:
-        if _marked(marker):
-            unmarked_since = None
-        elif unmarked_since is None:
-            unmarked_since = time.monotonic()
-        elif time.monotonic() - unmarked_since >= 0.5:
-            return
-        time.sleep(0.05)
-
-
 def _cmdline(pid: int) -> list[bytes]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -299,14 +272,14 @@ def test_python_tool_endless_loop_is_killed_with_all_it_started() -> None:
     assert not outcome.ok
     assert outcome.error.startswith("[timed out after 3 s: the command and all it started")
     assert "STARTED" in outcome.error
-    _wait_until_unmarked(marker, within_s=5)
+    wait_until_unmarked(marker, within_s=5)
     if "--pid" not in isolation_prefix():  # a new session escapes without a PID namespace
         leftover = [
-            p for p in _marked(marker) if b"session" in Path(f"/proc/{p}/cmdline").read_bytes()
+            p for p in marked(marker) if b"session" in Path(f"/proc/{p}/cmdline").read_bytes()
         ]
         for pid in leftover:
             os.kill(pid, 9)
-    assert not _marked(marker), "a process outlived the tool's timeout"
+    assert not marked(marker), "a process outlived the tool's timeout"
 
 
 KILLED_DAEMON = """
@@ -326,13 +299,13 @@ def test_python_tool_dies_with_a_killed_daemon() -> None:
     daemon = subprocess.Popen([sys.executable, "-c", KILLED_DAEMON, marker], cwd=REPO)
     deadline = time.monotonic() + 30
     # The command itself: a child forked but not yet exec'd shows the daemon's marker too.
-    while not [p for p in _marked(marker) if _cmdline(p)[1:3] == [b"-c", b"while True: pass"]]:
+    while not [p for p in marked(marker) if _cmdline(p)[1:3] == [b"-c", b"while True: pass"]]:
         assert time.monotonic() < deadline, "the command never ran"
         time.sleep(0.05)
     daemon.kill()
     daemon.wait()
-    _wait_until_unmarked(marker, within_s=5)
-    assert not _marked(marker), "the command outlived the daemon that started it"
+    wait_until_unmarked(marker, within_s=5)
+    assert not marked(marker), "the command outlived the daemon that started it"
 
 
 SPAWNER_GONE_AT_ONCE = """
@@ -354,10 +327,10 @@ def test_a_command_whose_spawner_died_as_it_started_does_not_run_on() -> None:
     try:
         # Its interpreter may take seconds to start on a loaded machine (until it does, its
         # own command line carries the marker); an orphan would spin on for good.
-        _wait_until_unmarked(marker, within_s=30)
-        assert not _marked(marker), "the command outlived the process that started it"
+        wait_until_unmarked(marker, within_s=30)
+        assert not marked(marker), "the command outlived the process that started it"
     finally:
-        for pid in _marked(marker):
+        for pid in marked(marker):
             os.kill(pid, 9)
 
 
