@@ -131,8 +131,9 @@ def stopped_mid_run(name: str, tmp_path: Path, *signals: int) -> tuple[int, str,
             with busy_cores():
                 time.sleep(1)  # the loss noticed, or not: either way the stop is bounded
                 asked = time.monotonic()
-                for sig in signals:
-                    os.killpg(proc.pid, sig)
+                with held(proc):  # all of them pending at once, however loaded the machine
+                    for sig in signals:
+                        os.killpg(proc.pid, sig)
                 _, stderr = proc.communicate(timeout=STOP_DEADLINE_S + 60)
                 took = time.monotonic() - asked
         finally:
@@ -140,6 +141,23 @@ def stopped_mid_run(name: str, tmp_path: Path, *signals: int) -> tuple[int, str,
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     return proc.returncode, stderr.decode(), took
+
+
+@contextlib.contextmanager
+def held(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """The command's process group stopped (SIGSTOP) for the block: signals sent in it
+    arrive together at the SIGCONT. Sent to a running process, a second could arrive
+    only after the first had ended the command (this test once preempted between the
+    two), and find the interpreter already gone to its default handlers."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the command did not stop"
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
 
 
 # Ctrl-C, and SIGTERM (a supervisor's, `timeout`'s): each, for some.
