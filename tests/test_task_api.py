@@ -1,9 +1,10 @@
 """Named workflows and the Task API (docs/workflows.md, "Named workflows" and "The Task
-API"): seed 001's custom workflow, copied verbatim into the workflows directory, is found
-by its name; ``Task(op_name, task_desc, workflow="custom_workflow")`` runs it in-process on
-the embedded NATS to success, blocking (``run_sync``) and awaited (the page's example, run
-as printed); ``kernelflow run --workflow NAME`` finds one in the current directory;
-``kernelflow workflow list`` says what is found where."""
+API"): the workflow spec's custom workflow (examples/workflows/), copied verbatim into
+the workflows directory, is found by its name; ``Task(op_name, task_desc,
+workflow="custom_workflow")`` runs it in-process on the embedded NATS to success,
+blocking (``run_sync``) and awaited (the page's example, run as printed); ``kernelflow
+run --workflow NAME`` finds one in the current directory; ``kernelflow workflow list``
+says what is found where."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The built-in verifier, the field it checks, and agents that choose what follows them
-(docs/workflows.md, "The verifier" and "Routing"): seed 001's own custom workflow, copied
-verbatim, validates; a verifier a workflow names without defining finishes on a pass and
-goes back to the agent whose code failed; the code field is ``code``, else the one
-mandatory string field, else the one ``code_field`` names; ``route_by`` answers route."""
+(docs/workflows.md, "The verifier" and "Routing"): the workflow spec's own custom
+workflow, copied verbatim, validates; a verifier a workflow names without defining
+finishes on a pass and goes back to the agent whose code failed; the code field is
+``code``, else the one mandatory string field, else the one ``code_field`` names;
+``route_by`` answers route."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Workflows that extend another (docs/workflows.md, "Extending a workflow"): the merge's
-rules hold for all documents; seed 001's extension example with ``base: default`` added
-validates, is recorded whole, and ``workflow show`` lists its optimizer and where each
-value came from; a problem is named in the file that set it; bases chain, and a cycle is
-refused."""
+rules hold for all documents; the workflow spec's extension example with ``base:
+default`` added validates, is recorded whole, and ``workflow show`` lists its optimizer
+and where each value came from; a problem is named in the file that set it; bases chain,
+and a cycle is refused."""
 
 from __future__ import annotations
 
