@@ -27,6 +27,7 @@ from kernelflow.events.model import (
 )
 from kernelflow.llm.base import is_budget_error
 from kernelflow.projections.counters import repeat_counters
+from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.task_state import CONDUCTOR, TaskState
 from kernelflow.workflows.model import FINISH, Workflow
 from kernelflow.workflows.rules import Outcome, Route, read_llm_decision, route
@@ -254,6 +255,7 @@ def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> T
         verdict=last_check.report.verdict if last_check else None,
         speedup=last_check.report.speedup if last_check else None,
         final_answer=state.final_answer if is_prompt_task(state) else None,
+        speedup_conclusive=report_conclusive(last_check.report) if last_check else None,
     )
 
 

@@ -239,7 +239,9 @@ def _prior_kernels_section(kernels: Sequence[PriorKernel]) -> str:
     for k in kernels:
         title = "Kernel to improve" if k.role == "parent" else "Another kernel to learn from"
         measured = f", {k.speedup:.2f}x the baseline" if k.speedup is not None else ""
-        if k.candidate_ms is not None:
+        if k.speedup is not None and k.speedup_conclusive is False:
+            measured = ", its speed could not be told from the baseline's (timing inconclusive)"
+        elif k.candidate_ms is not None:
             measured += f", {k.candidate_ms:.4g} ms"
         feedback = k.feedback.strip()[:MAX_ERROR_CHARS]
         parts.append(

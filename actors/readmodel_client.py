@@ -57,6 +57,8 @@ def status_row(t: TaskMetrics) -> dict[str, Any]:
         "steps": t.steps,
         "verdict": t.final_verdict,
         "speedup": t.final_speedup,
+        "speedup_conclusive": t.final_conclusive if t.final_speedup is not None else None,
+        "speedup_ci95": list(t.final_speedup_ci95) if t.final_speedup is not None else [],
         "reason": reason,
         "verifications": list(t.verdicts),
         "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, *_ in t.revisions],

@@ -8,6 +8,11 @@ machine's CUDA GPU against eager PyTorch and torch.compile; then the benchmark c
 default the fetched corpus's (``bench/corpus/fetch.py`` puts them in
 ``.corpus/problems``), else this repository's own problems of the same operators. The
 candidates are this repository's (examples/candidates/, examples/kernelbench/solutions/).
+Where the corpus is fetched (``--corpus``, ``.corpus`` by default), the world's code is
+checked too: KernelBench's one-shot prompt example (``model_new_ex_add.py``, the kernel
+every KernelBench prompt shows a model) and five CUDA kernels of the corpus (correct by
+their sources' records, the gate passes them; one per source in turn, by id), under the
+``kernelbench`` policy.
 Exit 0 when every check passed; 1 otherwise (on a machine without a CUDA GPU every check
 answers ``unsupported``, saying so, and the card says what ran).
 """
@@ -25,10 +30,14 @@ from typing import Any
 from kernelflow.projections.benchmark import benchmark_card, card_lines
 from kernelflow.projections.search import Candidate, SearchDatabase
 from kernelflow.verification.engine import VerifierConfig, verify
+from kernelflow.verification.gate import gate_findings
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-CORPUS_PROBLEMS = REPO / ".corpus" / "problems"
+CORPUS = REPO / ".corpus"
+CORPUS_PROBLEMS = CORPUS / "problems"
+MANIFEST = REPO / "bench" / "corpus" / "manifest.json"
+CORPUS_KERNELS = 5
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,74 @@ def run(folder: Path | None, config: VerifierConfig) -> tuple[list[dict[str, Any
     return rows, benchmark_card(databases, timed=timed)
 
 
+def corpus_pairs(corpus: Path, count: int = CORPUS_KERNELS) -> list[tuple[str, Path, Path]]:
+    """(label, problem, kernel) of KernelBench's one-shot example and ``count`` CUDA kernels
+    of the fetched corpus: correct by their sources' records, passed by the gate, one per
+    source in turn, by id (empty where nothing is fetched)."""
+    pairs: list[tuple[str, Path, Path]] = []
+    prompts = corpus / "kernelbench" / "prompts"
+    if (prompts / "model_new_ex_add.py").is_file():
+        pairs.append(
+            (
+                "KernelBench prompts/model_new_ex_add.py",
+                prompts / "model_ex_add.py",
+                prompts / "model_new_ex_add.py",
+            )
+        )
+    index = corpus / "index.json"
+    if not index.is_file():
+        return pairs
+    suspect = {e["id"] for e in json.loads(MANIFEST.read_text())["entries"] if e.get("suspect")}
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for item in sorted(json.loads(index.read_text()), key=lambda i: i["id"]):
+        if item.get("backend") == "cuda" and item["id"] not in suspect:
+            by_source.setdefault(item["source"], []).append(item)
+    chosen: list[dict[str, Any]] = []
+    while len(chosen) < count and any(by_source.values()):
+        for items in by_source.values():
+            while items and len(chosen) < count:
+                item = items.pop(0)
+                kernel, problem = corpus / item["kernel"], corpus / item["problem_source"]
+                refused, _ = gate_findings(
+                    kernel.read_text(),
+                    backend="cuda",
+                    task_source=problem.read_text(),
+                    policy="kernelbench",
+                )
+                if not refused:
+                    chosen.append(item)
+                    break
+    return pairs + [
+        (f"corpus {i['id']}", corpus / i["problem_source"], corpus / i["kernel"]) for i in chosen
+    ]
+
+
+def run_corpus(corpus: Path, config: VerifierConfig) -> list[dict[str, Any]]:
+    """KernelBench's prompt example and the corpus kernels, verified as ``cuda``."""
+    rows = []
+    for label, problem, kernel in corpus_pairs(corpus):
+        report = verify(
+            problem.read_text(),
+            kernel.read_text(),
+            backend="cuda",
+            policy="kernelbench",
+            config=config,
+        )
+        rows.append(
+            {
+                "problem": label,
+                "backend": "cuda",
+                "candidate": str(kernel),
+                "verdict": report.verdict,
+                "summary": report.summary,
+                "speedups": dict(report.timing.speedups) if report.timing is not None else {},
+                "speedup_ci95": list(report.timing.speedup_ci95) if report.timing else [],
+                "duration_s": round(report.duration_s, 1),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--problems", type=Path, help="KernelBench's KernelBench/ folder")
@@ -121,6 +198,13 @@ def main() -> None:
         help="cpu: what runs without a GPU (Triton interpreted and untimed; the GPU "
         "backends answer unsupported), to check the script and its pairs anywhere",
     )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=CORPUS,
+        help="the fetched precision corpus (bench/corpus/fetch.py), for KernelBench's prompt "
+        "example and five of its CUDA kernels (skipped where absent)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
     folder = args.problems or (CORPUS_PROBLEMS if CORPUS_PROBLEMS.is_dir() else None)
@@ -129,6 +213,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kf-gpu-check-") as cache:
         config = VerifierConfig(device=args.device, compare_compile=True, extension_cache=cache)
         rows, card = run(folder, config)
+        rows += run_corpus(args.corpus, config)
     if args.json:
         print(json.dumps({"checks": rows, "card": card}, indent=2))
     else:

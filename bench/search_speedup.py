@@ -43,6 +43,8 @@ class Generation:
     candidates: int
     best_speedup: float | None  # the best passing kernel's so far, over eager PyTorch
     best_kernel: str | None  # its extension's name
+    # False: that speedup was inconclusive (the kernel ranks as parity).
+    best_conclusive: bool | None = None
 
 
 def scripted_model(workdir: Path, order: tuple[str, ...] = VARIANTS) -> Path:
@@ -137,6 +139,7 @@ def best_by_generation(db: SearchDatabase) -> list[Generation]:
                 candidates=sum(1 for c in db.candidates.values() if c.generation == g),
                 best_speedup=best.speedup if best is not None else None,
                 best_kernel=kernel_name(best.code) if best is not None else None,
+                best_conclusive=best.speedup_conclusive if best is not None else None,
             )
         )
     return rows
@@ -154,6 +157,8 @@ def main() -> None:
         )
     for row in rows:
         speed = f"{row.best_speedup:.2f}x" if row.best_speedup is not None else "-"
+        if row.best_conclusive is False:
+            speed = f"inconclusive ({speed}, ranked as parity)"
         print(
             f"generation {row.generation}: {row.candidates} candidate(s); best so far "
             f"{speed} over eager ({row.best_kernel or 'none passed'})"

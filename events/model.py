@@ -78,6 +78,8 @@ class PriorKernel(msgspec.Struct, frozen=True, kw_only=True):
     speedup: float | None = None
     feedback: str = ""  # what the verifier told its author
     candidate_ms: float | None = None  # its median time on a GPU
+    # False: its speedup was inconclusive (the prompt says so instead of the number).
+    speedup_conclusive: bool | None = None
 
 
 class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
@@ -191,6 +193,12 @@ class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     threads: int = 0  # the CPU threads candidate and baseline computed with (0: not set)
     input_copies: int = 0  # the copies of the inputs calls took in turn (cold caches)
     method: str = ""  # how the times were taken, in words
+    # The speedup's range over each baseline timed ("eager"; "compile" too when asked
+    # for); empty in reports that predate it.
+    speedup_intervals: dict[str, list[float]] = {}
+    # Seconds the timing waited for one of the node's timing slots (verifiers of a node
+    # time one at a time, KF_TIMING_SLOTS).
+    queued_s: float = 0.0
 
 
 class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -226,6 +234,13 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
     warnings: list[str] = []
     # The (atol, rtol) each output dtype was compared with.
     tolerances: dict[str, list[float]] = {}
+    # Whether ``speedup`` says anything: its 95 % interval (``timing.speedup_ci95``)
+    # excludes 1 and spans at most a factor of 2. False: inconclusive (the machine was
+    # busy, or no difference could be told), not counted in fast_p nor geomeans, and
+    # speedup rewards credit parity. None: not timed, or recorded before the flag was
+    # (``kernelflow.projections.speedups.report_conclusive`` then applies the rule to
+    # the recorded interval).
+    speedup_conclusive: bool | None = None
 
     @property
     def passed(self) -> bool:
@@ -301,6 +316,9 @@ class TaskFinished(Event, tag="task_finished", frozen=True, kw_only=True):
     # A prompt task's answer (the last parsed output), which reward functions compare with
     # the reference answer.
     final_answer: str | None = None
+    # The last verification's ``speedup_conclusive`` (None: not timed, or recorded before
+    # the flag was: then it is that verification's).
+    speedup_conclusive: bool | None = None
 
 
 class AgentDispatched(Event, tag="agent_dispatched", frozen=True, kw_only=True):

@@ -25,8 +25,10 @@ from kernelflow.events.model import (
     ToolCalled,
     UnknownEvent,
     VerificationCompleted,
+    VerificationReport,
 )
 from kernelflow.projections.counters import RepeatCounters
+from kernelflow.projections.speedups import report_conclusive, report_interval, speedup_text
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.trajectory import Trajectory
 from kernelflow.workflows.model import Workflow
@@ -68,7 +70,11 @@ def describe(event: Event) -> str:
         return f"  {e.agent} failed: {_first_line(e.error)}"
     if isinstance(e, VerificationCompleted):
         r = e.report
-        speed = f", speedup {r.speedup:.2f}x" if r.speedup is not None else ""
+        speed = ""
+        if r.speedup is not None:
+            # The summary after it says between what: the line keeps to one word.
+            inconclusive = report_conclusive(r) is False
+            speed = ", speedup " + ("inconclusive" if inconclusive else f"{r.speedup:.2f}x")
         where = f"on {r.device or '?'} in {r.duration_s:.1f}s{speed}"
         return f"  verifier: {r.verdict.upper()} {where} — {_first_line(r.summary, 90)}"
     if isinstance(e, TaskFinished):
@@ -109,12 +115,22 @@ def summary(state: TaskState) -> dict[str, Any]:
         else (end.kind.removeprefix("task_") if end else "running")
     )
     finished = state.finished
+    last = state.verifications[-1].report if finished and state.verifications else None
+    conclusive = None
+    if finished is not None and finished.speedup is not None:
+        conclusive = finished.speedup_conclusive
+        if conclusive is None and last is not None:
+            conclusive = report_conclusive(last)
     return {
         "task_id": state.task_id,
         "status": status,
         "steps": state.step,
         "verdict": finished.verdict if finished else None,
         "speedup": finished.speedup if finished else None,
+        # Whether that speedup says anything, and its 95 % range (kernelflow.projections
+        # .speedups): an inconclusive one is printed as such, never as a bare number.
+        "speedup_conclusive": conclusive,
+        "speedup_ci95": list(report_interval(last)) if last and conclusive is not None else [],
         "reason": getattr(end, "reason", None),
         "verifications": [v.report.verdict for v in state.verifications],
         # Later checks of the final kernel by newer verifiers (kernelflow reverify).
@@ -125,6 +141,24 @@ def summary(state: TaskState) -> dict[str, Any]:
         "final_code": finished.final_code if finished else None,
         "events": state.events_seen,
     }
+
+
+def report_speedup_text(report: VerificationReport) -> str:
+    """A verification's speedup in words: ``1.70x``, ``inconclusive (between 0.03x and
+    10.57x): the machine was busy``, or ``not timed``."""
+    return speedup_text(
+        report.speedup, report_interval(report), report_conclusive(report), untimed="not timed"
+    )
+
+
+def row_speedup_text(row: dict[str, Any]) -> str:
+    """The speedup of a ``status`` row (:func:`summary`, the read model's rows) in words."""
+    return speedup_text(
+        row.get("speedup"),
+        row.get("speedup_ci95") or (),
+        row.get("speedup_conclusive"),
+        untimed="not timed",
+    )
 
 
 def trajectory_text(t: Trajectory) -> str:

@@ -51,6 +51,22 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def _env_count(name: str, default: int) -> int:
+    """A whole number >= 0."""
+    value = _env_float(name, default)
+    if not math.isfinite(value) or value != int(value) or value < 0:
+        raise SettingsError(f"{name}={os.environ[name]!r}: expected a whole number >= 0")
+    return int(value)
+
+
+def _env_nonnegative(name: str, default: float) -> float:
+    """Seconds >= 0."""
+    value = _env_float(name, default)
+    if not 0 <= value < math.inf:
+        raise SettingsError(f"{name}={os.environ[name]!r}: expected seconds >= 0")
+    return value
+
+
 def _env_bool(name: str) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "0", "false", "no", "off"):
@@ -158,6 +174,11 @@ class Settings:
             _env_int("KF_VERIFY_THREADS", 1) if os.environ.get("KF_VERIFY_THREADS") else None
         )
     )
+    # Timings the verifiers of this data dir run at once (each queues for a slot around
+    # its timing phase only; 0: no queue), and the seconds of more rounds an inconclusive
+    # speedup is measured for (0: none).
+    timing_slots: int = field(default_factory=lambda: _env_count("KF_TIMING_SLOTS", 1))
+    timing_extra_s: float = field(default_factory=lambda: _env_nonnegative("KF_TIMING_EXTRA", 10.0))
     # Where verifiers keep the extensions they built; None: the data dir's.
     extension_dir: Path | None = field(default_factory=lambda: _env_path("KF_EXTENSION_CACHE"))
     # Wall-clock limit for building one candidate's C++/CUDA extensions (load_inline).
@@ -215,6 +236,9 @@ class Settings:
             "threads": self.verify_threads,
             "extension_cache": str(self.extension_cache),
             "compile_timeout_s": self.compile_timeout_s,
+            "timing_slots": self.timing_slots,
+            "timing_extra_s": self.timing_extra_s,
+            "timing_lock_dir": str(self.data_dir / "timing"),
         }
         return VerifierConfig(**{**configured, **fields})
 

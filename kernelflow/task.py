@@ -143,6 +143,9 @@ class TaskOutcome:
     speedup: float | None
     verifications: tuple[str, ...]  # every verdict, in order
     trajectory: Trajectory  # the whole run (docs/agents.md, "Trajectories")
+    # Whether ``speedup`` says anything (False: its 95 % interval holds 1 or spans more
+    # than 2x, the machine was busy; None: not timed).
+    speedup_conclusive: bool | None = None
 
 
 class TaskResult(NamedTuple):
@@ -244,5 +247,6 @@ class Task:
             speedup=shown["speedup"],
             verifications=tuple(shown["verifications"]),
             trajectory=build_trajectory(state.task_id, events),
+            speedup_conclusive=shown["speedup_conclusive"],
         )
         return TaskResult(self.op_name, outcome.status == "success", outcome)

@@ -13,7 +13,9 @@ counted apart as ``faults``): correctness (the share solved); ``fast_p``: the sh
 solved with a speedup above ``p``, where ``p = 0`` needs no timing and ``p > 0`` is None
 (not measured, never 0) when no kernel was timed; the geometric mean of the measured
 speedups; tokens, dollars and GPU-seconds in all and per correct-and-faster kernel
-(solved with a speedup above 1).
+(solved with a speedup above 1). Only conclusive speedups count in fast_p (p > 0), the
+geomeans and the faster kernels (``kernelflow.projections.speedups``): a solved problem
+whose best kernel's timing was inconclusive is counted apart (``inconclusive``).
 
 ``benchmark_card``: device and driver, timing method, each timed number's 95 % interval,
 baselines, verifier versions and strictness policies, the tolerances, the anti-cheat
@@ -28,8 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelflow.events.model import FAULT_VERDICTS
+from kernelflow.events.model import FAULT_VERDICTS, VerificationReport
 from kernelflow.projections.search import Candidate, SearchDatabase
+from kernelflow.projections.speedups import counted, report_conclusive, speedup_text
 from kernelflow.projections.statistics import geomean
 
 BENCH_FAST_P: tuple[float, ...] = (0.0, 1.0, 1.2, 2.0)
@@ -73,9 +76,26 @@ class ProblemResult:
     cost_usd: float | None
     gpu_s: float  # verifying its candidates on a GPU
     flags: tuple[str, ...] = ()
+    # Whether each speedup is conclusive (None: no speedup), and the eager one's 95 % range.
+    speedup_conclusive: bool | None = None
+    speedup_compile_conclusive: bool | None = None
+    speedup_ci95: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "flags": list(self.flags)}
+        return {
+            **asdict(self),
+            "flags": list(self.flags),
+            "speedup_ci95": list(self.speedup_ci95),
+        }
+
+    @property
+    def counted_speedup(self) -> float | None:
+        """The speedup over eager as a figure to count: None when inconclusive."""
+        return counted(self.speedup, self.speedup_conclusive)
+
+    @property
+    def counted_speedup_compile(self) -> float | None:
+        return counted(self.speedup_compile, self.speedup_compile_conclusive)
 
 
 def _verdict_rank(verdict: str | None) -> int:
@@ -83,12 +103,12 @@ def _verdict_rank(verdict: str | None) -> int:
 
 
 def best_kernel(db: SearchDatabase) -> Candidate | None:
-    """The fastest passing kernel (an untimed pass counts as parity), else the candidate
-    with the best verdict; ties to the earlier candidate."""
+    """The fastest passing kernel (an untimed or inconclusively timed pass counts as
+    parity), else the candidate with the best verdict; ties to the earlier candidate."""
     ended = [c for c in db.ordered() if c.ended]
     passed = [c for c in ended if c.passed]
     if passed:
-        return max(passed, key=lambda c: (c.speedup if c.speedup is not None else 1.0, -c.index))
+        return max(passed, key=lambda c: (c.ranked_speedup, -c.index))
     judged = [c for c in ended if c.verdict is not None]
     return min(judged, key=lambda c: (_verdict_rank(c.verdict), c.index)) if judged else None
 
@@ -98,15 +118,18 @@ def problem_result(problem: str, db: SearchDatabase) -> ProblemResult:
     best = best_kernel(db)
     costs = [c.cost_usd for c in candidates if c.cost_usd is not None]
     solved = best is not None and best.passed
-    timing = best.report.timing if best is not None and best.report is not None else None
+    report = best.report if best is not None else None
+    timing = report.timing if report is not None else None
+    speedup = _over(best, "eager") if solved else None
+    speedup_compile = _over(best, "compile") if solved else None
     return ProblemResult(
         problem=problem,
         search_id=db.search_id or "",
         solved=solved,
         best_verdict=best.verdict if best is not None else None,
         best_task=best.task_id if best is not None else None,
-        speedup=_over(best, "eager") if solved else None,
-        speedup_compile=_over(best, "compile") if solved else None,
+        speedup=speedup,
+        speedup_compile=speedup_compile,
         candidates=len(candidates),
         running=sum(1 for c in candidates if not c.ended),
         verifications=sum(c.verifications for c in candidates),
@@ -114,7 +137,29 @@ def problem_result(problem: str, db: SearchDatabase) -> ProblemResult:
         cost_usd=math.fsum(costs) if costs else None,
         gpu_s=math.fsum(c.verify_s for c in candidates if c.verify_device == "cuda"),
         flags=tuple(timing.flags) if timing is not None else (),
+        speedup_conclusive=_conclusive(report, "eager", speedup),
+        speedup_compile_conclusive=_conclusive(report, "compile", speedup_compile),
+        speedup_ci95=_interval_over(report, "eager") if speedup is not None else (),
     )
+
+
+def _conclusive(
+    report: VerificationReport | None, baseline: str, speedup: float | None
+) -> bool | None:
+    """Whether ``speedup`` (over ``baseline``, from ``report``) counts."""
+    if report is None or speedup is None:
+        return None
+    found = report_conclusive(report, baseline)
+    return True if found is None else found
+
+
+def _interval_over(report: VerificationReport | None, baseline: str) -> tuple[float, ...]:
+    timing = report.timing if report is not None else None
+    if timing is None:
+        return ()
+    if baseline == timing.baseline:
+        return tuple(timing.speedup_ci95)
+    return tuple(timing.speedup_intervals.get(baseline, ()))
 
 
 def _over(c: Candidate | None, baseline: str) -> float | None:
@@ -138,7 +183,8 @@ def run_summary(
     solved = [r for r in judged if r.solved]
     timed = [r for r in solved if r.speedup is not None]
     any_timing = bool(timed)
-    faster = [r for r in timed if r.speedup is not None and r.speedup > 1.0]
+    counted_speedups = [s for r in timed if (s := r.counted_speedup) is not None]
+    faster = [s for s in counted_speedups if s > 1.0]
     tokens = sum(r.tokens for r in results)
     costs = [r.cost_usd for r in results if r.cost_usd is not None]
     dollars = math.fsum(costs) if costs else None
@@ -151,7 +197,7 @@ def run_summary(
             return len(solved) / n
         if not any_timing:
             return None
-        return sum(1 for r in timed if r.speedup is not None and r.speedup > p) / n
+        return sum(1 for s in counted_speedups if s > p) / n
 
     def per_faster(total: float | None) -> float | None:
         return total / len(faster) if faster and total is not None else None
@@ -165,9 +211,12 @@ def run_summary(
         "fast_p": {f"{p:g}": share(p) for p in fast_ps},
         "timed": any_timing,
         "note": None if any_timing else NO_TIMING,
-        "geomean_speedup": geomean(r.speedup for r in timed if r.speedup is not None),
+        # Solved problems whose best kernel's speedup was inconclusive: not counted in
+        # fast_p (p > 0), the geomean and the faster kernels.
+        "inconclusive": sum(1 for r in timed if r.speedup_conclusive is False),
+        "geomean_speedup": geomean(counted_speedups),
         "geomean_speedup_compile": geomean(
-            r.speedup_compile for r in timed if r.speedup_compile is not None
+            s for r in timed if (s := r.counted_speedup_compile) is not None
         ),
         "correct_and_faster": len(faster) if any_timing else None,
         "tokens": tokens,
@@ -225,14 +274,15 @@ def benchmark_card(
                     {
                         "method": t.method,
                         "warmup": t.warmup,
-                        "rounds": t.rounds,
+                        "rounds": [t.rounds, t.rounds],  # the fewest and most rounds
                         "reps": [t.reps, t.reps],  # the fewest and most calls of a round
                         "threads": sorted({t.threads} - {0}),
                         "baselines": sorted(t.speedups) or [t.baseline],
                     },
                 )
-                reps = method["reps"]
+                reps, rounds = method["reps"], method["rounds"]
                 method["reps"] = [min(reps[0], t.reps), max(reps[1], t.reps)]
+                method["rounds"] = [min(rounds[0], t.rounds), max(rounds[1], t.rounds)]
                 if t.threads and t.threads not in method["threads"]:
                     method["threads"] = sorted([*method["threads"], t.threads])
     if timed is None:
@@ -255,6 +305,7 @@ def benchmark_card(
                 "speedups": dict(t.speedups)
                 or ({t.baseline: kernel.speedup} if kernel.speedup is not None else {}),
                 "speedup_ci95": list(t.speedup_ci95),
+                "speedup_conclusive": report_conclusive(kernel.report) if kernel.report else None,
             }
         )
         flagged += [{"problem": label, "task": task_id, "flag": f} for f in t.flags]
@@ -275,6 +326,14 @@ def benchmark_card(
     }
 
 
+def _span(pair: Any) -> str:
+    """``[fewest, most]`` as ``6`` or ``6 to 40`` (a card of before ranges: the number)."""
+    if not isinstance(pair, list):
+        return str(pair)
+    fewest, most = pair
+    return f"{fewest}" if fewest == most else f"{fewest} to {most}"
+
+
 def _interval(pair: list[float]) -> str:
     return f"[{pair[0]:.4g}, {pair[1]:.4g}]" if pair else "[]"
 
@@ -285,12 +344,11 @@ def card_lines(card: dict[str, Any]) -> list[str]:
     for env in card["devices"] or [{}]:
         lines.append("  device: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "unknown"))
     for t in card["timing"] or ():
-        fewest, most = t["reps"]
-        calls = f"{fewest}" if fewest == most else f"{fewest} to {most}"
         threads = f"; threads {', '.join(map(str, t['threads']))}" if t["threads"] else ""
         lines.append(
-            f"  timing: {t['method']}; {t['warmup']} warm-up calls, {t['rounds']} rounds of "
-            f"{calls} calls; baselines {', '.join(t['baselines'])}{threads}"
+            f"  timing: {t['method']}; {t['warmup']} warm-up calls, {_span(t['rounds'])} "
+            f"rounds of {_span(t['reps'])} calls (more rounds, within a budget, while a "
+            f"speedup is inconclusive); baselines {', '.join(t['baselines'])}{threads}"
         )
     if not card["timing"]:
         lines.append(f"  timing: none: {card['timing_note']}")
@@ -298,10 +356,13 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         interval = t["speedup_ci95"]
         candidate = f"{t['candidate_ms']:.4g} ms {_interval(t['candidate_ci95_ms'])}"
         baseline = f"{t['baseline_ms']:.4g} ms {_interval(t['baseline_ci95_ms'])}"
+        speedup = f"; speedup {interval[0]:.2f}x to {interval[1]:.2f}x" if interval else ""
+        if t.get("speedup_conclusive") is False:
+            median = t["speedups"].get(t["baseline"])
+            speedup = "; speedup " + speedup_text(median, interval, False)
         lines.append(
             f"  {t['problem']}: candidate {candidate}, {t['baseline']} {baseline} (95 % "
-            "intervals)"
-            + (f"; speedup {interval[0]:.2f}x to {interval[1]:.2f}x" if interval else "")
+            f"intervals){speedup}"
         )
     versions = ", ".join(map(str, card["verifier_versions"])) or "-"
     lines.append(f"  verifier version(s): {versions}")

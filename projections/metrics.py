@@ -44,9 +44,10 @@ from kernelflow.events.model import (
 )
 from kernelflow.projections.handlers import handler_table
 from kernelflow.projections.rewards import RewardInput, revised_outcome
+from kernelflow.projections.speedups import counted, report_conclusive, report_interval
 
 RUNNING = "running"
-FOLD_VERSION = 5
+FOLD_VERSION = 6
 
 
 # Untracked by the cycle collector (plain data, no cycles possible; tuples, not lists): the
@@ -81,14 +82,20 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     tool_failures: int = 0
     decisions_by_mode: dict[str, int] = {}
     verdicts: tuple[str, ...] = ()
-    best_speedup: float | None = None  # best speedup of a passing verification
+    # Best conclusive speedup of a passing verification (an inconclusive one is no figure:
+    # ``kernelflow.projections.speedups``).
+    best_speedup: float | None = None
     final_verdict: str | None = None
     final_speedup: float | None = None
+    # Whether the final speedup is conclusive, and its 95 % range (those of the newest
+    # verification until the task ends).
+    final_conclusive: bool | None = None
+    final_speedup_ci95: tuple[float, ...] = ()
     final_verifier_version: int = 0  # of the verification the task ended on
     final_warned: bool = False  # it passed with its policy's warnings
     # Later checks of the kernel the task ended with: (verifier version, verdict, speedup,
-    # passed with warnings).
-    revisions: tuple[tuple[int, str, float | None, bool], ...] = ()
+    # passed with warnings, speedup conclusive).
+    revisions: tuple[tuple[int, str, float | None, bool, bool | None], ...] = ()
     rewards: dict[str, float] = {}  # recorded rewards, "name@version" → value
 
     @property
@@ -107,7 +114,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
 
     def revision(
         self, verifier_version: int | None = None
-    ) -> tuple[int, str, float | None, bool] | None:
+    ) -> tuple[int, str, float | None, bool, bool | None] | None:
         """The newest later check of the task's kernel (by a verifier no newer than
         ``verifier_version``), or None."""
         for revision in reversed(self.revisions):
@@ -137,6 +144,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
             status=status,
             verdict=self.final_verdict,
             speedup=self.final_speedup,
+            speedup_conclusive=self.final_conclusive if self.final_speedup is not None else None,
             verdicts=self.verdicts,
             warned=self.final_warned,
         )
@@ -165,7 +173,7 @@ def share_names(t: TaskMetrics) -> None:
         t.final_verdict = _shared(t.final_verdict)
     t.models = tuple(map(_shared, t.models))
     t.verdicts = tuple(map(_shared, t.verdicts))
-    t.revisions = tuple((v, _shared(verdict), s, w) for v, verdict, s, w in t.revisions)
+    t.revisions = tuple((v, _shared(verdict), s, w, c) for v, verdict, s, w, c in t.revisions)
     t.llm_calls_by_agent = {_shared(k): n for k, n in t.llm_calls_by_agent.items()}
     t.decisions_by_mode = {_shared(k): n for k, n in t.decisions_by_mode.items()}
     t.rewards = {_shared(k): value for k, value in t.rewards.items()}
@@ -354,15 +362,19 @@ def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationComple
     t.verdicts = (*t.verdicts, _shared(r.verdict))
     t.final_verifier_version = r.verifier_version
     t.final_warned = r.passed and bool(r.warnings)
-    if r.passed and r.speedup is not None:
-        t.best_speedup = max(t.best_speedup or r.speedup, r.speedup)
+    t.final_conclusive = report_conclusive(r)
+    t.final_speedup_ci95 = report_interval(r)
+    speedup = counted(r.speedup, t.final_conclusive)
+    if r.passed and speedup is not None:
+        t.best_speedup = max(t.best_speedup or speedup, speedup)
     _close_dispatch(p, event, succeeded=r.passed)
 
 
 def _on_reverified(p: MetricsProjection, t: TaskMetrics, event: KernelReverified) -> None:
     r = event.report
     warned = r.passed and bool(r.warnings)
-    t.revisions = (*t.revisions, (r.verifier_version, _shared(r.verdict), r.speedup, warned))
+    revision = (r.verifier_version, _shared(r.verdict), r.speedup, warned, report_conclusive(r))
+    t.revisions = (*t.revisions, revision)
 
 
 def _close_dispatch(
@@ -401,6 +413,8 @@ def _on_finished(p: MetricsProjection, t: TaskMetrics, event: TaskFinished) -> N
     t.ended_at = event.at
     t.final_verdict = _shared(event.verdict) if event.verdict is not None else None
     t.final_speedup = event.speedup
+    if event.speedup_conclusive is not None:
+        t.final_conclusive = event.speedup_conclusive
     p.state.open_dispatches.pop(event.task_id, None)
 
 

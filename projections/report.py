@@ -22,6 +22,7 @@ from kernelflow.projections.benchmark import ProblemResult, card_lines
 from kernelflow.projections.flow_grpo import GrpoOptions, TaskReward, rollout_reward
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.rewards import REWARD_FUNCTIONS
+from kernelflow.projections.speedups import inconclusive_note
 from kernelflow.projections.statistics import RunMetrics
 
 OWN_REWARD = GrpoOptions()  # each task scored by its own reward function
@@ -291,6 +292,12 @@ def report_sections(
         f"{overall.total_tokens}   cost: "
         + ("-" if overall.cost_usd is None else f"${overall.cost_usd:.4f}"),
     ]
+    if overall.speedups_inconclusive:
+        totals.append(
+            f"Speedups inconclusive (their 95 % interval holds 1 or spans more than 2x: the "
+            f"machine was busy): {overall.speedups_inconclusive}, not counted in fast_p "
+            f"(p > 0) and geomean_x"
+        )
     warned = sum(1 for t in tasks if t.final_warned)
     if overall.faults or warned:
         totals.append(
@@ -395,6 +402,10 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _speedup_cell(value: float | None, conclusive: bool | None) -> str:
+    return _x(value) if conclusive is not False else "inconclusive"
+
+
 def bench_text(
     run: str, results: list[ProblemResult], summary: dict[str, Any], card: dict[str, Any]
 ) -> str:
@@ -404,8 +415,8 @@ def bench_text(
         [
             r.problem,
             r.best_verdict or "-",
-            _x(r.speedup),
-            _x(r.speedup_compile),
+            _speedup_cell(r.speedup, r.speedup_conclusive),
+            _speedup_cell(r.speedup_compile, r.speedup_compile_conclusive),
             r.candidates,
             r.verifications,
             r.tokens,
@@ -417,12 +428,13 @@ def bench_text(
     fast = ", ".join(
         f"fast_{p}={'-' if v is None else f'{v:.2f}'}" for p, v in summary["fast_p"].items()
     )
+    left_out = inconclusive_note(summary.get("inconclusive", 0))
     lines = [
         f"bench {run}",
         table(headers, rows),
         "",
-        f"solved {summary['solved']}/{summary['problem_count']}  {fast}  "
-        f"geomean {_x(summary['geomean_speedup'])}",
+        f"solved {summary['solved']}/{summary['problem_count']}  {fast}{left_out}  "
+        f"geomean {_x(summary['geomean_speedup'])}{left_out}",
         f"tokens {summary['tokens']}  usd "
         + ("-" if summary["dollars"] is None else f"{summary['dollars']:.4f}")
         + f"  gpu-seconds {summary['gpu_seconds']:.1f}",

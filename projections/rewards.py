@@ -8,8 +8,14 @@ reward recorded in the log (``RewardAssigned``) always means what it meant when 
 Registered functions (``name@version``):
 
 - ``binary@1``: 1.0 if the task succeeded (its last verification passed), else 0.0.
-- ``speedup@1``: ``correct * clip(speedup, 0, cap)`` with ``cap = 10``; a correct kernel
-  whose speedup was not measured (no GPU) counts as parity (1.0).
+- ``speedup@2`` (the default): ``correct * clip(speedup, 0, cap)`` with ``cap = 10``; a
+  correct kernel whose speedup was not measured (no GPU) or was **inconclusive** (its 95 %
+  interval holds 1 or spans more than a factor of 2: the machine was busy, or no
+  difference could be told; ``kernelflow.projections.speedups``) counts as parity (1.0):
+  correct, no speed credit. Neither a noisy 6x nor a noisy 0.5x is the kernel's doing,
+  and a reward that paid them would train on the machine's load.
+- ``speedup@1``: the same, but an inconclusive speedup counts at face value (what it
+  recorded before timings said whether they were conclusive).
 - ``cheat_penalty@1``: ``binary - penalty`` (``penalty = 1``) when any verification of the
   task was ``rejected_static`` or ``rejected_runtime`` (an attempted reward hack), else
   ``binary``; so a rollout that tried a hack and then passed gets 0, one that only
@@ -58,6 +64,7 @@ from kernelflow.events.model import (
     TaskFinished,
     TaskSubmitted,
 )
+from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.task_state import TaskState
 
 CHEAT_VERDICTS = frozenset({"rejected_static", "rejected_runtime"})
@@ -69,6 +76,9 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     status: str  # TaskFinished.status, or "cancelled" / "rejected" / "unfinished"
     verdict: str | None = None  # the last verification's verdict
     speedup: float | None = None  # the last verification's speedup
+    # Whether that speedup is conclusive (``kernelflow.projections.speedups``); None: not
+    # timed, or not known (counted at face value).
+    speedup_conclusive: bool | None = None
     verdicts: tuple[str, ...] = ()  # every verification's verdict, in order
     warned: bool = False  # the last verification passed with its policy's warnings
     # Prompt tasks: the final answer, the reference answer, the judge's verdict (None:
@@ -99,6 +109,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
             "speedup": self.speedup,
             "verdicts": list(self.verdicts),
         }
+        if self.speedup_conclusive is not None:
+            out["speedup_conclusive"] = self.speedup_conclusive
         if self.warned:
             out["warned"] = True
         if self.answer is not None or self.reference is not None:
@@ -131,9 +143,20 @@ def _binary(r: RewardInput, p: dict[str, float]) -> float:
 
 
 def _speedup(r: RewardInput, p: dict[str, float]) -> float:
+    """``speedup@1``: an inconclusive speedup at face value."""
     if not r.correct:
         return 0.0
     s = 1.0 if r.speedup is None else r.speedup
+    return min(max(s, 0.0), p["cap"])
+
+
+def _conclusive_speedup(r: RewardInput, p: dict[str, float]) -> float:
+    """``speedup@2``: a correct kernel's speedup, capped; one that was not timed, or whose
+    timing was inconclusive (``RewardInput.speedup_conclusive`` False), earns parity (1.0):
+    correct, no speed credit either way."""
+    if not r.correct:
+        return 0.0
+    s = 1.0 if r.speedup is None or r.speedup_conclusive is False else r.speedup
     return min(max(s, 0.0), p["cap"])
 
 
@@ -217,6 +240,14 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             means="speedup of a passing kernel, at most 10 (untimed: 1)",
         ),
         RewardFn(
+            "speedup",
+            2,
+            _conclusive_speedup,
+            {"cap": 10.0},
+            doc="correct * clip(speedup, 0, cap); unmeasured or inconclusive speedup counts as 1",
+            means="speedup of a passing kernel, at most 10 (untimed or inconclusive: 1)",
+        ),
+        RewardFn(
             "cheat_penalty",
             1,
             _cheat_penalty,
@@ -257,7 +288,7 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
     )
 }
 DEFAULT_REWARD = "binary@1"
-KERNEL_REWARDS = ("binary@1", "speedup@1", "cheat_penalty@1")
+KERNEL_REWARDS = ("binary@1", "speedup@2", "cheat_penalty@1")
 # Under a policy that passes candidates with warnings (kernelbench), a reward that tells
 # them from clean passes is recorded too.
 WARNING_POLICY_REWARDS = (*KERNEL_REWARDS, "clean@1")
@@ -343,8 +374,16 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
     if isinstance(end, TaskFinished):
         checks = state.verifications
         warned = bool(checks and checks[-1].report.passed and checks[-1].report.warnings)
+        conclusive = end.speedup_conclusive
+        if conclusive is None and end.speedup is not None and checks:
+            conclusive = report_conclusive(checks[-1].report)  # finished before the flag
         return msgspec.structs.replace(
-            inputs, status=end.status, verdict=end.verdict, speedup=end.speedup, warned=warned
+            inputs,
+            status=end.status,
+            verdict=end.verdict,
+            speedup=end.speedup,
+            speedup_conclusive=conclusive if end.speedup is not None else None,
+            warned=warned,
         )
     if end is not None:
         return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))
@@ -356,12 +395,17 @@ _FINISHED = frozenset({"success", "failed", "budget_exceeded", "timeout"})
 
 
 def revised_outcome(
-    recorded: RewardInput, verdict: str, speedup: float | None, warned: bool = False
+    recorded: RewardInput,
+    verdict: str,
+    speedup: float | None,
+    warned: bool = False,
+    conclusive: bool | None = None,
 ) -> RewardInput:
     """A task's outcome once its final kernel was checked again: that check's verdict and
-    speedup, and a finished task succeeds exactly when it passed (a kernel a fixed
-    verifier now refuses no longer succeeds; one a fixed verifier bug had refused does).
-    The check counts among its verifications (a hack found later is still a hack)."""
+    speedup (``conclusive``: whether it is), and a finished task succeeds exactly when it
+    passed (a kernel a fixed verifier now refuses no longer succeeds; one a fixed verifier
+    bug had refused does). The check counts among its verifications (a hack found later
+    is still a hack)."""
     status = recorded.status
     if status in _FINISHED:
         status = "success" if verdict == "pass" else ("failed" if status == "success" else status)
@@ -370,6 +414,7 @@ def revised_outcome(
         status=status,
         verdict=verdict,
         speedup=speedup,
+        speedup_conclusive=conclusive if speedup is not None else None,
         verdicts=(*recorded.verdicts, verdict),
         warned=warned,
     )
@@ -402,7 +447,9 @@ def revised_reward_events(state: TaskState, check: KernelReverified) -> list[Rew
         return []  # this check could not judge the kernel: its rewards stand
     report = check.report
     warned = report.passed and bool(report.warnings)
-    inputs = revised_outcome(reward_input(state), report.verdict, report.speedup, warned)
+    inputs = revised_outcome(
+        reward_input(state), report.verdict, report.speedup, warned, report_conclusive(report)
+    )
     functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
     cause = f"{state.task_id}:{state.events_seen + 1}"
     version = {"verifier_version": check.report.verifier_version}

@@ -47,6 +47,7 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.projections.handlers import handler_table
+from kernelflow.projections.speedups import counted, report_conclusive
 
 # The metadata keys of a candidate task (see the module's docstring).
 SEARCH = "search"
@@ -59,7 +60,8 @@ INSPIRATIONS = "inspirations"
 SETTINGS = "search_settings"
 RUNNING = "running"
 
-# How promising a kernel is to build on, by its verdict (a pass scores 1 + its speedup).
+# How promising a kernel is to build on, by its verdict (a pass scores 1 + its speedup; an
+# untimed or inconclusively timed one, 1 + 1: parity).
 # Kernels refused as reward hacks, or that could not be judged, are never built on.
 _VERDICT_SCORES = {"mismatch": 0.5, "runtime_error": 0.3, "timeout": 0.2, "compile_error": 0.1}
 
@@ -76,6 +78,7 @@ class Candidate:
     code: str | None = None  # the kernel the task ended with
     verdict: str | None = None  # of that kernel, by its newest check
     speedup: float | None = None
+    speedup_conclusive: bool | None = None  # None: not timed (kernelflow.projections.speedups)
     speedups: dict[str, float] = field(default_factory=dict)  # by baseline, on a GPU
     candidate_ms: float | None = None
     feedback: str = ""
@@ -109,8 +112,15 @@ class Candidate:
         if not self.ended or self.code is None or self.verdict is None:
             return None
         if self.verdict == "pass":
-            return 1.0 + (self.speedup if self.speedup is not None else 1.0)
+            return 1.0 + self.ranked_speedup
         return _VERDICT_SCORES.get(self.verdict)
+
+    @property
+    def ranked_speedup(self) -> float:
+        """The speedup kernels are ranked by: parity (1.0) where it was not timed or its
+        timing was inconclusive."""
+        speedup = counted(self.speedup, self.speedup_conclusive)
+        return 1.0 if speedup is None else speedup
 
     def as_of(self, verifier_version: int) -> Candidate:
         """The candidate as judged by the newest check of its kernel by a verifier no
@@ -256,6 +266,7 @@ class SearchDatabase:
                 "status": c.status,
                 "verdict": c.verdict,
                 "speedup": c.speedup,
+                "speedup_conclusive": c.speedup_conclusive,
                 "code": c.code,
             }
             for c in self.ordered()
@@ -306,6 +317,7 @@ def _judged(c: Candidate, report: VerificationReport) -> None:
     c.report = report
     c.verdict = report.verdict
     c.speedup = report.speedup
+    c.speedup_conclusive = report_conclusive(report)
     c.verifier_version = report.verifier_version
     c.feedback = report.feedback or report.summary
     timing = report.timing

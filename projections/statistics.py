@@ -20,8 +20,12 @@ are only counted):
 - ``fast_p``: tasks that are correct and faster than ``p`` * the baseline / ended, faults
   left out (KernelBench); for ``p = 0`` a correct task counts even without a measured speedup; for
   ``p > 0`` it is None (not measured, never 0) when no task of the set was timed (Triton
-  in the CPU interpreter is never timed);
-- geometric-mean speedup: over correct tasks with a measured speedup;
+  in the CPU interpreter is never timed), and only a conclusive speedup is faster than
+  anything (``kernelflow.projections.speedups``): a correct task whose timing was
+  inconclusive stays in the denominator, not among the hits, and is counted apart
+  (``speedups_inconclusive``);
+- geometric-mean speedup: over correct tasks with a conclusive measured speedup
+  (``speedups_measured``; the inconclusive ones: ``speedups_inconclusive``);
 - verdict distribution: every verification of every task;
 - per-agent latency: seconds from an agent's dispatch to its result (``at`` stamps), and
   the LLM latency each call recorded;
@@ -42,6 +46,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from kernelflow.projections.metrics import AgentTally, MetricsProjection, TaskMetrics, ToolTally
+from kernelflow.projections.speedups import counted
 
 DEFAULT_FAST_P: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
@@ -134,7 +139,7 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     correctness_rate: float | None
     fast_p: dict[str, float | None]
     geomean_speedup: float | None
-    speedups_measured: int
+    speedups_measured: int  # conclusive speedups of correct tasks: the geomean's
     verdicts: dict[str, int]
     verifications: int
     llm_calls: int
@@ -148,23 +153,41 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: int = 0
     agents: dict[str, AgentMetrics] = {}
     tools: dict[str, ToolMetrics] = {}
+    # Correct tasks whose speedup was inconclusive: left out of fast_p's hits and the
+    # geomean (the machine was busy, or no difference could be told).
+    speedups_inconclusive: int = 0
 
 
 def fast_p(
     tasks: Sequence[TaskMetrics], p: float, verifier_version: int | None = None
 ) -> float | None:
-    """The share of ended tasks (faults left out) whose kernel is correct and more than
-    ``p`` times faster than the baseline; None without such tasks, or for ``p > 0`` when
-    none was timed."""
+    """The share of ended tasks (faults left out) whose kernel is correct and, by a
+    conclusive speedup, more than ``p`` times faster than the baseline; None without such
+    tasks, or for ``p > 0`` when none was timed. (:func:`inconclusive` counts the
+    correct ones an inconclusive timing kept out.)"""
     outcomes = [o for t in tasks if t.ended and not (o := t.outcome(verifier_version)).fault]
     if not outcomes or (p > 0 and all(o.speedup is None for o in outcomes)):
         return None
     hits = sum(
         1
         for o in outcomes
-        if o.status == "success" and (p == 0 or (o.speedup is not None and o.speedup > p))
+        if o.status == "success"
+        and (p == 0 or ((s := counted(o.speedup, o.speedup_conclusive)) is not None and s > p))
     )
     return hits / len(outcomes)
+
+
+def inconclusive(tasks: Iterable[TaskMetrics], verifier_version: int | None = None) -> int:
+    """The ended, correct tasks whose speedup was inconclusive (faults left out)."""
+    return sum(
+        1
+        for t in tasks
+        if t.ended
+        and (o := t.outcome(verifier_version)).status == "success"
+        and not o.fault
+        and o.speedup is not None
+        and o.speedup_conclusive is False
+    )
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -196,7 +219,12 @@ def run_metrics(
     for t in ts:
         for name, value in t.rewards.items():
             reward_sums.setdefault(name, []).append(value)
-    speedups = [s for t in correct if (s := outcomes[t.task_id].speedup) is not None]
+    speedups = [
+        s
+        for t in correct
+        if (s := counted(outcomes[t.task_id].speedup, outcomes[t.task_id].speedup_conclusive))
+        is not None
+    ]
     costs = [t.cost_usd for t in ts if t.cost_usd is not None]
     walls = [w for t in ended if (w := t.wall_s) is not None]
     return RunMetrics(
@@ -223,6 +251,7 @@ def run_metrics(
         tool_calls=sum(t.tool_calls for t in ts),
         agents={a: agent_metrics(v) for a, v in sorted((agents or {}).items())},
         tools={name: tool_metrics(v) for name, v in sorted((tools or {}).items())},
+        speedups_inconclusive=inconclusive(ended, verifier_version),
     )
 
 

@@ -329,6 +329,7 @@ class _Builder:
                 "verifier_version": r.verifier_version,
                 "verdict": r.verdict,
                 "speedup": r.speedup,
+                "speedup_conclusive": r.speedup_conclusive,
                 "previous_verdict": e.previous_verdict,
                 "summary": r.summary,
             }
@@ -357,6 +358,8 @@ class _Builder:
         correct: bool | None = False
         if isinstance(e, TaskFinished):
             t.metadata.update(status=e.status, verdict=e.verdict, speedup=e.speedup)
+            if e.speedup_conclusive is not None:  # False: the speedup is no figure
+                t.metadata["speedup_conclusive"] = e.speedup_conclusive
             content = e.final_answer or e.final_code or e.reason
             if e.final_answer is not None:
                 correct = None  # an answer is right or wrong by its reward, recorded next

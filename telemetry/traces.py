@@ -145,6 +145,8 @@ class EventTracer:
             }
             if report.speedup is not None:
                 sandbox["kernelflow.speedup"] = report.speedup
+                if report.speedup_conclusive is not None:
+                    sandbox["kernelflow.speedup_conclusive"] = report.speedup_conclusive
             start = event.at - report.duration_s
             self._span("sandbox run", event, ("event", event.event_id), step_key, start, sandbox)
 

@@ -82,8 +82,9 @@ def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path)
     # `status TASK_ID` shows the kernel it ended with, not only with --json.
     status = run_cli("status", result["task_id"], env=env)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[1:3] == [
+    assert status.stdout.splitlines()[1:4] == [
         "verifications: mismatch → pass",
+        "speedup: not timed",  # Triton runs interpreted on this CPU
         f"final code ({len(result['final_code'].splitlines())} lines):",
     ]
     assert status.stdout.endswith(result["final_code"].rstrip() + "\n")

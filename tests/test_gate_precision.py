@@ -466,3 +466,151 @@ def test_policies_are_named_as_the_wire_allows_and_only_choices_warn() -> None:
     assert STRICT.warned == frozenset() and KERNELBENCH.warned == CHOICE_RULES
     with pytest.raises(UnknownPolicy, match="known: kernelbench, strict"):
         policy("lenient")
+
+
+# --------------------------------------------------------------------------- the language
+
+
+CDIV_KERNEL = """
+@triton.jit
+def row_relu_kernel(x_ptr, y_ptr, cols, N_COLS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    SNIPPET
+    for step in range(triton.cdiv(N_COLS, BLOCK)):
+        offs = step * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < cols
+        v = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0)
+        tl.store(y_ptr + row * cols + offs, tl.maximum(v, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        rows, cols = x.shape
+        y = torch.empty_like(x)
+        row_relu_kernel[(rows,)](x, y, cols, N_COLS=cols, BLOCK=128)
+        return y
+"""
+
+
+def test_triton_cdiv_on_constexprs_in_a_kernel_passes() -> None:
+    """triton.cdiv and next_power_of_2 are Triton's constexpr functions: integer
+    arithmetic a kernel may call."""
+    snippet = "WIDTH: tl.constexpr = triton.next_power_of_2(BLOCK)"
+    assert rules(candidate(CDIV_KERNEL.replace("SNIPPET", snippet))) == set()
+
+
+@pytest.mark.parametrize("line", ["z = triton.Config({})", "z = triton.jit", "z = triton.runtime"])
+def test_the_rest_of_triton_stays_out_of_kernels(line: str) -> None:
+    found = rules(candidate(CDIV_KERNEL.replace("SNIPPET", line)))
+    assert found & {"kernel_body", "module_escape"}
+
+
+def test_memory_formats_are_glue() -> None:
+    source = candidate(
+        RELU_KERNEL
+        + """
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layout = torch.channels_last
+        self.fallback = torch.contiguous_format
+
+    def forward(self, x):
+        if x.dim() == 5:
+            x = x.contiguous(memory_format=torch.channels_last_3d)
+        elif x.dim() == 4:
+            x = x.contiguous(memory_format=self.layout)
+        y = torch.empty_like(x, memory_format=torch.preserve_format)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+"""
+    )
+    assert rules(source) == set()
+    # the names __init__ may use are still an allow-list
+    global_state = source.replace(
+        "self.fallback = torch.contiguous_format", "torch.set_default_dtype(torch.float64)"
+    )
+    assert "module_escape" in rules(global_state, policy_name="kernelbench")
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        "torch.Tensor._make_subclass(torch.Tensor, y)",
+        "torch.Tensor._make_wrapper_subclass(torch.Tensor, y.shape)",
+        "y.as_subclass(torch.Tensor)",
+        "torch.Tensor.__new__(torch.Tensor)",
+        "torch._C.TensorBase(y)",
+    ],
+)
+@pytest.mark.parametrize("policy_name", ["strict", "kernelbench"])
+def test_tensor_subclasses_made_from_values_are_refused_under_every_policy(
+    made: str, policy_name: str
+) -> None:
+    """KernelBench's lazy_eval: a tensor of another class runs its class's code on every
+    operation PyTorch does with it (the comparison with the reference's included)."""
+    refused, _ = gate_findings(
+        forward(f"y = torch.empty_like(x)\nz = {made}"), task_source=RELU_TASK, policy=policy_name
+    )
+    found = [v for v in refused if v.rule == "callback"]
+    assert found and "tensor subclass" in found[0].message
+    plain = forward("assert isinstance(x, torch.Tensor)")  # naming the class is no subclass
+    assert rules(plain, policy_name=policy_name) == set()
+
+
+# --------------------------------------------------------------------------- helpers of torch
+
+
+def test_ordinary_helpers_models_use_pass() -> None:
+    """Asking whether an attribute exists (no other spelling does without try/except),
+    torch's int-to-tuple helpers, a size computed with torch in __init__, and PyTorch's
+    own gradient functions in an autograd function's backward (which the verifier, under
+    no_grad, never runs)."""
+    source = candidate(
+        RELU_KERNEL
+        + """
+from torch.nn.modules.utils import _triple
+
+
+class Relu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.nn.grad.conv1d_input((4, 1, 8), torch.ones(1, 1, 1), grad)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, shape=(4, 4)):
+        super().__init__()
+        self.size = int(torch.prod(torch.tensor(shape)))
+        self.kernel_size = _triple(3)
+
+    def forward(self, x):
+        if hasattr(self, "size") and hasattr(x, "shape"):
+            return Relu.apply(x)
+        return Relu.apply(x)
+"""
+    )
+    for policy_name in ("strict", "kernelbench"):
+        assert check_candidate(source, task_source=RELU_TASK, policy=policy_name) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [
+        ('hasattr(torch, "os")', "module_escape"),  # a module as a value
+        ('hasattr(x, "__class__")', "introspection"),
+        ('hasattr(x, "f_" + "back")', "introspection"),  # a name the gate cannot read
+        ('getattr(x, "shape")', "introspection"),  # hands back the object: write x.shape
+        ("import torch.nn.modules.conv as c", "introspection"),  # only the tuple helpers
+    ],
+)
+def test_lookups_and_modules_beyond_those_stay_refused(line: str, rule: str) -> None:
+    assert rule in rules(forward(line))

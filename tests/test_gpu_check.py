@@ -46,7 +46,7 @@ def test_every_candidate_passes_the_gate_on_its_problem(problem, backend: str) -
 def test_on_the_cpu_the_triton_candidates_pass_and_the_gpu_ones_are_unsupported(
     tmp_path: Path,
 ) -> None:
-    code, out = run_check("--device", "cpu", "--problems", str(tmp_path))
+    code, out = run_check("--device", "cpu", "--problems", str(tmp_path), "--corpus", str(tmp_path))
     assert code == 1  # not every check passed
     by_backend: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     for row in out["checks"]:
@@ -61,7 +61,42 @@ def test_on_the_cpu_the_triton_candidates_pass_and_the_gpu_ones_are_unsupported(
 
 
 def test_asked_for_the_gpu_where_there_is_none_every_check_says_so(tmp_path: Path) -> None:
-    code, out = run_check("--problems", str(tmp_path))
+    code, out = run_check("--problems", str(tmp_path), "--corpus", str(tmp_path))
     assert code == 1
     assert {row["verdict"] for row in out["checks"]} == {"unsupported"}
     assert all("no CUDA GPU" in row["summary"] for row in out["checks"])
+
+
+def test_the_world_s_code_is_checked_where_the_corpus_is_fetched(tmp_path: Path) -> None:
+    # A corpus laid out as bench/corpus/fetch.py writes it, of kernels written here: the
+    # prompt example's place and one CUDA entry.
+    prompts = tmp_path / "kernelbench" / "prompts"
+    prompts.mkdir(parents=True)
+    relu_task = (REPO / "examples/tasks/relu.py").read_text()
+    relu_cuda = (REPO / "examples/candidates/cuda/relu.py").read_text()
+    (prompts / "model_ex_add.py").write_text(relu_task)
+    (prompts / "model_new_ex_add.py").write_text(relu_cuda)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "relu.py").write_text(relu_cuda)
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "problems" / "relu.py").write_text(relu_task)
+    entry = {
+        "id": "here-L1-19-a",
+        "source": "here",
+        "backend": "cuda",
+        "level": 1,
+        "problem": 19,
+        "kernel": "kernels/relu.py",
+        "problem_source": "problems/relu.py",
+    }
+    (tmp_path / "index.json").write_text(json.dumps([entry]))
+    empty = tmp_path / "no-problems"
+    empty.mkdir()
+    code, out = run_check("--device", "cpu", "--problems", str(empty), "--corpus", str(tmp_path))
+    world = [row for row in out["checks"] if not row["candidate"].startswith("examples/")]
+    assert [row["problem"] for row in world] == [
+        "KernelBench prompts/model_new_ex_add.py",
+        "corpus here-L1-19-a",
+    ]
+    assert {row["verdict"] for row in world} == {"unsupported"}  # no GPU here, and it says so
+    assert code == 1

@@ -528,6 +528,8 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
                 "steps": 1,
                 "verdict": "pass",
                 "speedup": None,
+                "speedup_conclusive": None,  # Triton on the CPU: not timed
+                "speedup_ci95": [],
                 "reason": "verification passed",
                 "verifications": ["pass"],
                 "rechecks": [],

@@ -31,6 +31,21 @@ def test_pass_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["correct"] is True and out["verdict"] == "pass" and out["reasons"] == []
     assert out["max_abs_error"] == 0.0 and out["timing"] is None
     assert out["shapes"] == [{"batch_size": 3, "dim": 77}]
+    # Triton interpreted on the CPU is not timed: no speedup, no interval, no verdict on it.
+    assert out["speedup"] is None and out["speedup_ci95"] is None
+    assert "speedup_conclusive" in out and out["speedup_conclusive"] is None
+
+
+def test_pass_text_names_the_policy_and_why_nothing_was_timed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc = run(
+        ["--task", TASK, "--candidate", GOOD, "--device", "cpu", "--shapes", "batch_size=3,dim=77"]
+    )
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert rc == 0 and first.startswith("PASS on cpu (triton) in ")
+    assert " under policy strict: " in first
+    assert second == "  not timed: Triton runs interpreted on the CPU"
 
 
 def test_cheat_exits_1_with_reason(capsys: pytest.CaptureFixture[str]) -> None:

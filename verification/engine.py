@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -146,6 +147,19 @@ class VerifierConfig:
     # The threads candidate and baseline alike compute with (torch's and OpenMP's); None:
     # every core this process may use.
     threads: int | None = None
+    # The cores judge and candidate both run on (os.sched_setaffinity); None: those this
+    # process may use.
+    cores: tuple[int, ...] | None = None
+    # An inconclusive speedup (its interval holds 1, or spans more than a factor of 2) is
+    # timed for more rounds, at most this many seconds more (and MAX_ROUNDS in all);
+    # 0: never. A conclusive one after the first rounds costs nothing more.
+    timing_extra_s: float = 10.0
+    # Timings a node runs at once: verifiers of a data dir queue for one of its slots
+    # around the timing phase only (``KF_TIMING_SLOTS``); 0: no queue. ``timing_lock_dir``
+    # holds the slots' lock files (the data dir's ``timing``; None: a dir of this user's
+    # under the temp dir).
+    timing_slots: int = 1
+    timing_lock_dir: str | None = None
     # Compiled C++/CUDA extensions, shared by the verifiers of a node (None: a dir of this
     # user's under the temp dir); and how long building one candidate's may take.
     extension_cache: str | None = None
@@ -432,6 +446,7 @@ def _run_sandboxed(
     plan = _sandbox_plan(config.python, device, config.memory_mb)
     if plan.refusal:
         raise _Refused("unsupported", plan.refusal)
+    cores = sorted(config.cores) if config.cores else _usable_cores()
     wanted = wanted_extensions(candidate_source) if candidate_source is not None else []
     extensions = _built_extensions(wanted, candidate_source or "", device, plan, config)
     job = {
@@ -452,7 +467,14 @@ def _run_sandboxed(
         "tolerances": config.tolerances or DEFAULT_TOLERANCES,
         "timing": config.timing and device in find_backend(backend).timed_on,
         "timing_reps": config.timing_reps,
-        "threads": config.threads or _usable_cores(),
+        "timing_extra_s": config.timing_extra_s,
+        "timing_slots": config.timing_slots,
+        "timing_lock_dir": _timing_lock_dir(config),
+        # Timings queue per device: the CPU's, each GPU's.
+        "timing_slot_group": "cpu" if device == "cpu" else f"cuda{config.gpu or ''}",
+        "timeout_s": config.timeout_s,
+        "cores": cores,
+        "threads": config.threads or len(cores),
         "baseline": config.baseline,
         "compare_compile": config.compare_compile,
         # What the candidate's process records instead of refusing (the policy's).
@@ -558,12 +580,23 @@ def _run_job(
         return msgspec.structs.replace(report, checks=checks_on(config, plan))
 
 
-def _usable_cores() -> int:
-    """The cores this process may run on (its affinity; the machine's count elsewhere)."""
+def _usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity; every core of the machine
+    elsewhere)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def _timing_lock_dir(config: VerifierConfig) -> str:
+    """Where the node's timing slots are (created here: the judge may not create it)."""
+    directory = config.timing_lock_dir or str(
+        Path(tempfile.gettempdir(), f"kernelflow-timing-{os.getuid()}")
+    )
+    with contextlib.suppress(OSError):  # the judge then times without a slot
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory
 
 
 def _run_fresh(

@@ -39,14 +39,18 @@ Rules (docs/verifier.md):
   ``.numpy()`` (compute no runtime guard sees).
 - ``kernel_body``: a ``@triton.jit`` body (run as Python by the CPU interpreter) uses the
   Triton language only: ``tl.*``, its arguments, locals, module constants, other kernels,
-  ``range``/``min``/``max``...; what the host handed in is read only as pointers, scalars,
-  dtypes and tuple elements; no kernel defined inside a kernel or a callback.
+  ``range``/``min``/``max``..., ``triton.cdiv``/``next_power_of_2`` (constexpr
+  arithmetic); what the host handed in is read only as pointers, scalars, dtypes and tuple
+  elements; no kernel defined inside a kernel or a callback.
 - ``callback``: code Triton or PyTorch runs during a launch or on its own (every lambda,
   candidate functions passed as values: grids, heuristics, hooks) only computes launch
   sizes (it may read attributes, but call only size methods); no launch hooks, kernel
-  attributes, properties, tensor subclasses or protocol methods (``data_ptr``,
-  ``__torch_function__`` ...); a kernel is used only as launched, or handed to a
-  function that only launches it.
+  attributes, properties or protocol methods (``data_ptr``, ``__torch_function__`` ...);
+  no tensor subclasses, defined or made (``as_subclass``, ``Tensor._make_subclass``,
+  ``_make_wrapper_subclass``, ``Tensor.__new__``, ``_C.TensorBase``: lazy tensors); a
+  kernel, found by scope (:mod:`.gate_kernels`), is used only as launched, chosen into a
+  variable that only holds kernels and is only launched, or handed to a function that
+  only launches it.
 - ``forbidden_import``: only torch, triton, math, typing (and the backend's extra imports,
   cupy for CUDA) may be imported: no threads, processes, sockets, files, timers, ctypes.
 - ``stream_trick``: no CUDA streams, events, graphs (``torch.cuda`` or ``cupy.cuda``).
@@ -57,10 +61,13 @@ Rules (docs/verifier.md):
   outside forward paths attributes are set on ``self`` in ``__init__`` only (so a class
   reached under another name, ``T = torch.Tensor``, is not patched either).
 - ``caching``: in forward paths writes land only in values made in the call (or a
-  container made in it): not in arguments, globals, class attributes, closures or their
-  aliases and views (``setdefault``, ``append``, ``copy_`` ...), nor in ``self`` but for
-  values no call's data went into (fused weights, a device move); no caching decorators
-  or decorators of the candidate's own, ``global`` state, generators.
+  container made in it), judged by the bindings that reach the name written through
+  (:mod:`.gate_flow`): not in arguments, globals, class attributes, closures or their
+  aliases and views (``setdefault``, ``append``, ``copy_`` ...), nor in what was put into
+  a container (``kept.append(self.buf)``), nor in ``self`` but for values no call's data
+  went into (fused weights, a device move) and running buffers never read back where they
+  are written (:mod:`.gate_buffers`); no caching decorators or decorators of the
+  candidate's own, ``global`` state, generators.
 - ``precision_downgrade`` (a choice of the policy's): no conversion to fp16/bf16/fp8
   (names, imported aliases, strings; not a comparison of dtypes, not in code that never
   runs) when the task itself never uses them; no dtypes built at run time; no tf32
@@ -76,6 +83,8 @@ from kernelflow.common.syntax import parse_module
 from kernelflow.verification.backends import DEFAULT_BACKEND, Backend, dotted_name
 from kernelflow.verification.backends import backend as find_backend
 from kernelflow.verification.backends.base import import_bindings
+from kernelflow.verification.backends.extension import LOAD_INLINE, module_resolver
+from kernelflow.verification.gate_buffers import running_updates
 from kernelflow.verification.gate_chains import (
     is_namespace,
     judge_import,
@@ -87,9 +96,9 @@ from kernelflow.verification.gate_context import (
     callbacks,
     dead_functions,
     init_functions,
-    launched_arguments,
 )
 from kernelflow.verification.gate_host import host_names
+from kernelflow.verification.gate_kernels import kernel_uses
 from kernelflow.verification.gate_rules import (
     AUTOGRAD_FUNCTION,
     BANNED_NAMES,
@@ -141,8 +150,12 @@ class _Gate(Checks):
         self.kernel_names: set[str] = set()  # every @triton.jit function
         self.jit_ids: set[int] = set()  # ids of every @triton.jit function's node
         self.launched: set[str] = set()  # kernels launched: kernel[grid](...), self.kernel[...]
-        # Kernel names passed to a function that only launches them (gate_context).
-        self.launcher_args: dict[int, str] = {}
+        # Where kernels are named, held and launched, by scope (gate_kernels): ids of the
+        # launches (kernel[grid], a holder's), of the kernel names a holder takes, and of
+        # the attributes that are kernels.
+        self.launch_sites: set[int] = set()
+        self.kernel_named: set[int] = set()
+        self.kernel_attributes: set[int] = set()
         # Per kernel (by id): its names that may hold host objects; and the kernels that
         # may return a host value they are given (gate_host).
         self.host: dict[int, frozenset[str]] = {}
@@ -157,6 +170,7 @@ class _Gate(Checks):
         self.no_conversion: set[int] = set()  # ids of nodes where a dtype converts nothing
         self.assigned: dict[int, ast.expr] = {}  # assignment targets' ids -> the value
         self.state: dict[int, StateReads] = {}  # methods' ids -> their class's state use
+        self.running: set[int] = set()  # ids of the updates of running buffers (gate_buffers)
         self.constants: set[str] = set()  # module-level names bound to literals
         self.decorators: set[int] = set()  # ids of decorator expressions and their callees
         self.called: set[int] = set()  # ids of expressions called directly
@@ -187,8 +201,6 @@ class _Gate(Checks):
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 self.called.add(id(node.func))
-                if isinstance(node.func, ast.Subscript):
-                    self.launched.add(launched_name(node.func.value))
             elif isinstance(node, _AnyFunction | ast.ClassDef):
                 for dec in node.decorator_list:
                     self.decorators.update({id(dec), id(getattr(dec, "func", dec))})
@@ -198,9 +210,10 @@ class _Gate(Checks):
                     self.jit_ids.add(id(node))
                     if isinstance(node, ast.FunctionDef):
                         self.jit_kernels[node.name] = node
-        self.launcher_args = launched_arguments(self.tree, self.kernel_names)
-        self.launched |= set(self.launcher_args.values())
-        self.launched &= self.kernel_names
+        uses = kernel_uses(self.tree, self.jit_ids)
+        self.launch_sites, self.kernel_named = uses.launches, uses.named
+        self.kernel_attributes = uses.attributes
+        self.launched = uses.launched & self.kernel_names
         self.host, self.passing = host_names(kernels, self.launched, frozenset(self.aliases))
         for node in self.tree.body:
             if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value):
@@ -244,6 +257,9 @@ class _Gate(Checks):
             forward = {id(m) for m in methods} - self.init_code - self.jit_ids
             state = StateReads(methods, forward)
             self.state.update((id(m), state) for m in methods)
+        self.running = running_updates(
+            self.tree, init_code=self.init_code, jit_ids=self.jit_ids, resolve=self.resolve
+        )
 
     def collect_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.ImportFrom) and node.level:
@@ -400,7 +416,7 @@ class _Gate(Checks):
             return
         if not writes:
             self.check_value_attribute(node, scope)
-            if node.attr in self.kernel_names and scope.where != "jit":
+            if id(node) in self.kernel_attributes and scope.where != "jit":
                 self.kernel_as_value(node, node.attr)
         self.visit(node.value, scope)
 
@@ -438,11 +454,7 @@ class _Gate(Checks):
             else:
                 self.judge(node, path, scope)
             return
-        if (
-            name in self.kernel_names
-            and scope.where != "jit"
-            and id(node) not in self.launcher_args
-        ):
+        if name in self.kernel_names and scope.where != "jit" and id(node) not in self.kernel_named:
             self.kernel_as_value(node, name)
         if name in DYNAMIC_BUILTINS and not called:
             self.add("introspection", node, f"`{name}` must be called directly")
@@ -464,8 +476,8 @@ class _Gate(Checks):
     def visit_subscript(self, node: ast.Subscript, scope: Scope) -> None:
         if not isinstance(node.ctx, ast.Load):
             self.check_write(node, scope)
-        kernel = launched_name(node.value)
-        if kernel in self.kernel_names:  # kernel[grid] or self.kernel[grid]: a launch
+        if id(node) in self.launch_sites:  # kernel[grid], self.kernel[grid], a holder's
+            kernel = launched_name(node.value)
             if scope.where in STRICT_RULES:
                 self.add(
                     STRICT_RULES[scope.where],
@@ -482,13 +494,13 @@ class _Gate(Checks):
 
 
 def launched_name(node: ast.AST) -> str:
-    """The kernel ``node[grid](...)`` would launch: a name (``kernel``), or an attribute of
-    the class or instance defining it (``self.kernel``, ``ModelNew.kernel``); else ""."""
+    """How a launch ``node[grid](...)`` names its kernel (or the holder of one): a name
+    (``kernel``), or an attribute of the class or instance defining it (``self.kernel``)."""
     if isinstance(node, ast.Name):
         return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+    if isinstance(node, ast.Attribute):
         return node.attr
-    return ""
+    return ast.unparse(node)
 
 
 def gate_findings(
@@ -505,10 +517,26 @@ def gate_findings(
     judged_by = find_policy(policy)
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
-    found = _Gate(tree, find_backend(backend), task_uses_half).run()
+    judge = find_backend(backend)
+    wrong = _builds_an_extension(tree) if LOAD_INLINE not in judge.glue_paths else None
+    if wrong is not None:  # every rule would be noise beside this
+        return [Violation("no_kernel", wrong.lineno, _EXTENSION_ELSEWHERE)], []
+    found = _Gate(tree, judge, task_uses_half).run()
     refusals = [v for v in found if judged_by.refuses(v.rule)]
     warnings = [v for v in found if not judged_by.refuses(v.rule)]
     return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
+
+
+_EXTENSION_ELSEWHERE = (
+    "this candidate builds a C++/CUDA extension: did you mean --backend cpp (or cuda on a GPU)?"
+)
+
+
+def _builds_an_extension(tree: ast.Module) -> ast.Call | None:
+    """The module's first ``load_inline`` call, if it makes one."""
+    resolve = module_resolver(tree)
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call))
+    return next((call for call in calls if resolve(call.func) == LOAD_INLINE), None)
 
 
 def check_candidate(

@@ -10,6 +10,7 @@ import ast
 import string
 
 from kernelflow.verification.backends import dotted_name
+from kernelflow.verification.gate_chains import reported_by_attribute_rules
 from kernelflow.verification.gate_rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
 
 __all__ = ["Finding", "lookup_findings", "precision_findings"]
@@ -20,7 +21,7 @@ Finding = tuple[str, ast.AST, str]
 def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
     """``builtin``: the builtin ``node`` calls by name ("" for none)."""
     found: list[Finding] = []
-    if builtin in ("getattr", "hasattr"):
+    if builtin == "getattr" or (builtin == "hasattr" and not _plain_lookup(node)):
         # A literal name is as good as `obj.name`; any other hides what is reached.
         found.append(("introspection", node, f"{builtin}() looks attributes up: write obj.attr"))
     if builtin == "type" and (len(node.args) != 1 or node.keywords):
@@ -39,6 +40,18 @@ def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
                 )
             )
     return found
+
+
+def _plain_lookup(node: ast.Call) -> bool:
+    """``hasattr(obj, "name")`` with a literal name the attribute rules allow: no other
+    spelling asks whether ``obj.name`` exists (try/except is refused), and it hands back
+    only a bool (getattr hands back the object: write ``obj.name``)."""
+    if len(node.args) != 2 or node.keywords:
+        return False
+    name = node.args[1]
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+        return False
+    return name.value.isidentifier() and not reported_by_attribute_rules(name.value)
 
 
 def precision_findings(node: ast.Call, path: str | None, full_precision: bool) -> list[Finding]:

@@ -22,6 +22,8 @@ from kernelflow.verification.gate_rules import (
     NN_ANYWHERE,
     NN_INIT_HELPERS,
     NN_NAMESPACES,
+    NN_TUPLE_HELPERS,
+    TENSOR_SUBCLASS_MAKERS,
     TL_LIBDEVICE,
     TL_MATH,
     TL_NAMES,
@@ -31,7 +33,7 @@ from kernelflow.verification.gate_rules import (
     TORCH_DTYPES,
     TORCH_GLUE,
     TORCH_INIT,
-    TRITON_LAUNCH,
+    TRITON_ARITHMETIC,
     TRITON_TOP,
     TYPING_LOWERCASE,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "judge_chain",
     "judge_import",
     "refused_dunder",
+    "reported_by_attribute_rules",
     "shown",
 ]
 
@@ -84,7 +87,7 @@ def judge_import(
     """Why importing ``path`` (``torch.nn``, ``torch.empty`` from ``from torch import
     empty``) is refused; None when it may be imported (``glue``: the backend's paths the
     gate otherwise refuses, and the modules holding them)."""
-    if path in glue or any(g.startswith(path + ".") for g in glue):
+    if path in glue or any(g.startswith(path + ".") for g in glue) or path in NN_TUPLE_HELPERS:
         return None
     roots = (*ALLOWED_IMPORTS, *extra_roots)
     if not any(path == root or path.startswith(root + ".") for root in roots):
@@ -94,7 +97,7 @@ def judge_import(
             + ", ".join(["torch", "triton", "math", "typing", *extra_roots])
             + "): no threads, processes, files, sockets, timers or introspection",
         )
-    hidden = [part for part in path.split(".")[1:] if _reported_as_introspection(part)]
+    hidden = [part for part in path.split(".")[1:] if reported_by_attribute_rules(part)]
     if hidden and path != AUTOGRAD_FUNCTION:
         return ("introspection", f"importing `{shown(hidden[0])}` is not allowed")
     if is_namespace(path, extra_roots) or judge_chain(path, "init", extra_roots) is None:
@@ -105,7 +108,9 @@ def judge_import(
 def judge_chain(path: str, where: Context, extra_roots: tuple[str, ...] = ()) -> Verdict | None:
     """Why the chain ``path`` may not be used ``where``; None when it may."""
     parts = path.split(".")
-    if any(_reported_as_introspection(part) for part in parts[1:]):
+    if path in NN_TUPLE_HELPERS:
+        return None if where in ("forward", "init") else _refused(path, where)
+    if any(reported_by_attribute_rules(part) for part in parts[1:]):
         return None
     if path.startswith(FILE_CALLS):
         return (
@@ -163,7 +168,10 @@ def _judge_nn(path: str, rest: list[str], where: Context) -> Verdict | None:
     head = rest[0]
     if head in NN_NAMESPACES and len(rest) <= 2:
         initialiser = head == "init" and (rest[-1].endswith("_") or rest[-1] in NN_INIT_HELPERS)
-        if len(rest) == 1 or (where == "init" and initialiser):
+        # Code that runs only while the module is built (or never: an autograd function's
+        # backward under the verifier's no_grad) sees no input: computing there prepares.
+        preparing = head != "init" and _function_like(rest[-1])
+        if len(rest) == 1 or (where == "init" and (initialiser or preparing)):
             return None
         functional = head == "functional" and _function_like(rest[-1])
         if where == "forward" and (functional or initialiser):
@@ -187,12 +195,13 @@ def _judge_triton(path: str, parts: list[str], where: Context) -> Verdict | None
     if parts[1] == "language":
         return _judge_tl(path, parts[2:], where)
     if len(parts) == 2 and parts[1] in TRITON_TOP:
-        if where == "jit":
+        arithmetic = parts[1] in TRITON_ARITHMETIC
+        if where == "jit" and not arithmetic:
             return (
                 "kernel_body",
                 f"`{shown(path)}` in a @triton.jit kernel: use the language (tl.cdiv ...)",
             )
-        if where == "launch" and parts[1] not in TRITON_LAUNCH:
+        if where == "launch" and not arithmetic:
             return _refused(path, where)
         return None
     return _escape(path)
@@ -274,6 +283,7 @@ def refused_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDERS
 
 
-def _reported_as_introspection(name: str) -> bool:
-    """Parts the gate's attribute rules refuse whatever they belong to."""
-    return name in BANNED_ATTRS or refused_dunder(name)
+def reported_by_attribute_rules(name: str) -> bool:
+    """Parts the gate's attribute rules refuse whatever they belong to (introspection, or
+    a tensor subclass made: gate_checks.check_attribute_name)."""
+    return name in BANNED_ATTRS or refused_dunder(name) or name in TENSOR_SUBCLASS_MAKERS

@@ -28,9 +28,10 @@ from kernelflow.verification.gate_rules import (
     STREAM_ATTRS,
     STREAM_MODULES,
     TENSOR_COMPUTE,
+    TENSOR_SUBCLASS_MAKERS,
     TRITON_DECORATORS,
 )
-from kernelflow.verification.gate_scopes import Scope, kept_state, write_root
+from kernelflow.verification.gate_scopes import Scope, kept_state, root_name, write_root
 from kernelflow.verification.gate_state import StateReads, state_write_problem
 from kernelflow.verification.gate_strict import (
     STRICT_RULES,
@@ -68,6 +69,7 @@ class Checks:
     called: set[int]  # ids of expressions called directly
     assigned: dict[int, ast.expr]  # assignment targets' ids -> the value
     state: dict[int, StateReads]  # methods' ids -> their class's state use
+    running: set[int]  # ids of the updates of running buffers forward may make (gate_buffers)
     no_conversion: set[int]  # ids of nodes where a low-precision dtype converts nothing
     _submodules: set[str] | None
     out: list[Violation]
@@ -75,6 +77,7 @@ class Checks:
     jit_kernels: dict[str, ast.FunctionDef]  # every kernel, by name
     jit_ids: set[int]  # ids of every @triton.jit function's node
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
+    launch_sites: set[int]  # ids of the subscripts that launch a kernel (gate_kernels)
 
     def functions(self) -> list[tuple[_AnyFunction, bool]]:
         """Every non-kernel function, with whether it is an ``__init__``."""
@@ -141,7 +144,7 @@ class Checks:
             )
         if isinstance(node, ast.Try | ast.TryStar) and node.handlers:
             reraises = all(h.body and isinstance(h.body[-1], ast.Raise) for h in node.handlers)
-            if not reraises and scope.where not in ("module", "class"):
+            if not reraises:
                 self.add(
                     "exception_fallback",
                     node,
@@ -156,7 +159,7 @@ class Checks:
 
     def check_attribute_name(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if attr in BANNED_ATTRS:
+        if attr in BANNED_ATTRS and not self.backend.holds_kernel(self, node):
             self.add("introspection", node, f"attribute `.{attr}` is not allowed")
         elif refused_dunder(attr):
             self.add(
@@ -168,6 +171,14 @@ class Checks:
         if attr in LOW_PRECISION:
             self.check_half(node, attr)
         path = self.resolve(node) or ""
+        if attr in TENSOR_SUBCLASS_MAKERS or (attr == "__new__" and path.startswith("torch.")):
+            self.add(
+                "callback",
+                node,
+                f"`.{shown(attr)}` makes a tensor subclass (a lazy tensor): PyTorch calls its "
+                "class's code on every operation, out of every check's sight (KernelBench's "
+                "lazy_eval); return plain tensors made with torch.empty and the like",
+            )
         if path.startswith(STREAM_MODULES) and attr in STREAM_ATTRS:
             self.add(
                 "stream_trick",
@@ -250,7 +261,7 @@ class Checks:
                         f"`{keyword.arg}=`: a hook Triton runs around launches, out of the "
                         "runtime guard's sight",
                     )
-        launch = isinstance(func, ast.Subscript) and dotted_name(func.value) in self.kernel_names
+        launch = id(func) in self.launch_sites
         if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
             problem = call_problem(node, scope, self.kernel_names, path)
             if problem:
@@ -297,12 +308,14 @@ class Checks:
         if not isinstance(func, ast.Attribute):
             return
         in_place = func.attr.endswith("_") and not func.attr.startswith("__")
-        if func.attr not in MUTATING_METHODS and not in_place:
+        if (func.attr not in MUTATING_METHODS and not in_place) or id(node) in self.running:
             return
         root = write_root(func.value)
-        if (root in self.aliases and root not in scope.bound) or root in scope.fresh:
+        if (root in self.aliases and root not in scope.bound) or scope.made_here(
+            root_name(func.value)
+        ):
             return  # module functions are judged as chains
-        own_container = isinstance(func.value, ast.Name) and root in scope.containers
+        own_container = isinstance(func.value, ast.Name) and scope.container_here(func.value)
         if own_container and func.attr in MUTATING_METHODS:
             return  # a container made in the call, changed itself (perm.pop(d))
         self.add("caching", node, kept_state(root, scope, f"`.{func.attr}(...)` changes"))
@@ -316,9 +329,12 @@ class Checks:
         module = root in self.aliases and root not in scope.bound
         attribute = isinstance(target, ast.Attribute)
         if scope.where == "function" and not module:
-            # An item of a container made in the call (shape[d] = 1) is the call's too.
-            own_item = isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
-            if root in scope.fresh or (own_item and root in scope.containers):
+            if id(target) in self.running:
+                return  # a running statistic, never read back (gate_buffers)
+            # An item or attribute of a container or object made in the call (shape[d] = 1,
+            # ctx.saved = x) is the call's too, whatever it holds.
+            own = target.value if isinstance(target.value, ast.Name) else None
+            if scope.made_here(root_name(target)) or scope.container_here(own):
                 return
             why = kept_state(root, scope, "writing into")
             if root == scope.receiver and isinstance(target, ast.Attribute):

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from kernelflow.verification.gate_rules import AUTOGRAD_API, NN_MODULE_API
 
-__all__ = ["callbacks", "dead_functions", "init_functions", "launched_arguments"]
+__all__ = ["callbacks", "dead_functions", "init_functions"]
 
 AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 IMPLICIT = NN_MODULE_API | AUTOGRAD_API  # methods PyTorch calls itself
@@ -108,45 +108,3 @@ def _references(tree: ast.Module) -> Iterator[tuple[str, int | None]]:
             stack.extend((child, id(node)) for child in body)
             continue
         stack.extend((child, where) for child in ast.iter_child_nodes(node))
-
-
-def launched_arguments(tree: ast.Module, kernels: set[str]) -> dict[int, str]:
-    """The kernel names passed to a function of the module that only launches what it is
-    given there (``launch(x, relu_kernel)`` where ``launch`` does ``kernel[grid](...)``
-    with that parameter and nothing else): each such argument's id, and the kernel it
-    names. The kernel is launched, as if named where it is launched."""
-    launchers: dict[str, list[str]] = {}
-    for fn, _ in _top_functions(tree):
-        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
-        only_launched = [p for p in params if _only_launched(fn, p)]
-        if only_launched:
-            launchers[fn.name] = [p if p in only_launched else "" for p in params]
-    found: dict[int, str] = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-            continue
-        slots = launchers.get(node.func.id)
-        if slots is None:
-            continue
-        given = [
-            *((slots[i] if i < len(slots) else "", arg) for i, arg in enumerate(node.args)),
-            *((k.arg or "", k.value) for k in node.keywords),
-        ]
-        for param, arg in given:
-            if param and param in slots and isinstance(arg, ast.Name) and arg.id in kernels:
-                found[id(arg)] = arg.id
-    return found
-
-
-def _only_launched(fn: AnyFunction, param: str) -> bool:
-    """Whether every read of ``param`` in ``fn`` is a launch, ``param[grid](...)``."""
-    launches: set[int] = set()
-    reads = 0
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
-            value = node.func.value
-            if isinstance(value, ast.Name) and value.id == param:
-                launches.add(id(value))
-        elif isinstance(node, ast.Name) and node.id == param:
-            reads += 1
-    return reads > 0 and reads == len(launches)

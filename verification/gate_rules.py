@@ -62,6 +62,9 @@ TORCH_GLUE = {
     "uint8",
     "bool",
     "contiguous_format",
+    "preserve_format",
+    "channels_last",
+    "channels_last_3d",
     "Generator",
 }
 # The glue a callback Triton runs during a launch may use: dtypes, to compare with.
@@ -73,7 +76,7 @@ TORCH_INIT = _names(
     """rand randn randint rand_like randn_like randint_like randperm normal bernoulli
     linspace logspace eye diag cat concat stack chunk split flatten reshape transpose t
     permute squeeze unsqueeze flip roll tril triu where clamp abs sign sqrt rsqrt exp log
-    sin cos tanh sigmoid matmul mm outer kron"""
+    sin cos tanh sigmoid matmul mm outer kron prod sum mean amax amin cumsum cumprod numel"""
 )
 # torch.<namespace>.<name> that is PyTorch compute (refused in forward as torch_compute).
 TORCH_COMPUTE_NAMESPACES = _names("linalg fft special sparse nested masked functional Tensor")
@@ -116,7 +119,12 @@ NN_ANYWHERE = {"Module", "Parameter", "ParameterList", "ParameterDict", "ModuleL
 # Modules of torch.nn a candidate may import; of their names only nn.init's initialisers
 # (in-place, named with a trailing "_") and these helpers, in __init__. (nn.functional and
 # nn.init also hold modules: torch, importlib, math, numpy as np.)
-NN_NAMESPACES = ("functional", "init")
+NN_NAMESPACES = ("functional", "init", "grad")
+# nn's helpers that turn an int into a tuple of it (kernel sizes, strides): pure, and the
+# one thing of torch.nn.modules a candidate may name.
+NN_TUPLE_HELPERS = frozenset(
+    f"torch.nn.modules.utils.{name}" for name in ("_single", "_pair", "_triple", "_quadruple")
+)
 NN_INIT_HELPERS = _names("calculate_gain _calculate_fan_in_and_fan_out _calculate_correct_fan")
 # typing's names a candidate may use: its classes (capitalised) and these; typing also holds
 # modules (sys, types, operator, functools).
@@ -143,8 +151,10 @@ FILE_ATTRS = {"tofile", "fromfile", "from_file", "save", "savez", "savetxt", "du
 # triton.<name> a candidate may use; the decorators only on module-level kernels.
 TRITON_TOP = _names("jit autotune heuristics Config cdiv next_power_of_2 language")
 TRITON_DECORATORS = _names("jit autotune heuristics")
-# triton.<name> a callback run during a launch (a grid function) may call.
-TRITON_LAUNCH = _names("cdiv next_power_of_2")
+# triton.<name> that are integer arithmetic on their arguments (constexpr functions since
+# Triton 3.4; earlier code generators call them on constexprs as plain Python): a callback run
+# during a launch (a grid function) and a @triton.jit body may call them.
+TRITON_ARITHMETIC = _names("cdiv next_power_of_2")
 # triton.language.<name>: the language (functions, dtypes, types) of every Triton release a
 # candidate may be written for (2.1 on: ``advance``, block pointers' step, left the top level
 # in 3.5). Not its modules (core, standard, semantic ... reach Python's builtins), nor
@@ -218,6 +228,11 @@ LAUNCH_ATTRS = _names(
     "shape dtype device ndim numel size stride dim element_size is_contiguous itemsize "
     "get keys values items"
 )
+# What makes a tensor of another class than torch.Tensor from a tensor, whose methods PyTorch
+# then calls on every operation (KernelBench's "lazy_eval"): methods and attributes of
+# torch.Tensor and torch._C (``__new__`` of a torch class is one too: gate_checks).
+TENSOR_SUBCLASS_MAKERS = _names("as_subclass _make_subclass _make_wrapper_subclass TensorBase")
+TENSOR_SUBCLASS_MAKERS |= _names("_TensorBase _TensorMeta")
 # Methods Triton or PyTorch call back on objects (a kernel argument's data_ptr, a module's
 # call path): a candidate class must not define them (nor dunders but __init__).
 CALLBACK_METHODS = _names(

@@ -5,12 +5,14 @@ Every function body is judged by where it runs (:class:`Scope`): ``__init__`` bu
 state; a ``@triton.jit`` body is the kernel; a lambda, or a function passed around as a
 value (a grid, a hook), may run during a launch; every other function is a forward path.
 In a forward path a write (``a.b = ...``, ``a[k] = ...``, ``a.append(...)``,
-``a.copy_(...)``) must land in a value made in this call (a *fresh* local): anything else
-(``self``, arguments, globals, closures, and locals that alias them) outlives the call and
-could carry results from one call to the next. A container made in the call
-(``list(x.shape)``, ``[...]``, ``dict(...)``, a comprehension) may itself be changed
-(``perm.pop(d)``, ``shape[d] = 1``) even when what it holds is not the call's: changing
-what it holds is judged by where that came from.
+``a.copy_(...)``) must land in a value made in this call: anything else (``self``,
+arguments, globals, closures, and locals that alias them) outlives the call and could
+carry results from one call to the next. Whether the name written through holds such a
+value is judged where it is written, by the bindings that reach it there
+(:mod:`.gate_flow`): ``shape = x.shape; shape = list(shape); shape.pop(d)`` changes the
+call's list. A container made in the call (``list(x.shape)``, ``[...]``, ``dict(...)``,
+a comprehension) may itself be changed (``perm.pop(d)``, ``shape[d] = 1``) even when what
+it holds is not the call's: changing what it holds is judged by where that came from.
 
 A name is judged by what it refers to: a function's own parameter or local named like a
 builtin (``input``, ``vars``) is that value, not the builtin.
@@ -26,7 +28,7 @@ from typing import Literal
 
 from kernelflow.verification.backends import dotted_name
 from kernelflow.verification.gate_chains import Context, shown
-from kernelflow.verification.gate_rules import COPYING_METHODS
+from kernelflow.verification.gate_flow import flow_reads, root_name
 from kernelflow.verification.gate_state import input_locals
 
 __all__ = [
@@ -35,8 +37,8 @@ __all__ = [
     "Scope",
     "bindings_of",
     "function_scope",
-    "held_names",
     "kept_state",
+    "root_name",
     "write_root",
 ]
 
@@ -49,13 +51,15 @@ class Scope:
     where: Where
     params: frozenset[str] = frozenset()
     bound: frozenset[str] = frozenset()  # every local name, the parameters included
-    fresh: frozenset[str] = frozenset()  # locals only ever bound to values made in the call
+    # Ids of the names read (and written through) where only bindings of values made in
+    # the call reach them (gate_flow).
+    fresh: frozenset[int] = frozenset()
     constexprs: frozenset[str] = frozenset()  # parameters annotated tl.constexpr
     receiver: str = ""  # a method's first parameter (self)
-    makers: frozenset[str] = frozenset()  # names whose calls make new values (held_names)
-    # Locals only ever bound to containers made in the call, whose elements may be
-    # outside objects: the container may be changed, what it holds may not.
-    containers: frozenset[str] = frozenset()
+    makers: frozenset[str] = frozenset()  # names whose calls make new values (held_loads)
+    # Ids of the names read where only bindings of containers made in the call (or of
+    # values made in it) reach them: the container may be changed, what it holds may not.
+    containers: frozenset[int] = frozenset()
     enclosing: frozenset[str] = frozenset()  # names bound in enclosing function scopes
     # In a @triton.jit body: the names that may hold objects of the host (a launched
     # kernel's arguments, and what is made of them without the Triton language).
@@ -64,6 +68,14 @@ class Scope:
     # data (gate_state).
     tainted: frozenset[str] = frozenset()
     function: int = 0  # the id of the function (or lambda) whose body this is
+
+    def made_here(self, name: ast.Name | None) -> bool:
+        """Whether ``name`` (a read of it) holds a value made in this call."""
+        return name is not None and id(name) in self.fresh
+
+    def container_here(self, name: ast.Name | None) -> bool:
+        """Whether ``name`` (a read of it) holds a container made in this call."""
+        return name is not None and id(name) in self.containers
 
     def shadows(self, name: str) -> bool:
         """Whether ``name`` here refers to a local of this or an enclosing function (so
@@ -95,7 +107,7 @@ def function_scope(
     host: frozenset[str] = frozenset(),
     fresh_params: frozenset[str] = frozenset(),
 ) -> Scope:
-    """``makers``: names whose calls make new values (see held_names); ``method``: whether
+    """``makers``: names whose calls make new values (gate_flow.held_loads); ``method``: whether
     ``func`` is defined in a class body; ``enclosing``: the names enclosing functions
     bind; ``host`` (a kernel's): its names that may hold host objects; ``fresh_params``:
     parameters whose value is made for each call (an autograd function's ctx)."""
@@ -110,17 +122,8 @@ def function_scope(
     )
     body = [func.body] if isinstance(func, ast.Lambda) else func.body
     bindings = bindings_of(body)
-    fresh = {name for name, _ in bindings} - params
-    changed = True
-    while changed:  # a local that may alias a non-fresh name is not fresh either
-        changed = False
-        for name, value in bindings:
-            if name in fresh and value is not None and not held_names(value, makers) <= fresh:
-                fresh.discard(name)
-                changed = True
-    fresh |= fresh_params
     bound = params | {name for name, _ in bindings}
-    containers = _containers(bindings, fresh, bound | enclosing) - params
+    reads = flow_reads(func, makers=makers, fresh_params=fresh_params, shadowed=bound | enclosing)
     positional = [*args.posonlyargs, *args.args]
     receiver = positional[0].arg if method and positional else ""
     tainted = input_locals(bindings, params - {receiver})
@@ -128,83 +131,16 @@ def function_scope(
         where,
         params,
         frozenset(bound),
-        frozenset(fresh),
+        reads.fresh,
         constexprs,
         receiver,
         makers,
-        frozenset(containers),
+        reads.containers,
         enclosing,
         host,
         tainted,
         id(func),
     )
-
-
-# Builtins whose call makes a new container (when not shadowed by a local).
-_CONTAINER_BUILTINS = frozenset({"list", "dict", "set", "sorted", "bytearray"})
-_DISPLAYS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
-
-
-def _new_container(value: ast.AST | None, shadowed: frozenset[str] | set[str]) -> bool:
-    """Whether ``value`` always evaluates to a new (mutable) container: a display, a
-    comprehension, ``list(...)``/``dict(...)``/``sorted(...)``, or a shallow ``.copy()``."""
-    if isinstance(value, _DISPLAYS):
-        return True
-    if not isinstance(value, ast.Call):
-        return False
-    func = value.func
-    if isinstance(func, ast.Name):
-        return func.id in _CONTAINER_BUILTINS and func.id not in shadowed
-    return isinstance(func, ast.Attribute) and func.attr == "copy" and not value.args
-
-
-def _containers(
-    bindings: list[tuple[str, ast.AST | None]], fresh: set[str], shadowed: frozenset[str]
-) -> set[str]:
-    """The names every binding of which is a new container, or another such name."""
-    names = {name for name, _ in bindings} - fresh
-    changed = True
-    while changed:
-        changed = False
-        for name, value in bindings:
-            if name not in names:
-                continue
-            aliased = isinstance(value, ast.Name) and value.id in names | fresh
-            if not (aliased or _new_container(value, shadowed)):
-                names.discard(name)
-                changed = True
-    return names
-
-
-def held_names(node: ast.AST, makers: frozenset[str] = frozenset()) -> set[str]:
-    """The names whose objects ``node`` may evaluate to or hold: through attributes, items,
-    conditionals, displays, and calls (``x.view(-1)``, ``d.get(k)``, ``list(d.values())``,
-    ``f(x)`` may give back their receiver or arguments, or objects kept in them); not
-    through the functions of ``makers`` (imported modules: ``torch.empty_like(x)``; in a
-    kernel, other kernels) or copying methods (``x.clone()``), which make new values."""
-    if isinstance(node, ast.Name):
-        return {node.id}
-    if isinstance(node, ast.Attribute | ast.Subscript | ast.Starred | ast.NamedExpr):
-        return held_names(node.value, makers)
-    if isinstance(node, ast.Call):
-        callee = held_names(node.func, makers)
-        if callee <= makers or getattr(node.func, "attr", "") in COPYING_METHODS:
-            return set()
-        given = [*node.args, *(keyword.value for keyword in node.keywords)]
-        names = set().union(*(held_names(value, makers) for value in given))
-        return names | (callee if isinstance(node.func, ast.Attribute) else set())
-    if isinstance(node, ast.IfExp):
-        return held_names(node.body, makers) | held_names(node.orelse, makers)
-    parts: list[ast.AST] = []
-    if isinstance(node, ast.BoolOp):
-        parts = list(node.values)
-    elif isinstance(node, ast.Tuple | ast.List | ast.Set):
-        parts = list(node.elts)
-    elif isinstance(node, ast.Dict):
-        parts = list(node.values)
-    elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-        parts = [gen.iter for gen in node.generators]
-    return set().union(*(held_names(part, makers) for part in parts))
 
 
 def write_root(target: ast.AST) -> str | None:
@@ -228,7 +164,11 @@ def kept_state(root: str | None, scope: Scope, what: str) -> str:
     if root is None:
         holder = "an object that outlives the call"
     elif root == scope.receiver:
-        holder = f"`{root}`, whose state outlives the call"
+        holder = (
+            f"`{root}`, whose state outlives the call (a registered buffer may be updated "
+            "in place only where forward never reads it back, or under `if "
+            f"{root}.training:` with only eval-mode code reading it)"
+        )
     elif root in vars(builtins):
         holder = f"an object reached through `{root}(...)`"
     elif root in scope.params:

@@ -19,11 +19,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-__all__ = ["StateReads", "input_locals", "state_write_problem"]
+__all__ = [
+    "METADATA_ATTRS",
+    "METADATA_METHODS",
+    "StateReads",
+    "input_locals",
+    "state_write_problem",
+]
 
 # What a tensor says of itself that is not its data.
 METADATA_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
-_METADATA_METHODS = frozenset(
+METADATA_METHODS = frozenset(
     {"size", "dim", "numel", "stride", "element_size", "is_contiguous", "get_device"}
 )
 # Methods that move or lay out a value without changing it.
@@ -37,7 +43,7 @@ def data_reads(node: ast.AST, metadata: bool = False) -> Iterator[ast.expr]:
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute):
-            if metadata or func.attr not in _METADATA_METHODS:
+            if metadata or func.attr not in METADATA_METHODS:
                 yield from data_reads(func.value, metadata)
         else:
             yield from data_reads(func, metadata)

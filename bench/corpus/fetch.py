@@ -1,14 +1,20 @@
 """Rebuild the precision corpus (``.corpus/``) from ``bench/corpus/manifest.json``.
 
-The manifest names third-party KernelBench Triton solutions by repository, commit and path;
+The manifest names third-party KernelBench solutions by repository, commit and path, each
+with its ``backend``: ``triton`` (the default) or ``cuda`` (KernelBench's CUDA format: a
+module whose ``ModelNew`` builds its kernels with ``torch.utils.cpp_extension.load_inline``);
 nothing fetched is committed. For every entry this script reads the published file at its
 commit, applies the entry's extraction (``extract``) and writes the code to
 ``<out>/kernels/<source>/<id>.py``; it also writes the KernelBench reference problem each
 entry solves: ``<out>/problems/<problem_file>`` from the manifest's KernelBench commit, or,
 for an entry whose source solved an older revision of the problem set (its
 ``problem_commit``), ``<out>/problems/@<first 12 digits of that commit>/<problem_file>``.
+It also writes the files of KernelBench itself the manifest names (``kernelbench.files``:
+its static checker ``src/kernelbench/kernel_static_checker.py``, the prompt examples every
+KernelBench prompt shows a model), at the manifest's KernelBench commit, to
+``<out>/kernelbench/`` (``src/kernelbench/`` left off their paths).
 ``<out>/index.json`` lists every entry with the paths of its kernel and problem files
-(relative to ``<out>``), its level, problem number and source.
+(relative to ``<out>``), its backend, level, problem number and source.
 
 Run from the repository root::
 
@@ -45,6 +51,8 @@ from typing import Any, NoReturn
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MANIFEST = HERE / "manifest.json"
+BACKENDS = ("triton", "cuda")
+KERNELBENCH_SRC = "src/kernelbench/"
 ENTRY_ID = re.compile(r"^(?P<source>[a-z0-9][a-z0-9-]*)-L(?P<level>[12])-(?P<problem>\d+)-[a-z]+$")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)$")
 
@@ -258,8 +266,8 @@ def check_entry(entry: dict[str, Any]) -> str:
         fail(f"manifest entry id {entry['id']!r} is not <source>-L<level>-<problem>-<letter>")
     if not re.fullmatch(r"[0-9a-f]{40}", entry["commit"]):
         fail(f"{entry['id']}: commit must be 40 hex digits")
-    if entry.get("backend", "triton") != "triton":
-        fail(f"{entry['id']}: backend must be triton")
+    if entry.get("backend", "triton") not in BACKENDS:
+        fail(f"{entry['id']}: backend must be one of {', '.join(BACKENDS)}")
     if not re.fullmatch(r"level[12]/\d+_[^/]+\.py", entry["problem_file"]):
         fail(f"{entry['id']}: bad problem_file {entry['problem_file']!r}")
     return match.group("source")
@@ -276,7 +284,7 @@ def build(manifest_path: Path, out: Path, given: dict[str, Path]) -> None:
     if len(sources) != len(entries):
         fail("manifest entry ids are not unique")
 
-    needed: dict[str, set[str]] = {}
+    needed: dict[str, set[str]] = {kernelbench["repo"]: {kernelbench["commit"]}}
     for entry in entries:
         needed.setdefault(entry["repo"], set()).add(entry["commit"])
         problem_commit = entry.get("problem_commit", kernelbench["commit"])
@@ -318,6 +326,7 @@ def build(manifest_path: Path, out: Path, given: dict[str, Path]) -> None:
             {
                 "id": entry["id"],
                 "source": sources[entry["id"]],
+                "backend": entry.get("backend", "triton"),
                 "level": entry["level"],
                 "problem": entry["problem"],
                 "kernel": f"kernels/{sources[entry['id']]}/{entry['id']}.py",
@@ -331,12 +340,18 @@ def build(manifest_path: Path, out: Path, given: dict[str, Path]) -> None:
         if write(target, data):
             written += 1
     print(f"  problems: {len(problems)}", flush=True)
+    for name in kernelbench.get("files", []):
+        target = out / "kernelbench" / name.removeprefix(KERNELBENCH_SRC)
+        kept.add(target)
+        if write(target, repos.read(kernelbench["repo"], kernelbench["commit"], name)):
+            written += 1
+    print(f"  KernelBench's own files: {len(kernelbench.get('files', []))}", flush=True)
     index_path = out / "index.json"
     if write(index_path, (json.dumps(index, indent=1) + "\n").encode("utf-8")):
         written += 1
 
     removed = 0
-    for folder in (out / "kernels", out / "problems"):
+    for folder in (out / "kernels", out / "problems", out / "kernelbench"):
         for path in sorted(folder.rglob("*")) if folder.exists() else []:
             if path.is_file() and path not in kept:
                 path.unlink()

@@ -19,6 +19,7 @@ from kernelflow.projections.counters import counters_at_decisions, repeat_counte
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.report import agent_rows, tool_rows
 from kernelflow.projections.rewards import REWARD_FUNCTIONS
+from kernelflow.projections.speedups import speedup_text
 from kernelflow.projections.statistics import projection_metrics
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import build_trajectory
@@ -62,6 +63,10 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
             view["tools"] = msgspec.to_builtins(run.tools)
             print(json.dumps(view, indent=2))
         else:
+            if t.final_speedup is not None:  # in words where it is inconclusive
+                view["final_speedup"] = speedup_text(
+                    t.final_speedup, t.final_speedup_ci95, t.final_conclusive
+                )
             for k, v in view.items():
                 print(f"{k:<22} {_for_people(k, v)}")
             print(f"\nPer agent (time: dispatch → result)\n{agent_rows(run)}")
@@ -98,7 +103,7 @@ def _for_people(key: str, value: Any) -> str:
     if key.endswith("_s"):
         return _duration(value)
     if key.endswith("speedup"):
-        return f"{value:.2f}x"
+        return value if isinstance(value, str) else f"{value:.2f}x"
     if key == "cost_usd":
         return f"${value:.4f}"
     if key == "rewards":
@@ -106,8 +111,15 @@ def _for_people(key: str, value: Any) -> str:
         return f"\n{'':23}".join(said)  # one a line, under the first
     if key == "revisions":
         return ", ".join(
-            f"v{version} {verdict}" + ("" if speedup is None else f" {speedup:.2f}x")
-            for version, verdict, speedup, _ in value
+            f"v{version} {verdict}"
+            + (
+                ""
+                if speedup is None
+                else " speedup inconclusive"
+                if conclusive is False
+                else f" {speedup:.2f}x"
+            )
+            for version, verdict, speedup, _, conclusive in value
         )
     if isinstance(value, dict):
         return ", ".join(f"{name} {count}" for name, count in value.items())

@@ -28,7 +28,7 @@ from kernelflow.events.model import CancelTask
 from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_quarantined
 from kernelflow.progress import for_terminal
 from kernelflow.projections.task_state import fold
-from kernelflow.render import describe, summary, unknown_kinds_note
+from kernelflow.render import describe, row_speedup_text, summary, unknown_kinds_note
 from kernelflow.runtime import (
     UNTAKEN_HINT_AFTER_S,
     connected,
@@ -168,6 +168,8 @@ def task_details(row: dict[str, Any]) -> str:
     """What ``status TASK_ID`` shows under the task's line: its verifications, and the
     final code in full (the kernel the task ended with)."""
     checks = " → ".join(row["verifications"]) or "none"
+    if row.get("verdict") == "pass":
+        checks += f"\nspeedup: {row_speedup_text(row)}"
     rechecks = "".join(
         f"\nchecked again by verifier {r['verifier_version']}: {r['verdict']}"
         for r in row.get("rechecks", ())

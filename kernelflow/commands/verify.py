@@ -15,10 +15,16 @@ from typing import Any
 import msgspec
 
 from kernelflow.commands.options import add_policy_option
-from kernelflow.events.model import TimingStats
+from kernelflow.events.model import TimingStats, VerificationReport
+from kernelflow.projections.speedups import interval_conclusive, report_conclusive, speedup_text
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.backends import (
+    DEFAULT_BACKEND,
+    UnknownBackend,
+    backend_names,
+)
+from kernelflow.verification.backends import backend as find_backend
 from kernelflow.verification.engine import verify
 from kernelflow.verification.results import feedback_text
 from kernelflow.verification.taskfile import (
@@ -28,7 +34,7 @@ from kernelflow.verification.taskfile import (
     check_task_source,
 )
 
-__all__ = ["cmd_verify", "parse_shapes", "register"]
+__all__ = ["cmd_verify", "parse_shapes", "register", "timing_line", "verdict_text"]
 
 
 class _BadInput(Exception):
@@ -102,25 +108,80 @@ def _read(path: str, what: str) -> str:
         raise _BadInput(f"{what} file {path}: cannot read it ({reason})") from None
 
 
-def timing_line(timing: TimingStats) -> str:
-    """How the timing came out, in one line: medians, their intervals, the method."""
+def timing_line(timing: TimingStats, conclusive: bool | None = None) -> str:
+    """How the timing came out, in one line: medians, their intervals, the speedup over
+    each baseline (inconclusive ones in words: ``kernelflow.projections.speedups``), the
+    rounds; flags under it. ``conclusive``: the report's flag for its own baseline (None:
+    decided here from the interval)."""
 
     def ms(side: dict[str, float], interval: list[float]) -> str:
         around = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else ""
         return f"{side.get('median', 0.0):.3g} ms{around}"
 
-    speedups = ", ".join(f"{kind} {value:.2f}x" for kind, value in timing.speedups.items())
-    interval = timing.speedup_ci95
+    def over(kind: str, value: float) -> str:
+        interval = timing.speedup_intervals.get(kind) or (
+            timing.speedup_ci95 if kind == timing.baseline else []
+        )
+        known = conclusive if kind == timing.baseline and conclusive is not None else None
+        if known is None and interval:
+            known = interval_conclusive(interval)
+        if known is False:
+            return f"{kind} {speedup_text(value, interval, False)}"
+        between = f" (between {interval[0]:.2f}x and {interval[1]:.2f}x)" if interval else ""
+        return f"{kind} {value:.2f}x{between}"
+
+    speedups = "; ".join(over(kind, value) for kind, value in timing.speedups.items())
     line = (
         f"  timing: candidate {ms(timing.candidate_ms, timing.candidate_ci_ms)}, "
         f"{timing.baseline} {ms(timing.baseline_ms, timing.baseline_ci_ms)} (medians, 95 % "
         f"intervals); speedup {speedups}"
     )
-    if interval:
-        line += f" (between {interval[0]:.2f}x and {interval[1]:.2f}x)"
+    if timing.rounds:
+        line += f"; {timing.rounds} rounds of {timing.reps} calls"
     if timing.threads:
         line += f"; {timing.threads} thread" + ("s" if timing.threads != 1 else "")
+    if timing.queued_s >= 0.5:
+        line += f"; waited {timing.queued_s:.1f} s for the node's timing slot"
     return line + "".join(f"\n  flag: {flag}" for flag in timing.flags)
+
+
+def untimed_reason(report: VerificationReport, timing_on: bool = True) -> str | None:
+    """Why a passing check has no speedup, in one line (None: it has one, or it did not
+    pass)."""
+    if not report.passed or report.speedup is not None:
+        return None
+    if not timing_on:
+        return "not timed: timing is off"
+    try:
+        timed_on = find_backend(report.backend).timed_on
+    except UnknownBackend:
+        timed_on = frozenset()
+    if report.device not in timed_on:
+        if report.backend == "triton" and report.device == "cpu":
+            return "not timed: Triton runs interpreted on the CPU"
+        where = " and ".join(sorted(timed_on)) or "no device"
+        return f"not timed: {report.backend} kernels are timed on {where} only"
+    return "not timed: the timing failed (see the notes below)"
+
+
+def verdict_text(report: VerificationReport, timing_on: bool = True) -> str:
+    """``kernelflow verify``'s text (the coder's feedback of a check that did not pass
+    follows it): the verdict line with the policy it was judged under, then every
+    warning that policy let through, the timing (or why there is none) and, for a pass,
+    the check's notes."""
+    policy = report.policy or "strict"
+    lines = [
+        f"{report.verdict.upper()} on {report.device} ({report.backend}) in "
+        f"{report.duration_s:.1f}s under policy {policy}: {report.summary}"
+    ]
+    lines += [f"  warning: {w}" for w in report.warnings]
+    if report.timing is not None:
+        lines.append(timing_line(report.timing, report.speedup_conclusive))
+    elif (why := untimed_reason(report, timing_on)) is not None:
+        lines.append(f"  {why}")
+    if report.passed:  # a pass's errors are the check's notes (shapes skipped, timing)
+        lines += [f"  note: {note}" for note in report.errors]
+    return "\n".join(lines)
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
@@ -166,6 +227,10 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             "mismatches": list(report.mismatches),
             "timing": timing,
             "speedup": report.speedup,
+            # The speedup's 95 % range, and whether it says anything: false when the range
+            # holds 1 or spans more than 2x (the machine was busy); null when not timed.
+            "speedup_ci95": list(report.timing.speedup_ci95) if report.timing else None,
+            "speedup_conclusive": report_conclusive(report),
             "device": report.device,
             "backend": report.backend,
             "shapes": report.shapes,
@@ -181,12 +246,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         }
         print(json.dumps(out, indent=2))
     else:
-        print(
-            f"{report.verdict.upper()} on {report.device} ({report.backend}) in "
-            f"{report.duration_s:.1f}s: {report.summary}"
-        )
-        if report.timing is not None:
-            print(timing_line(report.timing))
+        print(verdict_text(report, config.timing))
         if not report.passed:  # what the coder would read, past the line above
             print(feedback_text(report, config.feedback_chars, headline=False))
     if task_broken:

@@ -48,6 +48,7 @@ from kernelflow.projections.rewards import (
     RewardInput,
     get_reward,
 )
+from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.verl_format import KERNEL_SOURCE_PREFIX, PROMPT_SOURCE
 from kernelflow.verification.backends import backend_names
 from kernelflow.verification.engine import VerifierConfig, verify
@@ -147,6 +148,7 @@ def _score_kernel(
         status="success" if report.passed else "failed",
         verdict=report.verdict,
         speedup=report.speedup,
+        speedup_conclusive=report_conclusive(report),
         verdicts=(report.verdict,),
     )
     return _result(fn, inputs, correct=report.passed, verdict=report.verdict)

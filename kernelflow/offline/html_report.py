@@ -15,6 +15,7 @@ from kernelflow import plots
 from kernelflow.projections.flow_grpo import TaskReward, rollout_reward
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.report import Table, own_reward, report_sections
+from kernelflow.projections.speedups import counted
 from kernelflow.projections.statistics import RunMetrics, fast_p
 
 _STYLE = """
@@ -63,7 +64,15 @@ def report_plots(
     shown, total = plots.compared_groups(groups)
     capped = f" Only the first {len(shown)} of {total} are drawn." if len(shown) < total else ""
     outcomes = [t.outcome(verifier_version) for t in tasks if t.ended]
-    speedups = [o.speedup for o in outcomes if o.status == "success" and o.speedup is not None]
+    passed = [o for o in outcomes if o.status == "success" and o.speedup is not None]
+    speedups = [s for o in passed if (s := counted(o.speedup, o.speedup_conclusive)) is not None]
+    left_out = len(passed) - len(speedups)
+    inconclusive = (
+        f" {left_out} inconclusive (their 95 % interval holds 1 or spans more than 2x: the "
+        "machine was busy) are not drawn, nor counted in fast_p."
+        if left_out
+        else ""
+    )
     return [
         (
             "verdicts",
@@ -86,12 +95,12 @@ def report_plots(
             "fast-p",
             "fast_p at each --fast-p threshold: the share of ended tasks whose kernel is "
             "correct and more than p times faster than the baseline; 'no timing' where no "
-            "task was timed (Triton on the CPU interpreter never is).",
+            f"task was timed (Triton on the CPU interpreter never is).{inconclusive}",
             plots.fast_p_curve({p: fast_p(tasks, p, verifier_version) for p in fast_ps}),
         ),
         (
             "speedups",
-            "Speedups of the correct kernels that were timed.",
+            f"Speedups of the correct kernels that were timed.{inconclusive}",
             plots.speedup_histogram(speedups),
         ),
     ]

@@ -68,6 +68,7 @@ class Outcome:
             "after_version": self.report.verifier_version,
             "policy": self.report.policy,
             "speedup": self.report.speedup,
+            "speedup_conclusive": self.report.speedup_conclusive,
             "summary": self.report.summary,
             "recorded": self.recorded,
         }

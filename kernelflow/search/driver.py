@@ -405,6 +405,7 @@ def _prior(c: Candidate, role: str) -> PriorKernel:
         speedup=c.speedup if c.speedup is None or math.isfinite(c.speedup) else None,
         feedback=c.feedback[:MAX_PRIOR_FEEDBACK_CHARS],
         candidate_ms=c.candidate_ms,
+        speedup_conclusive=c.speedup_conclusive,
     )
 
 

@@ -17,8 +17,18 @@ from collections.abc import Callable, Sequence
 from kernelflow.projections.flow_grpo import GroupStats, GrpoOptions, RewardTable
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.search import Candidate, SearchDatabase
+from kernelflow.projections.speedups import report_interval
 from kernelflow.ui.data import LocalFold
-from kernelflow.ui.html import badge, cell, esc, number, speedup, table, task_link
+from kernelflow.ui.html import (
+    badge,
+    cell,
+    esc,
+    number,
+    speedup,
+    table,
+    task_link,
+    task_speedup,
+)
 
 # How a candidate is drawn wherever it appears (an island, the tree).
 Node = Callable[[Candidate], str]
@@ -85,7 +95,7 @@ def _rollouts(
                 badge(t.status),
                 str(t.steps),
                 " → ".join(badge(v) for v in t.verdicts) or "none",
-                speedup(t.final_speedup if t.ended else t.best_speedup),
+                task_speedup(t),
                 reward,
                 advantage,
                 cell(t.reason if t.ended else ""),
@@ -95,6 +105,11 @@ def _rollouts(
     return table([*headers, "reason"], rows, cls="rollouts")
 
 
+def candidate_speedup(c: Candidate) -> str:
+    interval = report_interval(c.report) if c.report is not None else ()
+    return speedup(c.speedup, c.speedup_conclusive, interval)
+
+
 def search_view(search: SearchDatabase) -> str:
     """Islands in columns and the tree of parents and children, each candidate with its
     verdict and speedup; the best candidate is outlined."""
@@ -102,12 +117,12 @@ def search_view(search: SearchDatabase) -> str:
     best = search.best()
     head = f"{len(candidates)} candidates"
     if best is not None:
-        head += f"; best so far {best.task_id} ({best.verdict}, {speedup(best.speedup)})"
+        head += f"; best so far {best.task_id} ({best.verdict}, {candidate_speedup(best)})"
     parts = [f'<h2>Search</h2><p class="card">{esc(head)}</p>']
 
     def node(c: Candidate) -> str:
         bits = [task_link(c.task_id), f"gen {c.generation}", badge(c.verdict or c.status)]
-        bits.append(speedup(c.speedup))
+        bits.append(candidate_speedup(c))
         if c.inspirations:
             shown = ", ".join(task_link(i) for i in c.inspirations)
             bits.append(f'<span class="muted">inspired by {shown}</span>')

@@ -15,6 +15,9 @@ import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlencode
 
+from kernelflow.projections.metrics import TaskMetrics
+from kernelflow.projections.speedups import speedup_text
+
 # Sent with every page and stream: the CSP is the second line behind ``esc``.
 HEADERS = {
     "Content-Security-Policy": (
@@ -109,8 +112,19 @@ def number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def speedup(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}x"
+def speedup(
+    value: float | None, conclusive: bool | None = None, interval: Sequence[float] = ()
+) -> str:
+    """A speedup's cell: ``1.70x``; ``inconclusive (between 0.03x and 10.57x): the machine
+    was busy`` when ``conclusive`` is False (``kernelflow.projections.speedups``)."""
+    return esc(speedup_text(value, interval, conclusive, untimed="—"))
+
+
+def task_speedup(t: TaskMetrics) -> str:
+    """A task's speedup cell: the one it ended with, or the best conclusive one so far."""
+    if not t.ended:
+        return speedup(t.best_speedup)
+    return speedup(t.final_speedup, t.final_conclusive, t.final_speedup_ci95)
 
 
 def seconds(value: float | None) -> str:

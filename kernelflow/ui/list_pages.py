@@ -17,6 +17,7 @@ from kernelflow.projections.benchmark import (
 )
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.report import Table, bench_text, report_sections
+from kernelflow.projections.speedups import counted
 from kernelflow.projections.statistics import (
     DEFAULT_FAST_P,
     by_workflow,
@@ -82,7 +83,7 @@ def task_list_fragment(rows: TaskRows, status: str, text: str) -> str:
                 esc(r["steps"]),
                 " → ".join(badge(v) for v in r["verifications"]) or "none",
                 badge(r["verdict"]) if r["verdict"] else "—",
-                speedup(r["speedup"]),
+                speedup(r["speedup"], r.get("speedup_conclusive"), r.get("speedup_ci95") or ()),
                 cell(r["reason"]),
             ]
             for r in shown
@@ -148,7 +149,7 @@ def bench_fragment(run: str, fold: LocalFold) -> str | None:
             group_link(r.search_id),
             task_link(r.best_task) if r.best_task else "—",
             badge(r.best_verdict) if r.best_verdict else "—",
-            speedup(r.speedup),
+            speedup(r.speedup, r.speedup_conclusive, r.speedup_ci95),
             str(r.candidates),
             str(r.running),
         ]
@@ -224,9 +225,14 @@ def _groups(tasks: Sequence[TaskMetrics], fold: LocalFold) -> str:
             str(len(ts)),
             str(sum(t.ended for t in ts)),
             str(sum(t.correct for t in ts)),
-            speedup(max((s for t in ts if t.correct and (s := t.final_speedup)), default=None)),
+            speedup(max((s for t in ts if (s := _counted(t)) is not None), default=None)),
         ]
         for gid, ts in shown
     ]
     headers = ["group", "kind", "tasks", "ended", "succeeded", "best speedup"]
     return "<h2>Groups and searches</h2>" + table(headers, rows)
+
+
+def _counted(t: TaskMetrics) -> float | None:
+    """A correct task's final speedup, when it counts (conclusive)."""
+    return counted(t.final_speedup, t.final_conclusive) if t.correct else None

@@ -28,6 +28,7 @@ from kernelflow.events.model import (
     VerificationCompleted,
 )
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
+from kernelflow.projections.speedups import report_conclusive, report_interval, speedup_text
 from kernelflow.projections.task_state import TaskState, fold
 from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep, build_trajectory
 from kernelflow.ui.html import (
@@ -39,7 +40,7 @@ from kernelflow.ui.html import (
     number,
     pre,
     seconds,
-    speedup,
+    task_speedup,
     ticking,
 )
 
@@ -114,7 +115,7 @@ def facts(state: TaskState, trajectory: Trajectory, t: TaskMetrics | None) -> st
             rows.append(("final verdict", badge(t.final_verdict)))
         for version, verdict, *_ in t.revisions:  # kernelflow reverify
             rows.append((f"checked again (verifier {version})", badge(verdict)))
-        rows.append(("speedup", speedup(t.final_speedup if t.ended else t.best_speedup)))
+        rows.append(("speedup", task_speedup(t)))
         tokens = f"{t.llm_calls} calls, {t.total_tokens:,} tokens"
         if t.cost_usd is not None:
             tokens += f", ${t.cost_usd:.4f}"
@@ -274,7 +275,8 @@ class _Timeline:
         head = f"{esc(e.agent)}: {badge(r.verdict)} attempt {n}"
         extra = [x for x in (r.device, r.backend) if x]
         if r.speedup is not None:
-            extra.insert(0, f"speedup {speedup(r.speedup)}")
+            shown = speedup_text(r.speedup, report_interval(r), report_conclusive(r))
+            extra.insert(0, f"speedup {shown}")
         extra.append(seconds(r.duration_s))
         head += f' <span class="muted">({esc(", ".join(extra))})</span>'
         body = f"<p>{esc(r.summary)}</p>"

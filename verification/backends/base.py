@@ -98,6 +98,12 @@ class Backend(ABC):
         it was this backend's to judge (False: the gate's PyTorch rules apply)."""
         return False
 
+    def holds_kernel(self, module: CandidateModule, node: ast.AST) -> bool:
+        """Whether ``node`` (a name or attribute of the module) is bound to this DSL's
+        compiled code (an extension module or one of its functions): its name is then
+        the candidate's choice, not a reach into PyTorch's internals (``self.ops``)."""
+        return False
+
     # ------------------------------------------------------------------ sandbox
 
     def use_prebuilt(self, directory: str) -> None:

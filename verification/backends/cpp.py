@@ -6,7 +6,7 @@ time limit of its own, from the sources it read in the candidate's module
 (:mod:`.extension`), and caches what it built; in the candidate's process ``load_inline``
 then loads that library instead of compiling (what the candidate asks for must be what
 was built), and each call of one of its functions counts as a kernel launch. The C++
-itself passes the rules of :mod:`kernelflow.verification.gate_cpp`.
+itself passes the rules of :mod:`.cpp_rules`.
 
 Imported inside sandboxes: stdlib only at module level (torch inside the hooks).
 """
@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from kernelflow.verification.backends.base import Backend, CandidateModule, LaunchCounter
+from kernelflow.verification.backends.cpp_rules import cpp_findings
 from kernelflow.verification.backends.extension import (
     LOAD_INLINE,
     ExtensionSpec,
     extension_specs,
     spec_from_call,
 )
+from kernelflow.verification.backends.extension_calls import ExtensionUses, extension_uses
 
 __all__ = ["CPP", "PREBUILT_MANIFEST", "CppBackend", "ExtensionBackend"]
 
@@ -53,12 +55,12 @@ class ExtensionBackend(Backend):
     # Where the verifier put the libraries it built for this check (the candidate's work
     # dir; set in the sandbox, whose process checks one candidate and ends).
     prebuilt: str = ""
+    # The last module judged and its uses of its extensions (the gate asks for each node).
+    _last_uses: tuple[ast.Module, ExtensionUses] | None = None
 
     def check_kernels(self, module: CandidateModule) -> None:
         """An extension built with ``load_inline`` from readable sources that pass the C++
         rules, one of whose functions a function of the module calls."""
-        from kernelflow.verification.gate_cpp import cpp_findings
-
         built, problems = extension_specs(module.tree, module.resolve)
         for node, problem in problems:
             module.add("no_kernel", node, problem)
@@ -74,32 +76,40 @@ class ExtensionBackend(Backend):
                         source, task_uses_half=module.task_uses_half
                     ):
                         module.add(rule, node, f"{kind} line {line}: {message}")
-        handles = _handles(module.tree, [node for node, _ in built])
-        functions = {f for _, spec in built for f in spec.functions}
-        called = any(
-            isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr in functions
-            and _handle(call.func.value) in handles
+        calls = self._uses(module).calls
+        in_forward = {
+            id(node)
             for fn, is_init in module.functions()
             if not is_init
-            for call in ast.walk(fn)
-        )
-        if built and not called:
+            for node in ast.walk(fn)
+            if id(node) in calls
+        }
+        if built and not in_forward:
             module.add(
                 "no_kernel",
                 module.tree,
-                "no function of the extension is called by the module (ext.my_forward(x))",
+                "no function of the extension is called by the module's forward "
+                "(ext.my_forward(x), self.ext.my_forward(x))",
             )
 
     def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
-        """A call of the extension's functions (``ext.fn(x)``) is the kernel: none of the
-        PyTorch rules apply to its name."""
-        func = node.func
-        if not isinstance(func, ast.Attribute):
-            return False
-        handles = _handles(module.tree, [])
-        return _handle(func.value) in handles
+        """A call of the extension's functions (``ext.fn(x)``, ``self.fn(x)``...) is the
+        kernel: none of the PyTorch rules apply to its name."""
+        return id(node) in self._uses(module).calls
+
+    def holds_kernel(self, module: CandidateModule, node: ast.AST) -> bool:
+        """A name or attribute bound to an extension or one of its functions."""
+        return id(node) in self._uses(module).holders
+
+    def _uses(self, module: CandidateModule) -> ExtensionUses:
+        """How the module uses its extensions (worked out once per module)."""
+        cached = self._last_uses
+        if cached is not None and cached[0] is module.tree:
+            return cached[1]
+        built, _ = extension_specs(module.tree, module.resolve)
+        uses = extension_uses(module.tree, built)
+        self._last_uses = (module.tree, uses)
+        return uses
 
     def use_prebuilt(self, directory: str) -> None:
         self.prebuilt = directory
@@ -150,7 +160,7 @@ class _Extension:
             raise ImportError(f"cannot load the built extension {library}")
         module = importlib.util.module_from_spec(found)
         found.loader.exec_module(module)
-        for function in spec.functions:
+        for function in spec.exposed():
             setattr(self, function, _counted(getattr(module, function), launches))
 
 
@@ -172,34 +182,6 @@ def _load_manifest(directory: str) -> dict[ExtensionSpec, str]:
         ExtensionSpec.from_json(entry["spec"]): str(path.parent / entry["library"])
         for entry in entries
     }
-
-
-def _handle(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
-    return None
-
-
-def _handles(tree: ast.Module, calls: list[ast.Call]) -> set[str]:
-    """The names (``ext``, ``self.ext``) the module binds to what ``load_inline`` returns,
-    and to nothing else anywhere (``calls``: the load_inline calls; empty: any call of a
-    ``load_inline`` name)."""
-    ids = {id(c) for c in calls}
-    found: set[str] = set()
-    bindings: dict[str, int] = {}
-    for node in ast.walk(tree):
-        stored = isinstance(node, ast.Name | ast.Attribute) and not isinstance(node.ctx, ast.Load)
-        if stored and (bound := _handle(node)) is not None:
-            bindings[bound] = bindings.get(bound, 0) + 1
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-            continue
-        func = node.value.func
-        named = getattr(func, "attr", getattr(func, "id", ""))
-        if id(node.value) in ids or (not ids and named == "load_inline"):
-            found.update(h for t in node.targets if (h := _handle(t)))
-    return {h for h in found if bindings.get(h) == 1}
 
 
 CPP = CppBackend()

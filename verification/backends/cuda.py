@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from kernelflow.verification.backends.base import CandidateModule
 from kernelflow.verification.backends.cpp import ExtensionBackend
+from kernelflow.verification.backends.cpp_rules import blank
 from kernelflow.verification.backends.extension import extension_specs
 
 __all__ = ["CUDA", "CudaBackend"]
@@ -28,7 +29,38 @@ DSL_NOTES = """\
 - The ATen ops themselves (`at::gelu`, `x.sum()`, `torch::matmul`) may not do the work; no `static` or `__device__` global state.
 """  # noqa: E501  (prompt text: one bullet a line)
 
-_GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
+# A kernel's definition: __global__, qualifiers and __launch_bounds__ in any order, its name.
+_GLOBAL_KERNEL = re.compile(
+    r"\b__global__\s+(?:(?:static|inline|__forceinline__|__noinline__|extern\s*\"C\""
+    r"|__launch_bounds__\s*\([^)]*\))\s*)*void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)"
+)
+# Template arguments, one level of nesting deep: <scalar_t>, <float, 4>, <T, Op<T>>.
+_TEMPLATE = r"<(?:[^<>;{}()]|<[^<>;{}()]*>)*>"
+_LAUNCH = r"\s*(?:" + _TEMPLATE + r")?\s*<<<"
+# The runtime's launch calls, which name the kernel among their first arguments.
+_LAUNCH_API = re.compile(r"\bcuda(?:LaunchKernel|LaunchCooperativeKernel|LaunchKernelEx)\b")
+_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)", re.M)
+
+
+def launched_kernels(source: str, kernels: list[str]) -> set[str]:
+    """Those of ``kernels`` that ``source`` launches: ``k<<<...>>>``, ``k<T><<<...>>>``,
+    ``cudaLaunchKernel((void*)k, ...)``, or through a macro whose body launches one of
+    its parameters (``LAUNCH(k)`` with ``#define LAUNCH(K) K<<<grid, block>>>(...)``)."""
+    launched = {k for k in kernels if re.search(rf"\b{re.escape(k)}{_LAUNCH}", source)}
+    for call in _LAUNCH_API.finditer(source):
+        arguments = source[call.end() : call.end() + 300].split(";")[0]
+        launched |= {k for k in kernels if re.search(rf"\b{re.escape(k)}\b", arguments)}
+    for macro in _MACRO.finditer(source):
+        params = [p.strip() for p in macro.group(2).split(",")]
+        body = macro.group(3)
+        launching = [i for i, p in enumerate(params) if p and re.search(rf"\b{p}{_LAUNCH}", body)]
+        if launching or any(re.search(rf"\b{re.escape(k)}{_LAUNCH}", body) for k in kernels):
+            for use in re.finditer(rf"\b{macro.group(1)}\s*\(([^;]*)\)", source[macro.end() :]):
+                given = [a.strip() for a in use.group(1).split(",")]
+                for index in launching:
+                    if index < len(given):
+                        launched |= {k for k in kernels if re.match(rf"{k}\b", given[index])}
+    return launched
 
 
 class CudaBackend(ExtensionBackend):
@@ -52,10 +84,10 @@ class CudaBackend(ExtensionBackend):
         super().check_kernels(module)
         built, _ = extension_specs(module.tree, module.resolve)
         cuda = "\n".join(source for _, spec in built for source in spec.cuda_sources)
-        kernels = _GLOBAL_KERNEL.findall(cuda)
+        kernels = _GLOBAL_KERNEL.findall(blank(cuda))
         if built and not kernels:
             module.add("no_kernel", module.tree, "no `__global__` kernel in the CUDA sources")
-        elif built and not any(re.search(rf"\b{k}\s*<<<", cuda) for k in kernels):
+        elif built and not launched_kernels(blank(cuda), kernels):
             module.add(
                 "no_kernel", module.tree, "no `__global__` kernel is launched (kernel<<<...>>>)"
             )

@@ -3,9 +3,12 @@ read from its source without running it: what to compile (``ExtensionSpec``), so
 verifier compiles it itself, in a sandbox of its own with a time limit of its own, caches
 the result, and hands the candidate's process the built library.
 
-A candidate may only give ``load_inline`` what can be read here: literals, and module
-names bound once to literals (``cpp_source = r'''...'''``), joined with ``+``. What
-cannot be read is refused, since the verifier must check the very code it compiles.
+A candidate may only give ``load_inline`` what can be read here (:mod:`.extension_values`:
+literals, names bound once to them, text formatted from them) and flags that tune the
+build of that code (:mod:`.extension_flags`). What cannot be read is refused, since the
+verifier must check the very code it compiles. The functions an extension exposes are
+those ``functions=`` names, or, without it, those its sources bind themselves in
+``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("name", ...); }``.
 
 Imported inside sandboxes: stdlib only.
 """
@@ -20,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kernelflow.verification.backends.base import dotted_name, import_bindings
+from kernelflow.verification.backends.extension_flags import normalized_flags, refused_flag
+from kernelflow.verification.backends.extension_values import UNREADABLE, call_scopes
 
 __all__ = [
     "LOAD_INLINE",
@@ -46,17 +51,8 @@ PARAMETERS = (
     "verbose",
     "with_cuda",
 )
-GIVEN_BY_CANDIDATE = frozenset(PARAMETERS) - {"extra_include_paths", "build_directory"}
-# Compiler and linker flags a candidate may pass: optimisation, target features, OpenMP,
-# warnings, macros. Not include or library paths, response files or plugins (they read
-# the host's files).
-_FLAG = re.compile(
-    r"^(-O[0-3s]|-Ofast|-march=[\w.-]+|-mtune=[\w.-]+|-m(no-)?[a-z0-9.-]+|-f(no-)?[a-z0-9-]+"
-    r"(=[\w.-]+)?|-W[\w=,-]*|-std=(c|gnu)\+\+\d\d|-D\w+(=[\w.]*)?|-U\w+|-g0|-fopenmp|-lgomp"
-    r"|-lm|-pthread|--use_fast_math|-use_fast_math|-arch=[\w.]+|-gencode=[\w.,=]+|-lineinfo"
-    r"|-Xptxas=[\w,=-]+|--expt-relaxed-constexpr|--expt-extended-lambda|-res-usage)$"
-)
-_REFUSED_F = ("-fplugin", "-fprofile", "-fdump", "-fsave", "-fcoverage")
+_VERIFIERS = frozenset({"extra_include_paths", "build_directory"})
+GIVEN_BY_CANDIDATE = frozenset(PARAMETERS) - _VERIFIERS
 Resolve = Callable[[ast.AST], "str | None"]
 
 
@@ -81,6 +77,13 @@ class ExtensionSpec:
         """The name it is built and imported under (the candidate's own name may repeat
         across candidates; this one is its content's)."""
         return "kf_ext_" + self.key(toolchain)[:20]
+
+    def exposed(self) -> tuple[str, ...]:
+        """The functions the built module exposes: ``functions``, or those the sources
+        bind in their own ``PYBIND11_MODULE`` block."""
+        if self.functions:
+            return self.functions
+        return tuple(dict.fromkeys(own_bindings("\n".join(self.cpp_sources + self.cuda_sources))))
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -118,10 +121,38 @@ def spec_from_call(arguments: dict[str, object]) -> ExtensionSpec:
         cpp_sources=strings(arguments.get("cpp_sources")),
         cuda_sources=strings(arguments.get("cuda_sources")),
         functions=strings(arguments.get("functions")),
-        extra_cflags=strings(arguments.get("extra_cflags")),
-        extra_cuda_cflags=strings(arguments.get("extra_cuda_cflags")),
-        extra_ldflags=strings(arguments.get("extra_ldflags")),
+        extra_cflags=normalized_flags(strings(arguments.get("extra_cflags"))),
+        extra_cuda_cflags=normalized_flags(strings(arguments.get("extra_cuda_cflags"))),
+        extra_ldflags=normalized_flags(strings(arguments.get("extra_ldflags"))),
     )
+
+
+def own_bindings(source: str) -> list[str]:
+    """The names a source binds in its own ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``
+    block (``m.def("forward", &forward)``), in order."""
+    names: list[str] = []
+    for block in re.finditer(
+        r"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\s*,\s*(\w+)\s*\)", source
+    ):
+        handle = re.escape(block.group(1))
+        body = source[block.end() : _block_end(source, block.end())]
+        names += re.findall(rf"\b{handle}\s*\.\s*def\s*\(\s*\"(\w+)\"", body)
+    return names
+
+
+def _block_end(source: str, start: int) -> int:
+    """Where the brace block opening after ``start`` closes (the end if it never does)."""
+    depth = 0
+    for index in range(source.find("{", start), len(source)):
+        if index < 0:
+            break
+        if source[index] == "{":
+            depth += 1
+        elif source[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return len(source)
 
 
 def extension_specs(
@@ -129,7 +160,7 @@ def extension_specs(
 ) -> tuple[list[tuple[ast.Call, ExtensionSpec]], list[tuple[ast.AST, str]]]:
     """Every ``load_inline`` call of the module with its spec, and the problems of those
     whose arguments cannot be read from the source (node, what is wrong)."""
-    constants = _module_strings(tree)
+    scopes = call_scopes(tree)
     found: list[tuple[ast.Call, ExtensionSpec]] = []
     problems: list[tuple[ast.AST, str]] = []
     for node in ast.walk(tree):
@@ -142,19 +173,23 @@ def extension_specs(
             *((k.arg, k.value) for k in node.keywords),
         ]
         for name, value in named:
+            nothing = isinstance(value, ast.Constant) and value.value is None
+            if name in _VERIFIERS and (nothing or (isinstance(value, ast.List) and not value.elts)):
+                continue  # extra_include_paths=[], build_directory=None: nothing asked
             if name is None or name not in GIVEN_BY_CANDIDATE:
                 problems.append(
                     (value, f"load_inline({name or '**'}=...) is the verifier's to choose")
                 )
                 readable = False
                 continue
-            read = _literal(value, constants)
-            if read is _UNREADABLE:
+            read = scopes[id(node)].read(value)
+            if read is UNREADABLE or not _strings(read):
                 problems.append(
                     (
                         value,
-                        f"load_inline's {name} must be a literal or a module-level string "
-                        "(the verifier compiles exactly what it reads)",
+                        f"load_inline's {name} must be spelled out in the module: literals, "
+                        "names bound once to them, text formatted from them (the verifier "
+                        "compiles exactly what it reads)",
                     )
                 )
                 readable = False
@@ -163,24 +198,36 @@ def extension_specs(
         if not readable:
             continue
         spec = spec_from_call(given)
-        flags = [*spec.extra_cflags, *spec.extra_cuda_cflags, *spec.extra_ldflags]
-        bad = [f for f in flags if not _FLAG.match(f) or f.startswith(_REFUSED_F)]
-        if bad:
+        bad = refused_flag(spec.extra_cflags + spec.extra_cuda_cflags + spec.extra_ldflags)
+        if bad is not None:
             problems.append(
                 (
                     node,
-                    f"compiler flag {bad[0]!r} is not allowed (optimisation, "
-                    "target, OpenMP, warning and macro flags are)",
+                    f"compiler flag {bad!r} is not allowed (optimisation, target, OpenMP, "
+                    "warning and macro flags, nvcc's and ptxas's own, the toolchain's "
+                    "libraries are; no paths or files)",
                 )
             )
-            continue
-        if not spec.name or not (spec.cpp_sources or spec.cuda_sources) or not spec.functions:
+        if not spec.name or not (spec.cpp_sources or spec.cuda_sources):
+            problems.append((node, "load_inline needs a name and the sources to build"))
+        elif not spec.exposed():
             problems.append(
-                (node, "load_inline needs a name, the sources and the functions to bind")
+                (
+                    node,
+                    "load_inline builds no function to call: name them in functions=[...] "
+                    "or bind them in the sources' PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)",
+                )
             )
-            continue
         found.append((node, spec))
     return found, problems
+
+
+def _strings(value: object) -> bool:
+    """Whether ``value`` is what load_inline's parameters take: a string, a list of them,
+    a flag (True/False/None)."""
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, str | bool | type(None))
 
 
 def module_resolver(tree: ast.Module) -> Resolve:
@@ -213,56 +260,7 @@ def wanted_extensions(source: str) -> list[ExtensionSpec]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    found, _ = extension_specs(tree, module_resolver(tree))
+    found, problems = extension_specs(tree, module_resolver(tree))
+    if problems:
+        return []
     return list(dict.fromkeys(spec for _, spec in found))
-
-
-class _Unreadable:
-    pass
-
-
-_UNREADABLE = _Unreadable()
-
-
-def _module_strings(tree: ast.Module) -> dict[str, str]:
-    """Module-level names bound exactly once, to a string the source spells out."""
-    bound: dict[str, list[ast.AST]] = {}
-    for node in ast.walk(tree):
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.NamedExpr):
-            targets = [node.target]
-        for target in targets:
-            for name in ast.walk(target):
-                if isinstance(name, ast.Name):
-                    bound.setdefault(name.id, []).append(node)
-    strings: dict[str, str] = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        target = node.targets[0]
-        if isinstance(target, ast.Name) and len(bound.get(target.id, [])) == 1:
-            value = _literal(node.value, strings)
-            if isinstance(value, str):
-                strings[target.id] = value
-    return strings
-
-
-def _literal(node: ast.AST, constants: dict[str, str]) -> object:
-    """The value ``node`` spells out: a constant, a name of ``constants``, ``+`` of
-    strings, a list or tuple of those; else ``_UNREADABLE``."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str | bool | type(None)):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in constants:
-        return constants[node.id]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _literal(node.left, constants), _literal(node.right, constants)
-        if isinstance(left, str) and isinstance(right, str):
-            return left + right
-        return _UNREADABLE
-    if isinstance(node, ast.List | ast.Tuple):
-        items = [_literal(item, constants) for item in node.elts]
-        if all(isinstance(item, str) for item in items):
-            return items
-    return _UNREADABLE

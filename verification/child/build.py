@@ -47,7 +47,7 @@ def build_extensions(workdir: Path, extensions: list[dict[str, Any]]) -> list[st
                 name=module,
                 cpp_sources=list(spec.cpp_sources),
                 cuda_sources=list(spec.cuda_sources) or None,
-                functions=list(spec.functions),
+                functions=list(spec.functions) or None,  # None: the sources bind their own
                 extra_cflags=list(spec.extra_cflags),
                 extra_cuda_cflags=list(spec.extra_cuda_cflags),
                 extra_ldflags=list(spec.extra_ldflags),

@@ -1,12 +1,13 @@
 """What timing needs of the device, the same in the judge's process and the candidate's:
-the threads both compute with, inputs no call finds cached, a device-wide sync after
-each call.
+the threads both compute with and the cores they run on, inputs no call finds cached, a
+device-wide sync after each call.
 
 Child side: stdlib at module level; torch is imported where it is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from kernelflow.verification.child.loading import clone, flatten
 
-__all__ = ["cold_copies", "last_level_cache_bytes", "set_threads", "synchronize"]
+__all__ = ["cold_copies", "last_level_cache_bytes", "pin_cores", "set_threads", "synchronize"]
 
 GPU_COLD_BYTES = 256 * 1024 * 1024  # above any GPU's L2
 MAX_COPIES = 1024
@@ -30,6 +31,21 @@ def set_threads(threads: int) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def pin_cores(cores: list[int]) -> None:
+    """Run every thread of this process (and those it starts later) on ``cores`` only: the
+    verifier's core set, the same for the judge and the candidate's process. Nothing to
+    do for an empty list, or where the machine refuses (not Linux, cores gone)."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # a thread that just ended; a core not ours
+            os.sched_setaffinity(tid, cores)
 
 
 def last_level_cache_bytes() -> int:

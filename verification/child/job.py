@@ -1,9 +1,10 @@
 """One verification job, phase by phase, in the judge's process: fork the candidate's
 process first (:mod:`.remote`), confine this one, load the task, have the candidate's
 process load the candidate and start the backend's runtime, let the judge run the trials
-(:mod:`.judge`), time the candidate where its kernels are timed (:mod:`.timing`), and
-hand the result to the parent. A build job (``job["build"]``) only has the candidate's
-process compile its C++/CUDA extensions (:mod:`.build`).
+(:mod:`.judge`), time the candidate where its kernels are timed (:mod:`.timing`, in one
+of the node's timing slots: :mod:`.slot`), and hand the result to the parent. A build
+job (``job["build"]``) only has the candidate's process compile its C++/CUDA extensions
+(:mod:`.build`).
 
 The job is ``WORKDIR/job.json`` (written by :mod:`kernelflow.verification.engine`);
 the candidate's files are in ``WORKDIR/candidate/``. The result, the fields of
@@ -26,7 +27,7 @@ from typing import Any
 from kernelflow.sandbox import confine_judge
 from kernelflow.sandbox.limits import libc
 from kernelflow.verification.child.compare import compare_outputs, tolerances_of
-from kernelflow.verification.child.device import set_threads
+from kernelflow.verification.child.device import pin_cores, set_threads
 from kernelflow.verification.child.environment import environment
 from kernelflow.verification.child.judge import (
     Checks,
@@ -52,8 +53,9 @@ from kernelflow.verification.child.report import (
     internal_error,
     write_result,
 )
+from kernelflow.verification.child.slot import TimingSlot
 from kernelflow.verification.child.taskload import load_task
-from kernelflow.verification.child.timing import timing_report
+from kernelflow.verification.child.timing import speedup_conclusive, timing_report
 
 __all__ = ["execute", "run_job"]
 
@@ -64,13 +66,18 @@ def execute(workdir: Path, result_fd: int) -> None:
     """Run the job of ``workdir`` in this (not yet confined) process and write its result
     on ``result_fd``; never returns."""
     started = time.perf_counter()
+    began = time.monotonic()
     me = os.getpid()
     job: dict[str, Any] = {}
     candidate: RemoteCandidate | None = None
+    slot = TimingSlot([])
     try:
         job = json.loads((workdir / "job.json").read_text())
         # A job that checks only the task's reference starts no candidate process.
         candidate = None if job.get("reference_only") else start_candidate(workdir, job)
+        # Opened after the candidate's fork (it never holds them), before the judge's view
+        # of the file system may hide their dir.
+        slot = TimingSlot.open(job, began)
         confine_judge(
             workdir,
             fs_isolation=bool(job.get("fs_isolation")),
@@ -79,12 +86,13 @@ def execute(workdir: Path, result_fd: int) -> None:
         )
         # Not traceable, its memory not readable, by a process of the same user.
         libc().prctl(PR_SET_DUMPABLE, 0)
-        result = run_job(workdir, job, candidate)
+        result = run_job(workdir, job, candidate, slot)
     except BaseException as exc:  # a bug here must still produce a readable verdict
         result = internal_error(exc, workdir, str(job.get("device") or ""))
     finally:
         if candidate is not None and os.getpid() == me:
             candidate.close()
+        slot.close()
     if os.getpid() != me:  # never the candidate's process, but be sure: only the judge reports
         os._exit(0)
     result["duration_s"] = time.perf_counter() - started
@@ -98,10 +106,14 @@ def execute(workdir: Path, result_fd: int) -> None:
 
 
 def run_job(
-    workdir: Path, job: dict[str, Any], candidate: RemoteCandidate | None
+    workdir: Path,
+    job: dict[str, Any],
+    candidate: RemoteCandidate | None,
+    slot: TimingSlot | None = None,
 ) -> dict[str, Any]:
     """The job's result (a dict of ``VerificationReport`` fields); without a candidate,
-    whether the task's reference runs on every shape set (``task_error`` if it cannot)."""
+    whether the task's reference runs on every shape set (``task_error`` if it cannot).
+    ``slot``: the node's timing slot the timing waits for (none: it waits for none)."""
     import torch
 
     if job.get("build"):
@@ -111,7 +123,9 @@ def run_job(
         except Verdict as verdict:
             return verdict.result
     checks = Checks.from_job(job)
-    # The reference computes with the threads the candidate's process is given.
+    # The reference computes with the threads the candidate's process is given, on the
+    # same cores.
+    pin_cores([int(c) for c in job.get("cores") or []])
     set_threads(int(job.get("threads") or 0))
     reports = Reports(checks.device, environment(checks.device, str(job.get("backend") or "")))
     if checks.device == "cuda":
@@ -143,7 +157,7 @@ def run_job(
         return verdict.result
     if candidate is None:
         return reports.reference_runs(judged.shapes, notes)
-    speedup, timing = time_candidate(candidate, judged, job, notes, wd)
+    speedup, timing = time_candidate(candidate, judged, job, notes, wd, slot)
     return reports.passed(
         trials=judged.trials,
         shapes=judged.shapes,
@@ -199,6 +213,7 @@ def load_candidate(
             name,
             list(job.get("warned_rules") or []),
             int(job.get("threads") or 0),
+            [int(c) for c in job.get("cores") or []],
         )
     except Unsupported as exc:  # the backend's runtime, or the sandbox, cannot run here
         msg = str(exc)
@@ -223,10 +238,12 @@ def time_candidate(
     job: dict[str, Any],
     notes: list[str],
     workdir: str,
+    slot: TimingSlot | None = None,
 ) -> tuple[float | None, dict[str, Any] | None]:
     """Speedup and timing details when the job asks for them (the parent asks where the
-    backend's kernels are timed: interpreted Triton on the CPU has no timing meaning). A
-    failed timing is a note."""
+    backend's kernels are timed: interpreted Triton on the CPU has no timing meaning),
+    the details with whether the speedup is conclusive (``conclusive``). A failed timing
+    is a note."""
     if not job.get("timing"):
         return None, None
     try:
@@ -239,10 +256,13 @@ def time_candidate(
             job,
             lambda outputs: compare_outputs(judged.expected, outputs, tolerances),
             notes,
+            slot,
         )
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         notes.append("timing failed: " + " | ".join(format_exception(exc, workdir)[-3:]))
         return None, None
-    return finite(speedup), timing
+    speedup = finite(speedup)
+    timing["conclusive"] = None if speedup is None else speedup_conclusive(timing["speedup_ci95"])
+    return speedup, timing

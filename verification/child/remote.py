@@ -111,10 +111,12 @@ class RemoteCandidate:
         name: str,
         warned_rules: list[str] | None = None,
         threads: int = 0,
+        cores: list[int] | None = None,
     ) -> bool:
         """Import the candidate module; whether it defines ``ModelNew``. ``warned_rules``:
         the guards' rules whose findings the policy records instead of refusing;
-        ``threads``: how many threads it computes with (0: the default)."""
+        ``threads``: how many threads it computes with (0: the default); ``cores``: the
+        cores it runs on (the judge's; none: wherever it may)."""
         reply, _ = self._ask(
             {
                 "op": "load",
@@ -124,6 +126,7 @@ class RemoteCandidate:
                 "name": name,
                 "warned_rules": list(warned_rules or []),
                 "threads": threads,
+                "cores": list(cores or []),
             },
             [],
         )
@@ -164,6 +167,12 @@ class RemoteCandidate:
     def time(self, reps: int) -> None:
         """``reps`` calls on the staged inputs (the caller times the request)."""
         self._ask({"op": "time", "reps": reps}, [])
+
+    def ping(self) -> None:
+        """A request that does nothing: the round trip a timed batch's request costs
+        (waking the candidate's process, and this one when it answers), for the
+        baseline's batches to carry too."""
+        self._ask({"op": "ping"}, [])
 
     def timed_outputs(self, device: str, expected_bytes: int) -> Answer:
         """The outputs of the last timed call."""

@@ -15,6 +15,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelflow.verification.child.speedup import speedup_words
+
 __all__ = [
     "WROTE_OUTSIDE",
     "Reports",
@@ -133,8 +135,11 @@ class Reports:
         summary = f"all {trials} trial(s) match the reference (max abs err {fmt(max_abs)})"
         if len(shapes) > 1:
             summary += f" on {len(shapes)} shape sets"
+        timing = dict(timing) if timing is not None else None
+        conclusive = timing.pop("conclusive", None) if timing is not None else None
         if speedup is not None:
-            summary += f"; speedup {speedup:.2f}x"
+            interval = (timing or {}).get("speedup_ci95")
+            summary += f"; speedup {speedup_words(speedup, interval, conclusive)}"
         return {
             **self.base,
             "verdict": "pass",
@@ -145,6 +150,7 @@ class Reports:
             "max_rel_err": finite(max_rel),
             "trials": trials,
             "speedup": speedup,
+            "speedup_conclusive": conclusive if speedup is not None else None,
             "timing": timing,
             "shapes": shapes,
             "warnings": warnings,

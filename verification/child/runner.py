@@ -26,7 +26,12 @@ from kernelflow.verification.child.channel import (
     decode_value,
     encode_value,
 )
-from kernelflow.verification.child.device import cold_copies, set_threads, synchronize
+from kernelflow.verification.child.device import (
+    cold_copies,
+    pin_cores,
+    set_threads,
+    synchronize,
+)
 from kernelflow.verification.child.guards import (
     LAUNCHES,
     LastOutputs,
@@ -67,6 +72,8 @@ class _Runner:
             return {"unsupported": self.refusal}
         self.device = str(request["device"])
         dsl = backend(str(request["backend"]))
+        # The judge's cores and threads: before any pool starts, so its threads inherit them.
+        pin_cores([int(c) for c in request.get("cores") or []])
         set_threads(int(request.get("threads") or 0))
         try:
             dsl.use_prebuilt(str(self.workdir))
@@ -180,6 +187,8 @@ class _Runner:
                 reply = self.stage(header, blobs)
             elif op == "time":
                 reply = self.time(header)
+            elif op == "ping":
+                reply = {}
             elif op == "timed_outputs":
                 reply, out_blobs = self.timed_outputs()
             else:

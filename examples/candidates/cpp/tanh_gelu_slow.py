@@ -1,6 +1,8 @@
 """A correct but deliberately slow C++ kernel for examples/kernelbench/level1/12_tanh_gelu.py:
 one thread, double precision with std::pow and std::tanh, and the matrix walked column by
-column (every read a cache miss)."""
+column (every read a cache miss). Written as KernelBench's models write extensions: the
+source binds its function itself (``PYBIND11_MODULE``, no ``functions=``), the template's
+empty flags, the extension kept on ``self``."""
 
 import torch
 import torch.nn as nn
@@ -26,19 +28,25 @@ torch::Tensor tanh_gelu(torch::Tensor x) {
     }
     return output;
 }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("tanh_gelu", &tanh_gelu, "tanh GELU, slowly");
+}
 """
 
 gelu = load_inline(
     name="tanh_gelu_slow",
     cpp_sources=SOURCE,
-    functions=["tanh_gelu"],
-    extra_cflags=["-O0"],
+    extra_cflags=["-O0", ""],
+    extra_ldflags=[""],
+    verbose=True,
 )
 
 
 class ModelNew(nn.Module):
     def __init__(self) -> None:
         super().__init__()
+        self.gelu = gelu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return gelu.tanh_gelu(x)
+        return self.gelu.tanh_gelu(x)
