@@ -296,6 +296,7 @@ class Conductor(Worker):
             files=command.files,
             rewards=command.rewards,
             prior_kernels=command.prior_kernels,
+            verify_limits=command.verify_limits,
         )
         size, limit = len(encode(submitted)), self.bridge.nc.max_payload - _HEADROOM_BYTES
         if size > limit:  # the server would refuse to record it, on every delivery

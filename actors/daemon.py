@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
@@ -39,6 +39,8 @@ from nats.js import api
 from kernelflow.actors.agents import LLMAgent
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor, advance_on_loop, settled
+from kernelflow.actors.devices import cpu_verifiers, gpu_verifiers
+from kernelflow.actors.extension_store import ensure_extension_bucket
 from kernelflow.actors.verifier import Verifier, WarmUps
 from kernelflow.actors.worker import Delivery, Job, Settlement, Source, task_of
 from kernelflow.events import subjects
@@ -87,8 +89,13 @@ class DaemonConfig:
     stop_timeout_s: float = 30.0
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     # CUDA devices (indices or UUIDs) the verifier pool owns: one verifier actor per
-    # device, each checking on its own device only. Empty: one pool as sized above.
+    # device, each checking on its own device only (``--devices 0,1``, ``all``). Empty:
+    # one pool as sized above.
     gpus: tuple[str, ...] = ()
+    # CPU verifiers, each pinned to a disjoint set of ``cores`` (``--devices cpu:N``;
+    # None: the cores this process may use); 0: the pool as sized above, unpinned.
+    cpu_verifiers: int = 0
+    cores: tuple[int, ...] | None = None
     # Called on the bridge loop with the role as each job is taken up: a command
     # that runs its own daemon (``kernelflow run``) says through it what else it works on.
     on_job: Callable[[str, Job], None] | None = None
@@ -96,13 +103,18 @@ class DaemonConfig:
     def pool_size(self, role: str) -> int:
         if role == VERIFIER and self.gpus:
             return len(self.gpus)
+        if role == VERIFIER and self.cpu_verifiers:
+            return self.cpu_verifiers
         return self.pool_sizes.get(role, _DEFAULT_POOLS.get(role, self.default_pool_size))
 
     def verifier_configs(self) -> list[VerifierConfig]:
-        """One configuration per verifier actor: with ``gpus``, each owns its device."""
-        if not self.gpus:
-            return [self.verifier] * self.pool_size(VERIFIER)
-        return [replace(self.verifier, gpu=g, device="cuda") for g in self.gpus]
+        """One configuration per verifier actor: with ``gpus``, each owns its device; with
+        ``cpu_verifiers``, its cores (ValueError: more verifiers than cores)."""
+        if self.gpus:
+            return gpu_verifiers(self.verifier, self.gpus)
+        if self.cpu_verifiers:
+            return cpu_verifiers(self.verifier, self.cpu_verifiers, self.cores)
+        return [self.verifier] * self.pool_size(VERIFIER)
 
 
 @dataclass(frozen=True)
@@ -204,6 +216,7 @@ class Daemon:
                 len(removed),
                 os.path.dirname(removed[0]),
             )
+        self._ensure_extension_bucket()
         for feed in self._feeds():
             actors = self._actors(feed.role)
             room = _LOOP_ROOM if feed.decided_on_loop else 0
@@ -214,6 +227,28 @@ class Daemon:
             ", ".join(f"{name} x{len(p.actors)}" for name, p in self._pools.items()),
         )
         return self
+
+    def _ensure_extension_bucket(self) -> None:
+        """The verifiers' shared extension store, made with the streams' replicas where
+        this daemon's key may (the daemon role; a verifier's may not, and uses it once
+        there). Before any verifier starts, and before the daemon says it started."""
+        replicas = self.bridge.streams.replicas
+        try:
+            jetstream = self.bridge.log.jetstream
+            if self.bridge.call(ensure_extension_bucket(jetstream, replicas), timeout=15):
+                log.info(
+                    "created the shared extension store %s (%d replica(s))",
+                    subjects.EXTENSIONS_BUCKET,
+                    replicas,
+                )
+        except Exception as exc:
+            log.info(
+                "the shared extension store %s is not there and was not created (%s): this "
+                "daemon's verifiers build what its node lacks until a daemon with the "
+                "daemon key creates it",
+                subjects.EXTENSIONS_BUCKET,
+                str(exc) or type(exc).__name__,
+            )
 
     def _feeds(self) -> list[_Feed]:
         """The durable consumers this daemon reads. Each gets its own actor pool, so a

@@ -5,9 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.devices import device_label
+from kernelflow.actors.extension_store import with_shared_extensions
 from kernelflow.actors.worker import (
     DispatchWorker,
     Job,
@@ -23,6 +26,7 @@ from kernelflow.events.model import (
     OutputParsed,
     VerificationCompleted,
     VerificationReport,
+    VerifyLimits,
 )
 from kernelflow.projections.task_state import Dispatch, TaskState
 from kernelflow.verification.engine import (
@@ -52,7 +56,8 @@ def candidate_code(state: TaskState, d: Dispatch) -> str | None:
 
 class WarmUps:
     """How far each verifier of a daemon got readying its sandbox, by the device it owns
-    ("any" without ``--gpus``): what ``kernelflow health`` shows. Safe from any thread."""
+    (``device_label``: "any" without ``--devices``): what ``kernelflow health`` shows.
+    Safe from any thread."""
 
     WARMING, READY, FAILED = "warming up", "ready", "failed"
 
@@ -68,7 +73,7 @@ class WarmUps:
             entry: dict[str, Any] = {"state": state, "detail": detail}
             if state == self.READY:
                 entry["backends"] = list(backends)
-            self._states[config.gpu or "any"] = entry
+            self._states[device_label(config)] = entry
 
     def describe(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -82,7 +87,8 @@ class Verifier(DispatchWorker):
         self, bridge: Bridge, config: VerifierConfig, warm_ups: WarmUps | None = None
     ) -> None:
         super().__init__(bridge)
-        self.config = config
+        # Its checks share compiled extensions with the cluster's other verifiers.
+        self.config = with_shared_extensions(bridge, config)
         self.warm_ups = warm_ups or WarmUps()
         self.warm_ups.record(config, WarmUps.WARMING)  # from now until on_start is done
 
@@ -101,7 +107,11 @@ class Verifier(DispatchWorker):
             if report is None:  # a conflict does not make the check worth running again
                 submitted = state.submitted
                 report = self.check(
-                    submitted.task_source, code, submitted.backend, submitted.policy
+                    submitted.task_source,
+                    code,
+                    submitted.backend,
+                    submitted.policy,
+                    submitted.verify_limits,
                 )
             event = VerificationCompleted(
                 task_id=state.task_id,
@@ -137,8 +147,14 @@ class Verifier(DispatchWorker):
         self.log.info("verifier warm-up done in %.1fs: %s", time.monotonic() - started, readied)
 
     def check(
-        self, task_source: str, code: str | None, backend: str, policy: str = DEFAULT_POLICY
+        self,
+        task_source: str,
+        code: str | None,
+        backend: str,
+        policy: str = DEFAULT_POLICY,
+        limits: VerifyLimits | None = None,
     ) -> VerificationReport:
+        """``limits``: the task's trials and time limit, where it asks for its own."""
         if code is None:
             return VerificationReport(
                 verdict="compile_error",
@@ -150,4 +166,12 @@ class Verifier(DispatchWorker):
                 policy=policy,
             )
         self.log.info("verifying a %s candidate (%d bytes, policy %s)", backend, len(code), policy)
-        return verify(task_source, code, backend=backend, policy=policy, config=self.config)
+        config = self.config
+        if limits is not None:
+            config = replace(
+                config,
+                trials=limits.trials or config.trials,
+                timeout_s=limits.timeout_s or config.timeout_s,
+                timing=config.timing if limits.timing is None else limits.timing,
+            )
+        return verify(task_source, code, backend=backend, policy=policy, config=config)

@@ -66,6 +66,16 @@ class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     v: int = SCHEMA_VERSION
 
 
+class VerifyLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """What a task asks of its verifications instead of the verifier's defaults (a reward
+    request's ``trials`` and ``timeout_s``: kernelflow.rewards). Unset: the verifier's."""
+
+    trials: Annotated[int, msgspec.Meta(ge=1, le=20)] | None = None
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+    # False: not timed (a reward that does not read the speedup needs no timing).
+    timing: bool | None = None
+
+
 class PriorKernel(msgspec.Struct, frozen=True, kw_only=True):
     """A kernel an earlier task of a search wrote, shown to this task's coder: a ``parent``
     to improve, or an ``inspiration`` to learn from (``kernelflow.search``). Recorded with
@@ -120,6 +130,8 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     rewards: list[str] = []
     # Kernels of earlier tasks the coder builds on (a search's parents and inspirations).
     prior_kernels: list[PriorKernel] = []
+    # Trials and time limit of the task's verifications (None: the verifier's own).
+    verify_limits: VerifyLimits | None = None
 
 
 class CancelTask(Command, tag="cancel_task", frozen=True, kw_only=True):
@@ -296,6 +308,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     files: dict[str, str] = {}
     rewards: list[str] = []
     prior_kernels: list[PriorKernel] = []
+    verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):

@@ -3,6 +3,7 @@
 ``kf.ev.<task_id>.<kind>``                 most events
 ``kf.ev.<task_id>.agent_dispatched.<agent>`` work for one agent role (agents filter on it)
 ``kf.cmd.submit`` / ``kf.cmd.cancel``         commands from publishers (work-queue stream)
+``$O.KF_EXTENSIONS.>``                      the verifiers' shared extensions (an object store)
 
 Answers (to a command's ``KF-Reply``, a status query's or a ping's reply subject) go only
 to an inbox: see ``reply_refusal``.
@@ -14,6 +15,12 @@ from kernelflow.events.model import DECISION_TRIGGERS, AgentDispatched, Event
 
 EVENTS_STREAM = "KF_EVENTS"
 COMMANDS_STREAM = "KF_CMD"
+# The JetStream object store of the C++/CUDA extensions the verifiers of a cluster built,
+# shared so that a source is compiled once per cluster (docs/clusters.md, "Compiled
+# extensions, shared"): its bucket, the stream JetStream keeps it in, and its subjects.
+EXTENSIONS_BUCKET = "KF_EXTENSIONS"
+EXTENSIONS_STREAM = f"OBJ_{EXTENSIONS_BUCKET}"
+EXTENSIONS_SUBJECTS = f"$O.{EXTENSIONS_BUCKET}.>"
 
 EVENTS_ROOT = "kf.ev"
 ALL_EVENTS = f"{EVENTS_ROOT}.>"

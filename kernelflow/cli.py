@@ -39,6 +39,7 @@ from kernelflow.commands import (
     rollout,
     run,
     schema,
+    serve_rewards,
     tasks,
     ui,
     verify,
@@ -48,7 +49,7 @@ from kernelflow.commands.options import TLS_FLAGS, apply_agent_flags
 from kernelflow.common.suggest import did_you_mean
 from kernelflow.llm import EndpointUnreachable
 from kernelflow.nats_server import NatsServerError
-from kernelflow.settings import Settings, SettingsError, parse_gpus
+from kernelflow.settings import Settings, SettingsError, parse_devices
 from kernelflow.usage import (
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
@@ -80,6 +81,7 @@ COMMANDS = (
     creds,
     connection,
     ui,
+    serve_rewards,
 )
 
 
@@ -144,8 +146,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
             setattr(settings, attr, Path(getattr(args, attr)))
     if getattr(args, "llm", None):
         settings.llm = args.llm
-    if getattr(args, "gpus", None):
-        settings.gpus = parse_gpus(args.gpus, "--gpus")
+    devices, gpus = getattr(args, "devices", None), getattr(args, "gpus", None)
+    if devices and gpus:
+        raise UsageError("--devices and --gpus (its older name): give one")
+    if devices:
+        settings.devices = parse_devices(devices, "--devices")
+    elif gpus:
+        settings.devices = parse_devices(gpus, "--gpus")
     return settings
 
 

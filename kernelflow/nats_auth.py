@@ -11,7 +11,9 @@ Roles (docs/security.md has the tables, and what each entry is for):
   object store) and what a publisher does
   (``kernelflow run`` is both; ``log import`` appends too);
 - ``verifier``: a verifier-only daemon (``daemon --roles verifier --no-read-model``):
-  records verification results, and giving up on one, and nothing else.
+  records verification results, and giving up on one, and shares the extensions it
+  built (the object store ``KF_EXTENSIONS``, which only the daemon role creates); nothing
+  else.
 
 No role may delete, purge or change a stream, nor delete a consumer but the daemon. A
 user subscribes under ``_INBOX`` only to its own inbox (``_INBOX.<its public key>.>``,
@@ -98,6 +100,20 @@ _SNAPSHOTTING = (
     f"$JS.FC.*.*.{_SNAPSHOTS}.>",
 )
 
+# The verifiers' shared extensions (``subjects.EXTENSIONS_BUCKET``): an object store used
+# as the read model's is; putting an entry again (one found damaged, rebuilt) purges its
+# old chunks. Creating it is the daemon role's alone: a stream create names the stream's
+# subjects, and a stream of the verifier's making could capture others' messages.
+_EXTENSIONS = subjects.EXTENSIONS_STREAM
+_SHARING_EXTENSIONS = (
+    subjects.EXTENSIONS_SUBJECTS,
+    *(_api(verb, _EXTENSIONS) for verb in ("STREAM.INFO", "STREAM.PURGE", "STREAM.MSG.GET")),
+    _api("STREAM.NAMES"),
+    _api("CONSUMER.CREATE", _EXTENSIONS),
+    f"$JS.FC.{_EXTENSIONS}.>",
+    f"$JS.FC.*.*.{_EXTENSIONS}.>",
+)
+
 
 @dataclass(frozen=True)
 class Role:
@@ -143,6 +159,8 @@ ROLES = {
                 *_acks(_EVENTS),
                 *_acks(_COMMANDS),
                 *_SNAPSHOTTING,
+                *(s for s in _SHARING_EXTENSIONS if s not in _SNAPSHOTTING),
+                _api("STREAM.CREATE", _EXTENSIONS),
             ),
             subscribe=(*_WATCHING, QUERY_SUBJECT, HEALTH_SUBJECT),
         ),
@@ -157,6 +175,7 @@ ROLES = {
                 _api("CONSUMER.MSG.NEXT", _EVENTS, agent_durable(VERIFIER)),
                 *_acks(_EVENTS, agent_durable(VERIFIER)),
                 "_INBOX.>",  # answers to health pings
+                *_SHARING_EXTENSIONS,
             ),
             subscribe=(HEALTH_SUBJECT,),
         ),

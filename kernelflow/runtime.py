@@ -40,7 +40,8 @@ from kernelflow.llm import (
     make_provider,
 )
 from kernelflow.projections.task_state import TaskState, apply, fold
-from kernelflow.settings import Settings
+from kernelflow.sandbox import visible_gpus
+from kernelflow.settings import DeviceSpec, Settings
 from kernelflow.usage import EXIT_INTERRUPTED, UsageError, WaitTimeout
 from kernelflow.verification.engine import detect_device
 from kernelflow.workflows.model import VERIFIER
@@ -140,18 +141,62 @@ def start_daemon(
         )
     if llm is not None:
         reach_llm(bridge, llm, [r for r in roles if r != VERIFIER], must_answer=llm_must_answer)
+    verifier = settings.verifier_config()
+    gpus: tuple[str, ...] = ()
+    cpus = 0
+    if VERIFIER in roles and settings.devices is not None:
+        gpus, cpus = verifier_devices(settings.devices, pools.get(VERIFIER), verifier.python)
     config = DaemonConfig(
         roles=roles,
         pool_sizes=pools,
         ack_wait_s=settings.ack_wait_s,
         llm=llm,
-        verifier=settings.verifier_config(),
-        gpus=settings.gpus,
+        verifier=verifier,
+        gpus=gpus,
+        cpu_verifiers=cpus,
         on_job=on_job,
     )
-    if "verifier" in roles:
+    if VERIFIER in roles:
         warn_unseen_gpus(config)
+        try:
+            config.verifier_configs()
+        except ValueError as exc:  # more CPU verifiers than cores
+            raise UsageError(f"--devices {settings.devices}: {exc}") from None
     return Daemon(bridge, config).start()
+
+
+def verifier_devices(
+    devices: DeviceSpec,
+    pool: int | None,
+    python: str,
+    visible: Callable[[str], tuple[str, ...]] = visible_gpus,
+) -> tuple[tuple[str, ...], int]:
+    """The GPUs the verifiers own, one verifier each, and how many CPU verifiers there are
+    (each on cores of its own), for ``--devices`` (``pool``: ``--pool verifier=N``, if
+    given; ``visible``: the GPUs ``python`` sees here, asked only for ``all``). Said on
+    the log where ``all`` found no GPU."""
+    if devices.kind == "gpus":
+        return devices.gpus, 0
+    if devices.kind == "all":
+        gpus = visible(python)
+        if gpus:
+            if pool is not None:
+                log.warning(
+                    "--devices all: %d GPU(s) here, one verifier each; --pool verifier=%d "
+                    "sizes the CPU verifiers of nodes without a GPU, not these",
+                    len(gpus),
+                    pool,
+                )
+            log.info("--devices all: one verifier on each GPU here: %s", ", ".join(gpus))
+            return gpus, 0
+        count = pool or 1
+        log.info(
+            "--devices all: no GPU here: %d CPU verifier(s), each on cores of its own "
+            "(--pool verifier=N for more)",
+            count,
+        )
+        return (), count
+    return (), devices.cpus or pool or 1
 
 
 def reach_llm(
@@ -175,7 +220,7 @@ def warn_unseen_gpus(config: DaemonConfig) -> None:
     for gpu in config.gpus:
         if detect_device(config.verifier.python, gpu) != "cuda":
             log.warning(
-                "--gpus: CUDA device %s is not visible here; its verifier will report "
+                "--devices: CUDA device %s is not visible here; its verifier will report "
                 "every candidate as unsupported",
                 gpu,
             )

@@ -87,6 +87,46 @@ def parse_gpus(raw: str, source: str) -> tuple[str, ...]:
     return gpus
 
 
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What ``--devices`` (``KF_DEVICES``) asks the verifiers to own: ``kind`` "gpus"
+    (the CUDA devices ``gpus``, one verifier each), "all" (every GPU this node's torch
+    sees, one verifier each; on a node without one, as "cpu") or "cpu" (CPU verifiers,
+    each pinned to a disjoint set of the cores: ``cpus`` of them, or, None, as many as
+    ``--pool verifier=N`` says, 1 by default)."""
+
+    kind: str
+    gpus: tuple[str, ...] = ()
+    cpus: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "gpus":
+            return ",".join(self.gpus)
+        return self.kind if self.cpus is None else f"cpu:{self.cpus}"
+
+
+def parse_devices(raw: str, source: str) -> DeviceSpec:
+    """``all``, ``cpu``, ``cpu:N``, or a list of CUDA devices (``0,1``, UUIDs, as
+    ``CUDA_VISIBLE_DEVICES`` names them); ``source`` names where it came from, for the
+    error."""
+    text = raw.strip()
+    if text.lower() == "all":
+        return DeviceSpec("all")
+    if text.lower() == "cpu":
+        return DeviceSpec("cpu")
+    if text.lower().startswith("cpu:"):
+        count = text[4:].strip()
+        if not count.isdigit() or int(count) < 1:
+            raise SettingsError(f"{source}={raw!r}: expected cpu:N with N ≥ 1 CPU verifiers")
+        return DeviceSpec("cpu", cpus=int(count))
+    gpus = parse_gpus(raw, source)
+    if any(g.lower() in ("all", "cpu") or g.lower().startswith("cpu:") for g in gpus):
+        raise SettingsError(
+            f"{source}={raw!r}: 'all' and 'cpu' stand alone (all, cpu, cpu:N, or GPUs: 0,1)"
+        )
+    return DeviceSpec("gpus", gpus)
+
+
 def parse_give_up(raw: str, source: str) -> float | None:
     """A NATS give-up bound in seconds; 0 means never give up (None)."""
     try:
@@ -115,9 +155,16 @@ def _env_path(name: str) -> Path | None:
     return Path(raw) if raw else None
 
 
-def _env_gpus() -> tuple[str, ...]:
-    raw = os.environ.get("KF_GPUS")
-    return parse_gpus(raw, "KF_GPUS") if raw else ()
+def _env_devices() -> DeviceSpec | None:
+    """``KF_DEVICES``, or its older name ``KF_GPUS``."""
+    for name in ("KF_DEVICES", "KF_GPUS"):
+        if raw := os.environ.get(name):
+            return parse_devices(raw, name)
+    return None
+
+
+def _env_share_max_bytes() -> int:
+    return int(_env_nonnegative("KF_EXTENSION_SHARE_MAX_MB", 64.0) * 1024 * 1024)
 
 
 @dataclass
@@ -185,8 +232,12 @@ class Settings:
     compile_timeout_s: float = field(
         default_factory=lambda: _env_seconds("KF_COMPILE_TIMEOUT", 300.0)
     )
-    # CUDA devices the verifiers own, one verifier actor each; () : one verifier, any device.
-    gpus: tuple[str, ...] = field(default_factory=_env_gpus)
+    # What the verifiers own (``--devices``: GPUs, one verifier each; CPU verifiers on
+    # cores of their own); None: one pool of verifiers, any device.
+    devices: DeviceSpec | None = field(default_factory=_env_devices)
+    # Compiled extensions larger than this are not shared through the cluster's object
+    # store (0: nothing is).
+    extension_share_max_bytes: int = field(default_factory=_env_share_max_bytes)
     # Where a daemon serves its Prometheus metrics (/metrics); None: it serves none. The
     # address it listens on: every interface by default, as a container's port must.
     metrics_port: int | None = field(default_factory=lambda: _env_port("KF_METRICS_PORT"))
@@ -207,6 +258,21 @@ class Settings:
     # Where named workflows (NAME.yaml, ``--workflow NAME``) are looked for after the
     # current directory; None: the data dir's ``workflows``.
     workflows_dir: Path | None = field(default_factory=lambda: _env_path("KF_WORKFLOWS_DIR"))
+    # Rewards from the verifier pool (kernelflow.rewards): a trainer process's requests in
+    # flight at once, how long it waits for one, and whether verl's synchronous
+    # ``compute_score`` asks the pool too (otherwise it verifies in a process of its own).
+    reward_max_in_flight: int = field(
+        default_factory=lambda: _env_int("KF_REWARD_MAX_IN_FLIGHT", 64)
+    )
+    reward_deadline_s: float = field(
+        default_factory=lambda: _env_seconds("KF_REWARD_DEADLINE", 900.0)
+    )
+    reward_pool: bool = field(default_factory=lambda: _env_bool("KF_REWARD_POOL"))
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The CUDA devices ``--devices`` named (none for ``all`` and ``cpu``)."""
+        return self.devices.gpus if self.devices is not None else ()
 
     @property
     def nats_store(self) -> Path:
@@ -239,6 +305,7 @@ class Settings:
             "timing_slots": self.timing_slots,
             "timing_extra_s": self.timing_extra_s,
             "timing_lock_dir": str(self.data_dir / "timing"),
+            "extension_share_max_bytes": self.extension_share_max_bytes,
         }
         return VerifierConfig(**{**configured, **fields})
 

@@ -129,6 +129,9 @@ class RewardFn:
     doc: str = ""
     # What a value of it means, in a report's words (its name says how it is computed).
     means: str = ""
+    # Whether it reads the speedup: a verification for it must be timed (one for a reward
+    # that does not, a reward request's, skips the timing: kernelflow.rewards).
+    uses_speed: bool = False
 
     @property
     def key(self) -> str:
@@ -238,6 +241,7 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             {"cap": 10.0},
             doc="correct * clip(speedup, 0, cap); unmeasured speedup counts as 1",
             means="speedup of a passing kernel, at most 10 (untimed: 1)",
+            uses_speed=True,
         ),
         RewardFn(
             "speedup",
@@ -246,6 +250,7 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             {"cap": 10.0},
             doc="correct * clip(speedup, 0, cap); unmeasured or inconclusive speedup counts as 1",
             means="speedup of a passing kernel, at most 10 (untimed or inconclusive: 1)",
+            uses_speed=True,
         ),
         RewardFn(
             "cheat_penalty",

@@ -42,6 +42,7 @@ from kernelflow.sandbox.probe import (
     isolation_status,
     network_prefixes,
     sandbox_plan,
+    visible_gpus,
 )
 from kernelflow.sandbox.process import (
     ProcessOutcome,
@@ -88,5 +89,6 @@ __all__ = [
     "serve",
     "shutdown_warm_processes",
     "unshare_pid_namespace",
+    "visible_gpus",
     "warm_process_for",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "probed_once",
     "run_quiet",
     "sandbox_plan",
+    "visible_gpus",
 ]
 
 PROBE_TIMEOUT_S = 180.0
@@ -136,6 +137,28 @@ def detect_device(python: str = sys.executable, gpu: str | None = None) -> str:
     env = sandbox_env(tempfile.gettempdir(), gpu)
     out = run_quiet([python, "-I", "-c", code], PROBE_TIMEOUT_S, env)
     return "cuda" if out is not None and out.strip().endswith("cuda") else "cpu"
+
+
+@probed_once
+def visible_gpus(python: str = sys.executable) -> tuple[str, ...]:
+    """The CUDA devices a sandbox of ``python`` can use here, named as
+    ``CUDA_VISIBLE_DEVICES`` names them (what ``kernelflow daemon --devices all`` gives
+    one verifier each): the entries of this process's own ``CUDA_VISIBLE_DEVICES`` where
+    it sets one (a sandbox pinned to one of them sees that device, not the device of that
+    index), else the indices of the devices torch counts. None on a machine without the
+    device files a GPU needs, or whose torch sees none. Asked as ``detect_device`` asks,
+    once per interpreter."""
+    if not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        return ()
+    code = "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)\n"
+    out = run_quiet([python, "-I", "-c", code], PROBE_TIMEOUT_S, sandbox_env(tempfile.gettempdir()))
+    last = out.strip().splitlines()[-1] if out and out.strip() else ""
+    count = int(last) if last.isdigit() else 0
+    masked = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if masked:
+        # CUDA stops at the first entry it cannot use: torch's count is of the first ones.
+        return tuple(name.strip() for name in masked.split(","))[:count]
+    return tuple(str(index) for index in range(count))
 
 
 @functools.cache

@@ -68,8 +68,14 @@ def fork_sandbox(job: dict[str, Any], status_w: int, result_w: int, run_job: Job
         die_with_parent(worker)
         pidns = libc().unshare(CLONE_NEWPID) == 0
         enter_pids_cgroup(NPROC_LIMIT)
+        # The sandbox's parent as it will see it: outside its PID namespace, a parent is 0.
+        intermediate = 0 if pidns else os.getpid()
         child = os.fork()
         if child == 0:  # the sandbox
+            # It dies with the intermediate (which dies with the worker, which dies with
+            # its verifier): a verifier killed mid-check leaves no judge behind, nor the
+            # candidate the judge holds, to run on past the time limit nobody enforces.
+            die_with_parent(intermediate)
             os.close(status_w)
             log = os.open(workdir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             null = os.open(os.devnull, os.O_RDONLY)

@@ -226,6 +226,7 @@ LONGEST_FIRST = (
     "test_sandbox_secrets.py",
     "test_workflow_runs.py",
     "test_verifier_cpp.py",
+    "test_verifier_pool.py",
     "test_e2e.py",
     "test_first_hour.py",
     "test_search_speed.py",

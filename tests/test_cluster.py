@@ -229,6 +229,9 @@ def test_losing_the_event_logs_leader_mid_run_loses_and_repeats_nothing(
         wait_for_line(log, "kernelflow daemon on")
         info = js_api(cluster, EVENTS_INFO)
         assert info["config"]["num_replicas"] == 3 and len(info["cluster"]["replicas"]) == 2
+        # The verifiers' shared extensions, as the streams: made by the daemon, 3 copies.
+        shared = js_api(cluster, f"$JS.API.STREAM.INFO.{subjects.EXTENSIONS_STREAM}")
+        assert shared["config"]["num_replicas"] == 3, shared
         # The hardest node to lose: the log's leader, and the daemon's own server.
         doomed = daemon_node(cluster)
         lead_events_from(cluster, doomed)

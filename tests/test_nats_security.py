@@ -101,6 +101,11 @@ ATTEMPTS: dict[str, Attempt] = {
     "watch events as they are recorded": lambda nc: nc.subscribe("kf.ev.>"),
     "read the replies others get": lambda nc: nc.subscribe("_INBOX.>"),
     "answer on another's inbox": lambda nc: nc.publish("_INBOX.someone.1", b"{}"),
+    # The verifiers' shared extensions: written by the verifiers, made by a daemon.
+    "write the shared extensions": lambda nc: nc.publish("$O.KF_EXTENSIONS.C.forged", b"\x7fELF"),
+    "make the shared extension store": lambda nc: nc.publish(
+        "$JS.API.STREAM.CREATE.OBJ_KF_EXTENSIONS", b"not a configuration"
+    ),
     # Last: the daemon may, and the other roles' attempts must find it still there.
     "delete a daemon's consumer": lambda nc: nc.publish(
         f"$JS.API.CONSUMER.DELETE.KF_EVENTS.{DURABLE}", b""
@@ -115,6 +120,7 @@ MAY = {
         *READ,
         "answer health pings",
         "answer on another's inbox",
+        "write the shared extensions",
     },
     "daemon": {
         "submit a task",
@@ -129,6 +135,8 @@ MAY = {
         "answer status queries",
         "answer health pings",
         "answer on another's inbox",
+        "write the shared extensions",
+        "make the shared extension store",
         "delete a daemon's consumer",
     },
 }

@@ -1,7 +1,8 @@
 """Every command a user waits on (``run``, ``rollout``, ``bench``, ``submit --wait``,
-``ui``) stops within its deadline (README.md, "CLI"): the first Ctrl-C or SIGTERM cancels
-what it started and ends it within ``STOP_DEADLINE_S`` whatever NATS does, here with its
-NATS server stopped mid-run and every core kept busy; a second ends it at once.
+``ui``, ``serve-rewards``) stops within its deadline (README.md, "CLI"): the first Ctrl-C
+or SIGTERM cancels what it started and ends it within ``STOP_DEADLINE_S`` whatever NATS
+does, here with its NATS server stopped mid-run and every core kept busy; a second ends it
+at once.
 
 The bounds asserted are the deadline plus a wide allowance for a loaded machine: what
 they catch is a command that does not end (one was found alive 17 minutes on)."""
@@ -61,8 +62,11 @@ COMMANDS = {
     ),
     "submit --wait": Command(["submit", RELU, "--wait"], "publisher", "t-"),
     "ui": Command(["ui", "--port", "0"], "reader", "kernelflow ui: http://"),
+    "serve-rewards": Command(
+        ["serve-rewards", "--port", "0"], "publisher", "kernelflow serve-rewards: http://"
+    ),
 }
-# What each says as it stops with its NATS gone (then exits 130; ``ui`` exits 0): which
+# What each says as it stops with its NATS gone (then exits 130; the servers exit 0): which
 # of the tasks it started it could not cancel.
 SAID = {
     "run": "kernelflow: could not cancel",
@@ -70,6 +74,7 @@ SAID = {
     "bench": "kernelflow: could not cancel",
     "submit --wait": "",
     "ui": "",
+    "serve-rewards": "",
 }
 
 
@@ -161,13 +166,20 @@ def held(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 # Ctrl-C, and SIGTERM (a supervisor's, `timeout`'s): each, for some.
-FIRST = {"run": INT, "rollout": TERM, "bench": INT, "submit --wait": TERM, "ui": INT}
+FIRST = {
+    "run": INT,
+    "rollout": TERM,
+    "bench": INT,
+    "submit --wait": TERM,
+    "ui": INT,
+    "serve-rewards": TERM,
+}
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_the_first_signal_stops_a_command_within_its_deadline(name: str, tmp_path: Path) -> None:
     code, stderr, took = stopped_mid_run(name, tmp_path, FIRST[name])
-    assert code == (0 if name == "ui" else 130), stderr
+    assert code == (0 if name in ("ui", "serve-rewards") else 130), stderr
     assert took < STOP_DEADLINE_S + SLACK_S, stderr
     assert "Traceback" not in stderr
     assert SAID[name] in stderr

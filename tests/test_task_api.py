@@ -158,3 +158,18 @@ def test_workflow_list_says_where_each_workflow_comes_from(tmp_path: Path) -> No
         ("default", str(shared / "default.yaml"), "predefined"),
         ("team", str(shared / "team.yaml"), None),
     ]
+
+
+def test_the_errors_a_users_code_may_catch_are_importable_from_kernelflow() -> None:
+    import kernelflow
+    from kernelflow import WorkflowError
+    from kernelflow.workflows.loader import WorkflowError as Defined
+
+    assert WorkflowError is Defined
+    for name in kernelflow.__all__:
+        value = getattr(kernelflow, name)
+        assert isinstance(value, type), name
+    errors = [n for n in kernelflow.__all__ if issubclass(getattr(kernelflow, n), Exception)]
+    assert {"WorkflowError", "TaskFileError", "UnknownBackend", "RewardUnjudged"} <= set(errors)
+    with pytest.raises(AttributeError):
+        kernelflow.NotAThing  # noqa: B018

@@ -286,13 +286,27 @@ def test_aten_gelu_is_refused_before_anything_compiles(config: VerifierConfig) -
     assert "at::gelu" in report.feedback
 
 
-def test_a_compile_error_is_short_feedback_with_the_line(config: VerifierConfig) -> None:
+def test_a_compile_error_is_short_feedback_with_the_line_and_not_compiled_again(
+    config: VerifierConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     broken = FUSED.replace("const float v = in[i];", "const float v = in[i] + undeclared;")
     report = verify(TASK, broken, backend="cpp", config=config)
     assert report.verdict == "compile_error", report.feedback
     assert "undeclared" in report.feedback and "error" in report.feedback
     assert len(report.feedback) < 2000
     assert "kernelflow-verify" not in report.feedback  # no sandbox paths
+    jobs: list[object] = []
+    real_run_job = engine._run_job
+
+    def counted(job, *args, **kwargs):  # type: ignore[no-untyped-def]
+        jobs.append(job)
+        return real_run_job(job, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_run_job", counted)
+    again = verify(TASK, broken, backend="cpp", config=config)
+    # The compiler said why, with the line: the same source fails the same way, unbuilt.
+    assert (again.verdict, again.feedback) == (report.verdict, report.feedback)
+    assert jobs == []
 
 
 def test_an_extension_other_than_the_one_built_is_refused_at_runtime(

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -59,11 +59,20 @@ from kernelflow.verification.backends.extension import ExtensionSpec, wanted_ext
 from kernelflow.verification.child.compare import DEFAULT_TOLERANCES
 from kernelflow.verification.child.remote import CANDIDATE_DIR
 from kernelflow.verification.child.remote import OUTPUT_LOG as CANDIDATE_OUTPUT
+from kernelflow.verification.extension_store import (
+    DEFAULT_MAX_BYTES,
+    ExtensionStore,
+    fetch,
+    share,
+)
 from kernelflow.verification.extensions import (
     Extension,
     build_locks,
     default_cache_dir,
+    gpu_architecture,
     planned_extensions,
+    record_failure,
+    recorded_failure,
     toolchain,
     unbuilt,
 )
@@ -164,6 +173,12 @@ class VerifierConfig:
     # user's under the temp dir); and how long building one candidate's may take.
     extension_cache: str | None = None
     compile_timeout_s: float = 300.0
+    # The cluster's store of compiled extensions, behind ``extension_cache``
+    # (:mod:`.extension_store`: a daemon's verifier actor gives one on NATS); None: the
+    # disk cache alone. Entries over ``extension_share_max_bytes`` are neither put nor
+    # fetched (``KF_EXTENSION_SHARE_MAX_MB``; 0: nothing is shared).
+    shared_extensions: ExtensionStore | None = field(default=None, compare=False, repr=False)
+    extension_share_max_bytes: int = DEFAULT_MAX_BYTES
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
     # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
     compare_compile: bool = False
@@ -448,7 +463,7 @@ def _run_sandboxed(
         raise _Refused("unsupported", plan.refusal)
     cores = sorted(config.cores) if config.cores else _usable_cores()
     wanted = wanted_extensions(candidate_source) if candidate_source is not None else []
-    extensions = _built_extensions(wanted, candidate_source or "", device, plan, config)
+    extensions = _built_extensions(wanted, candidate_source or "", device, plan, config, cores)
     job = {
         "reference_only": candidate_source is None,
         "task_file": "task.py",
@@ -470,8 +485,7 @@ def _run_sandboxed(
         "timing_extra_s": config.timing_extra_s,
         "timing_slots": config.timing_slots,
         "timing_lock_dir": _timing_lock_dir(config),
-        # Timings queue per device: the CPU's, each GPU's.
-        "timing_slot_group": "cpu" if device == "cpu" else f"cuda{config.gpu or ''}",
+        "timing_slot_group": timing_slot_group(device, config.gpu),
         "timeout_s": config.timeout_s,
         "cores": cores,
         "threads": config.threads or len(cores),
@@ -497,23 +511,36 @@ def _built_extensions(
     device: str,
     plan: SandboxPlan,
     config: VerifierConfig,
+    cores: list[int],
 ) -> list[Extension]:
-    """The candidate's extensions, built: those the cache lacks are built by a build job
-    (the compiler's errors refuse the candidate as ``compile_error``) and cached."""
+    """The candidate's extensions, built: those the disk cache lacks are fetched from the
+    cluster's store (``config.shared_extensions``), or else built by a build job on
+    ``cores`` (the compiler's errors refuse the candidate as ``compile_error``), cached
+    and shared."""
     if not wanted:
         return []
     cache_dir = Path(config.extension_cache) if config.extension_cache else default_cache_dir()
-    extensions = planned_extensions(wanted, cache_dir, toolchain(config.python))
+    # A CUDA build is for the GPU it is built on (the build job sees the verifier's only).
+    gpu = gpu_architecture(config.python, config.gpu) if any(s.cuda_sources for s in wanted) else ""
+    extensions = planned_extensions(wanted, cache_dir, toolchain(config.python), gpu)
     if not unbuilt(extensions):
         return extensions
+    failed = recorded_failure(unbuilt(extensions))
+    if failed is not None:  # this source failed to compile here before: the same errors
+        raise _Refused("compile_error", failed["summary"], failed["errors"], failed["reasons"])
+    max_bytes = config.extension_share_max_bytes
+    shared = config.shared_extensions if max_bytes > 0 else None
     with build_locks(extensions):
         missing = unbuilt(extensions)  # another verifier may have built them meanwhile
+        if missing and shared is not None:
+            missing = fetch(missing, shared, max_bytes)
         if not missing:
             return extensions
         job = {
             "build": [e.job_entry() for e in missing],
             "candidate_file": "candidate.py",
             "device": device,
+            "cores": cores,
         }
         report = _run_job(
             job,
@@ -528,9 +555,13 @@ def _built_extensions(
         summary = f"building the extensions took longer than {config.compile_timeout_s:g} s"
         raise _Refused("compile_error", summary)
     if not report.passed:
+        if report.verdict == "compile_error":
+            record_failure(missing, report.summary, report.errors, report.reasons)
         raise _Refused(report.verdict, report.summary, report.errors, report.reasons)
     if still := unbuilt(extensions):
         raise _Refused("compile_error", f"the extension {still[0].spec.name!r} was not built")
+    if shared is not None:  # after the lock: the node's other verifiers find it on disk
+        share(missing, shared, max_bytes)
     return extensions
 
 
@@ -578,6 +609,15 @@ def _run_job(
         if keep is not None and report.passed:
             keep(cand_dir)
         return msgspec.structs.replace(report, checks=checks_on(config, plan))
+
+
+def timing_slot_group(device: str, gpu: str | None) -> str:
+    """The timing slots a check on ``device`` queues for (``child.slot``): one set per
+    device timed on. The CPU's are the node's, whatever cores a verifier owns (they
+    share the caches and the memory's bandwidth: ``KF_TIMING_SLOTS`` lets as many time
+    at once); a GPU's are that GPU's (``gpu``, as the verifier owns it; "" for a
+    verifier that owns none)."""
+    return "cpu" if device == "cpu" else f"cuda{gpu or ''}"
 
 
 def _usable_cores() -> list[int]:

@@ -25,7 +25,7 @@ from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
     add_connection_options,
-    add_gpus_option,
+    add_devices_option,
     add_policy_option,
     add_verifier_version_option,
 )
@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--deadline", type=float, help="seconds each candidate may take")
     p.add_argument("--llm", help=LLM_HELP)
     add_agent_llm_options(p)
-    add_gpus_option(p)
+    add_devices_option(p)
     p.add_argument(
         "--use-daemons",
         action="store_true",

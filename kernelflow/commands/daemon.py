@@ -14,13 +14,14 @@ from typing import Any
 
 from kernelflow.actors.connection import safe_url
 from kernelflow.actors.daemon import DEFAULT_ROLES
+from kernelflow.actors.devices import split_cores, usable_cores
 from kernelflow.actors.presence import HealthResponder, daemon_describer, new_daemon_id
 from kernelflow.actors.readmodel import ReadModel
 from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
     add_connection_options,
-    add_gpus_option,
+    add_devices_option,
 )
 from kernelflow.common.suggest import did_you_mean
 from kernelflow.observability import start_telemetry
@@ -44,7 +45,7 @@ def register(subparsers: Any) -> None:
     )
     daemon.add_argument("--llm", help=LLM_HELP)
     add_agent_llm_options(daemon)
-    add_gpus_option(daemon)
+    add_devices_option(daemon)
     daemon.add_argument(
         "--no-read-model", action="store_true", help="do not keep the status read model here"
     )
@@ -97,8 +98,22 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
                 f"{','.join(roles)}){did_you_mean(role, roles)}"
             )
         pools[role] = int(n)
-    if settings.gpus and "verifier" in pools:
-        raise UsageError("--gpus gives one verifier per device: drop --pool verifier=N")
+    devices = settings.devices
+    if devices is not None and "verifier" in pools:
+        if devices.kind == "gpus":
+            raise UsageError(
+                f"--devices {devices} gives one verifier per device: drop --pool verifier=N"
+            )
+        if devices.cpus is not None:
+            raise UsageError(
+                f"--devices {devices} says how many CPU verifiers there are: drop --pool "
+                "verifier=N (or give --devices cpu, which takes that many)"
+            )
+    if devices is not None and devices.kind == "cpu" and "verifier" in roles:
+        try:  # before anything connects: no more CPU verifiers than cores
+            split_cores(usable_cores(), devices.cpus or pools.get("verifier", 1))
+        except ValueError as exc:
+            raise UsageError(f"--devices {devices}: {exc}") from None
     if args.nats_give_up is not None:
         settings.nats_give_up_s = parse_give_up(args.nats_give_up, "--nats-give-up")
     if args.metrics_port is not None:

@@ -104,12 +104,15 @@ def add_connection_options(p: argparse.ArgumentParser, *, daemon: bool = False) 
         p.add_argument(f"--{flag}", metavar="FILE", help=f"{what} (env {env})")
 
 
-def add_gpus_option(p: argparse.ArgumentParser) -> None:
+def add_devices_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--gpus",
-        metavar="LIST",
-        help="CUDA devices for the verifiers, one verifier each, e.g. 0,1 (env KF_GPUS)",
+        "--devices",
+        metavar="SPEC",
+        help="what the verifiers own: 'all' (one verifier per GPU here; on a node without "
+        "one, CPU verifiers), GPUs by index or UUID (0,1), or 'cpu:N' (N CPU verifiers, "
+        "each on its own cores; 'cpu': as many as --pool verifier=N) (env KF_DEVICES)",
     )
+    p.add_argument("--gpus", metavar="LIST", help="the older name of --devices (env KF_GPUS)")
 
 
 def add_verifier_version_option(p: argparse.ArgumentParser) -> None:

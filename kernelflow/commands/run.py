@@ -14,7 +14,7 @@ from kernelflow.commands.options import (
     LLM_HELP,
     add_agent_llm_options,
     add_connection_options,
-    add_gpus_option,
+    add_devices_option,
 )
 from kernelflow.commands.submission import (
     add_task_options,
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     add_connection_options(run)
     run.add_argument("--llm", help=LLM_HELP)
     add_agent_llm_options(run)
-    add_gpus_option(run)
+    add_devices_option(run)
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument(
         "--out",

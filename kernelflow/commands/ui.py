@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -95,10 +96,60 @@ def listening(host: str, port: int) -> socket.socket:
     return sock
 
 
+def serve(
+    app: Any,
+    sock: socket.socket,
+    *,
+    verbose: bool,
+    announce: Callable[[], None],
+    graceful_s: int,
+) -> None:
+    """Serve the ASGI ``app`` with uvicorn on the listening ``sock`` until SIGINT or
+    SIGTERM (requests still open ``graceful_s`` seconds later are cancelled).
+    ``announce`` says where it serves, once a stop signal is heard as one: a supervisor
+    may stop it at once. From the first signal the whole stop (the server's, then what
+    the caller closes after) has its deadline, and a second one ends the command at once."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # the CLI's logging (-v: info)
+        access_log=verbose,
+        timeout_graceful_shutdown=graceful_s,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    logging.getLogger("uvicorn.access").addFilter(redact_tokens)
+    deadline = StopDeadline()
+    uvicorns = server.handle_exit
+    unanswered: list[int] = []  # the signals uvicorn heard, which it raises again
+
+    def stopping(sig: int, frame: FrameType | None) -> None:
+        deadline.asked()
+        unanswered.append(sig)
+        uvicorns(sig, frame)
+
+    server.handle_exit = stopping  # type: ignore[method-assign]
+
+    def stopped(*_: object) -> None:
+        # uvicorn raises the signals it heard again once it stopped: those end the
+        # command as the daemon ends (0); one more is a second signal.
+        if unanswered:
+            unanswered.pop()
+        else:
+            server.should_exit = True
+            deadline.asked()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stopped)
+    announce()
+    server.run(sockets=[sock])
+
+
 def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: the web stack (the ``ui`` extra) is needed by this command only.
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (serve's)
 
         from kernelflow.ui.access import read_token
         from kernelflow.ui.app import create_app
@@ -117,48 +168,18 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
         app = create_app(LogView(bridge), where=footer, token=token)
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        config = uvicorn.Config(
-            app,
-            log_config=None,  # the CLI's logging (-v: info)
-            access_log=bool(args.verbose),
-            timeout_graceful_shutdown=2,  # open live streams end with the server
-            lifespan="off",
-        )
-        server = uvicorn.Server(config)
-        logging.getLogger("uvicorn.access").addFilter(redact_tokens)
-        # uvicorn stops on SIGINT and SIGTERM itself; from the first, the whole stop (the
-        # server's, NATS's) has its deadline, and a second one ends the command at once.
-        deadline = StopDeadline()
-        uvicorns = server.handle_exit
-        unanswered: list[int] = []  # the signals uvicorn heard, which it raises again
 
-        def stopping(sig: int, frame: FrameType | None) -> None:
-            deadline.asked()
-            unanswered.append(sig)
-            uvicorns(sig, frame)
+        def announce() -> None:
+            asks = f"; open it once as /?token=<the token in {token_file}>" if token else ""
+            print(f"kernelflow ui: http://{shown}:{bound_port}/ ({where}{asks})", flush=True)
+            if token is None and not is_loopback(host):
+                print(
+                    f"kernelflow ui: warning: no --token-file: the log is shown to whoever "
+                    f"reaches {shown}:{bound_port}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
-        server.handle_exit = stopping  # type: ignore[method-assign]
-
-        def stopped(*_: object) -> None:
-            # uvicorn raises the signals it heard again once it stopped: those end the
-            # command as the daemon ends (0); one more is a second signal.
-            if unanswered:
-                unanswered.pop()
-            else:
-                server.should_exit = True
-                deadline.asked()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, stopped)
-        # Said once a stop signal is heard as one: a supervisor may stop it at once.
-        asks = f"; open it once as /?token=<the token in {token_file}>" if token else ""
-        print(f"kernelflow ui: http://{shown}:{bound_port}/ ({where}{asks})", flush=True)
-        if token is None and not is_loopback(host):
-            print(
-                f"kernelflow ui: warning: no --token-file: the log is shown to whoever "
-                f"reaches {shown}:{bound_port}",
-                file=sys.stderr,
-                flush=True,
-            )
-        server.run(sockets=[sock])
+        # Open live streams end with the server.
+        serve(app, sock, verbose=bool(args.verbose), announce=announce, graceful_s=2)
     return EXIT_OK

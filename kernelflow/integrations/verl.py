@@ -30,10 +30,20 @@ reward and keeps the rest as extra information (``acc`` = 1.0 when correct, for 
 validation metrics). Nothing is shared between calls but read-only tables, and each
 verification works in a temp dir of its own, so verl's reward workers may call it from
 many threads and processes at once.
+
+**From the verifier pool.** ``compute_score_async`` (same arguments, same result; verl's
+reward loop awaits it) sends a kernel row's verification to the daemons' verifiers over
+NATS instead (:mod:`kernelflow.rewards`): the pool that owns the GPUs judges it, warm, in
+the log like every verification, and a response judged before is answered from the log.
+``compute_score`` does the same where ``KF_REWARD_POOL=1`` (or ``pool: true`` in
+``reward_kwargs``). The connection is the environment's (``KF_NATS_URL``, or the embedded
+server of ``KF_DATA_DIR``), shared by the process's calls, at most
+``KF_REWARD_MAX_IN_FLIGHT`` (64) in flight; ``device`` is then the pool's, not a choice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 from dataclasses import dataclass
@@ -50,19 +60,15 @@ from kernelflow.projections.rewards import (
 )
 from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.verl_format import KERNEL_SOURCE_PREFIX, PROMPT_SOURCE
+from kernelflow.rewards import RewardRequest, shared_client
+from kernelflow.rewards.request import code_in, kernel_reward
+from kernelflow.settings import Settings
 from kernelflow.verification.backends import backend_names
 from kernelflow.verification.engine import VerifierConfig, verify
-from kernelflow.workflows.model import CODE_FIELD, AgentSpec, OutputField
-from kernelflow.workflows.parsing import ParseError, parse_output
+from kernelflow.verification.policy import DEFAULT_POLICY
 
-__all__ = ["compute_score"]
+__all__ = ["compute_score", "compute_score_async"]
 
-# The coder's declared output: the code is read from a response as a run reads a coder's.
-_CODER = AgentSpec(
-    name="coder",
-    possible_next=(),
-    output_fields=(OutputField(CODE_FIELD, "str", True, "the module defining ModelNew"),),
-)
 _KERNEL_REWARD_NAMES = frozenset(get_reward(k).name for k in KERNEL_REWARDS)
 
 
@@ -86,13 +92,16 @@ def compute_score(
     trials: int = 3,
     timeout_s: float = 300.0,
     device: str | None = None,
+    policy: str = DEFAULT_POLICY,
+    pool: bool | None = None,
     **verl_context: Any,
 ) -> dict[str, Any] | float:
     """The reward of ``solution_str`` for the row (``data_source``, ``ground_truth``,
     ``extra_info``). ``reward`` overrides the row's reward function; ``trials``,
-    ``timeout_s`` and ``device`` ("cpu" / "cuda"; default: what is here) are the
-    verifier's. ``verl_context`` (keywords verl adds, such as a reward model's router
-    address) is passed on to verl's own function for rows that are not kernelflow's."""
+    ``timeout_s``, ``device`` ("cpu" / "cuda"; default: what is here) and ``policy`` are
+    the verifier's. ``pool``: ask the verifier pool (default: ``KF_REWARD_POOL``).
+    ``verl_context`` (keywords verl adds, such as a reward model's router address) is
+    passed on to verl's own function for rows that are not kernelflow's."""
     row = _row_of(data_source, extra_info)
     if row is None:
         default = importlib.import_module("verl.utils.reward_score").default_compute_score
@@ -100,11 +109,46 @@ def compute_score(
             data_source, solution_str, ground_truth, extra_info, **verl_context
         )
         return result
-    if row.kind == "kernel":
-        return _score_kernel(
-            row, solution_str, str(ground_truth), reward, trials, timeout_s, device
+    if row.kind != "kernel":
+        return _score_answer(row, solution_str, ground_truth, reward)
+    fn, code = _kernel_reward(row, solution_str, reward)
+    if code is None:
+        return _result(fn, RewardInput(status="failed"), correct=False, verdict="no_code")
+    if pool if pool is not None else Settings().reward_pool:
+        request = _request(row, code, str(ground_truth), fn, trials, timeout_s, policy)
+        return shared_client().score_sync(request).as_verl()
+    return _score_locally(row, code, str(ground_truth), fn, trials, timeout_s, device, policy)
+
+
+async def compute_score_async(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    reward: str | None = None,
+    trials: int = 3,
+    timeout_s: float = 300.0,
+    policy: str = DEFAULT_POLICY,
+    **verl_context: Any,
+) -> dict[str, Any] | float:
+    """:func:`compute_score`, the verification sent to the verifier pool and awaited (a
+    kernel row; the others are scored here, verl's own rows in a thread). Raises
+    ``kernelflow.rewards.RewardUnjudged`` where the pool cannot judge the response: no
+    daemon or no verifier for the backend (``NoVerifierPool``), no reward within
+    ``KF_REWARD_DEADLINE`` (``RewardTimeout``), a reference that fails."""
+    row = _row_of(data_source, extra_info)
+    if row is None:
+        return await asyncio.to_thread(
+            compute_score, data_source, solution_str, ground_truth, extra_info, **verl_context
         )
-    return _score_answer(row, solution_str, ground_truth, reward)
+    if row.kind != "kernel":
+        return _score_answer(row, solution_str, ground_truth, reward)
+    fn, code = _kernel_reward(row, solution_str, reward)
+    if code is None:
+        return _result(fn, RewardInput(status="failed"), correct=False, verdict="no_code")
+    request = _request(row, code, str(ground_truth), fn, trials, timeout_s, policy)
+    return (await shared_client().score(request)).as_verl()
 
 
 def _row_of(data_source: str, extra_info: dict[str, Any] | None) -> _Row | None:
@@ -125,25 +169,46 @@ def _row_of(data_source: str, extra_info: dict[str, Any] | None) -> _Row | None:
     return None
 
 
-def _score_kernel(
+def _kernel_reward(row: _Row, response: str, reward: str | None) -> tuple[RewardFn, str | None]:
+    """The kernel reward to apply, and the code the response holds (None: none)."""
+    return kernel_reward(reward or row.reward_fn), code_in(response)
+
+
+def _request(
     row: _Row,
-    response: str,
+    code: str,
     task_source: str,
-    reward: str | None,
+    fn: RewardFn,
+    trials: int,
+    timeout_s: float,
+    policy: str,
+) -> RewardRequest:
+    return RewardRequest(
+        task_source=task_source,
+        code=code,
+        backend=row.backend,
+        policy=policy,
+        reward_fn=fn.key,
+        trials=trials,
+        timeout_s=timeout_s,
+    )
+
+
+def _score_locally(
+    row: _Row,
+    code: str,
+    task_source: str,
+    fn: RewardFn,
     trials: int,
     timeout_s: float,
     device: str | None,
+    policy: str,
 ) -> dict[str, Any]:
-    fn = get_reward(reward or row.reward_fn or KERNEL_REWARDS[0])
-    if fn.name not in _KERNEL_REWARD_NAMES:
-        raise ValueError(f"reward {fn.key} does not score kernels (use one of {KERNEL_REWARDS})")
-    try:
-        code = parse_output(_CODER, final_answer(response) or response)[CODE_FIELD]
-    except ParseError:
-        inputs = RewardInput(status="failed")
-        return _result(fn, inputs, correct=False, verdict="no_code")
-    config = VerifierConfig(trials=trials, timeout_s=timeout_s, device=device, warm=False)
-    report = verify(task_source, code, backend=row.backend, config=config)
+    """Verified in a fresh sandbox process of this process's own."""
+    config = VerifierConfig(
+        trials=trials, timeout_s=timeout_s, device=device, warm=False, timing=fn.uses_speed
+    )
+    report = verify(task_source, code, backend=row.backend, policy=policy, config=config)
     inputs = RewardInput(
         status="success" if report.passed else "failed",
         verdict=report.verdict,

@@ -177,7 +177,9 @@ def build_job(candidate: RemoteCandidate, job: dict[str, Any]) -> dict[str, Any]
     reports = Reports(device)
     started = time.monotonic()
     try:
-        errors = candidate.build(list(job["build"]), device)
+        errors = candidate.build(
+            list(job["build"]), device, [int(c) for c in job.get("cores") or []]
+        )
     except Unsupported as exc:
         raise reports.failed("unsupported", str(exc), [str(exc)], f"unsupported: {exc}") from None
     except CandidateRaised as raised:

@@ -41,6 +41,10 @@ def preload() -> None:
 
     with contextlib.suppress(ImportError):
         import triton.runtime.interpreter
+    with contextlib.suppress(ImportError):
+        # A launch specialises its arguments, which imports Gluon's language module on
+        # first use: in every forked sandbox, 12 % of a Triton check on the CPU.
+        import triton.experimental.gluon.language
     del torch, triton
 
 

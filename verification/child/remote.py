@@ -135,11 +135,15 @@ class RemoteCandidate:
         self.notes = [str(note) for note in reply.get("notes") or []]
         return bool(reply.get("has_model"))
 
-    def build(self, extensions: list[dict[str, Any]], device: str) -> list[str]:
+    def build(
+        self, extensions: list[dict[str, Any]], device: str, cores: list[int] | None = None
+    ) -> list[str]:
         """Build the extensions the module asks ``load_inline`` for (``extensions``: their
-        specs and the module names to build them under) into the candidate's work dir; the
-        compiler's errors, shortened (empty: all built)."""
-        reply, _ = self._ask({"op": "build", "extensions": extensions, "device": device}, [])
+        specs and the module names to build them under) into the candidate's work dir, on
+        ``cores`` (the verifier's; none: wherever it may); the compiler's errors,
+        shortened (empty: all built)."""
+        request = {"op": "build", "extensions": extensions, "device": device}
+        reply, _ = self._ask({**request, "cores": list(cores or [])}, [])
         return [str(e) for e in reply.get("errors") or []]
 
     def construct(self, init_inputs: Any, seed: int) -> None:

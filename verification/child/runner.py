@@ -105,6 +105,10 @@ class _Runner:
         are the candidate's code)."""
         if self.refusal is not None:
             return {"unsupported": self.refusal}
+        cores = [int(c) for c in request.get("cores") or []]
+        if cores:  # the verifier's own cores: the compiler runs there, as many at once
+            pin_cores(cores)
+            os.environ["MAX_JOBS"] = str(len(cores))
         return {"errors": build_extensions(self.workdir, request["extensions"])}
 
     def construct(self, request: dict[str, Any], blobs: list[bytearray]) -> dict[str, Any]:
