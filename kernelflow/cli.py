@@ -6,50 +6,17 @@ what an error ends the command with: one line on stderr, no traceback, and an ex
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import logging
 import os
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, NoReturn
 
-import nats.errors
-import nats.js.errors
-
-from kernelflow.actors.bridge import NatsUnreachable
-from kernelflow.actors.connection import (
-    BadNatsUrl,
-    CredentialsError,
-    NatsAccessRefused,
-    check_nats_url,
-)
-from kernelflow.commands import (
-    agents,
-    bench,
-    connection,
-    creds,
-    daemon,
-    export,
-    health,
-    log,
-    replay,
-    report,
-    reverify,
-    rollout,
-    run,
-    schema,
-    serve_rewards,
-    tasks,
-    ui,
-    verify,
-    workflow,
-)
-from kernelflow.commands.options import TLS_FLAGS, apply_agent_flags
 from kernelflow.common.suggest import did_you_mean
-from kernelflow.llm import EndpointUnreachable
-from kernelflow.nats_server import NatsServerError
-from kernelflow.settings import Settings, SettingsError, parse_devices
 from kernelflow.usage import (
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
@@ -61,28 +28,61 @@ from kernelflow.usage import (
     WaitTimeout,
 )
 
-# In the order ``kernelflow --help`` lists them.
-COMMANDS = (
-    verify,
-    run,
-    daemon,
-    tasks,
-    workflow,
-    schema,
-    log,
-    replay,
-    export,
-    report,
-    reverify,
-    rollout,
-    bench,
-    agents,
-    health,
-    creds,
-    connection,
-    ui,
-    serve_rewards,
-)
+if TYPE_CHECKING:
+    from kernelflow.settings import Settings
+
+# Every command, in the order ``kernelflow --help`` lists them: the module of
+# kernelflow.commands that registers it, and its line in that list. A command's module
+# (and all it imports: torch, NATS, the actors) is imported only when the command runs,
+# so that ``--help`` and ``--version`` answer at once (tests/test_cli_start.py keeps these
+# lines equal to the modules' own).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "verify": ("verify", "verify a candidate kernel against a task (sandboxed; no NATS)"),
+    "run": ("run", "one-shot: embedded NATS + in-process daemon, run one task"),
+    "daemon": ("daemon", "long-running daemon hosting actor pools"),
+    "submit": ("tasks", "publish a task for the daemons and print its id"),
+    "status": ("tasks", "state of one task, or of every task in the log"),
+    "cancel": ("tasks", "cancel a task that is still running"),
+    "workflow": ("workflow", "list the workflows, check one, or describe one"),
+    "schema": ("schema", "JSON Schema of the commands publishers may send"),
+    "log": ("log", "export, import or verify the event log"),
+    "replay": ("replay", "a task's trajectory, counters or metrics, from the log or a file"),
+    "export": ("export", "training data from the log"),
+    "report": ("report", "run metrics: per task, per workflow, overall"),
+    "reverify": (
+        "reverify",
+        "check recorded kernels again with this verifier and record the new verdicts",
+    ),
+    "rollout": ("rollout", "run a prompt dataset N times through an agent and score it"),
+    "bench": ("bench", "search kernels for a directory of KernelBench problems and report"),
+    "agents": (
+        "agents",
+        "list agent kinds, tools and kernel backends (built-in and plugins)",
+    ),
+    "health": (
+        "health",
+        "check NATS, the streams, the daemons, the LLM provider and the tools",
+    ),
+    "creds": (
+        "creds",
+        "write NATS credentials for a role (publisher, reader, daemon, verifier)",
+    ),
+    "connection": (
+        "connection",
+        "print the NATS URL and credentials for your own programs "
+        '(eval "$(kernelflow connection)")',
+    ),
+    "ui": ("ui", "serve the live web dashboard of the tasks and the log"),
+    "serve-rewards": (
+        "serve_rewards",
+        "serve the verifier pool's rewards over HTTP (OpenRLHF's --remote_rm_url, JSON)",
+    ),
+}
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of kernelflow.commands that registers and runs command ``name``."""
+    return importlib.import_module(f"kernelflow.commands.{COMMANDS[name][0]}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,7 +104,9 @@ def _suggesting(message: str) -> str:
     return f"{what} {given!r} is not one of {', '.join(choices)}{did_you_mean(given, choices)}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: the command it names registered in full (its module
+    imported), every other command by its name and help line only."""
     parser = _Parser(
         prog="kernelflow",
         description="Event-sourced LLM agents that turn PyTorch operators into verified kernels.",
@@ -112,9 +114,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kernelflow {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log actor activity to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    chosen = _command_of(sys.argv[1:] if argv is None else argv)
+    module = COMMANDS[chosen][0] if chosen is not None else None
+    registered = False
+    for name, (of, line) in COMMANDS.items():
+        if of != module:
+            sub.add_parser(name, help=line, add_help=False)
+        elif not registered:  # a module registers all of its commands at once
+            command_module(name).register(sub)
+            registered = True
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option), if it is one."""
+    for word in argv:
+        if word in ("-v", "--verbose"):
+            continue
+        return word if word in COMMANDS else None
+    return None
 
 
 def _version() -> str:
@@ -125,6 +143,10 @@ def _version() -> str:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    from kernelflow.actors.connection import BadNatsUrl, check_nats_url
+    from kernelflow.commands.options import TLS_FLAGS
+    from kernelflow.settings import Settings, parse_devices
+
     settings = Settings()
     if getattr(args, "nats_url", None):
         settings.nats_url = args.nats_url
@@ -157,7 +179,18 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
+    # What the command's errors are (imported with the command, which needs them anyway).
+    import nats.errors
+    import nats.js.errors
+
+    from kernelflow.actors.bridge import NatsUnreachable
+    from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
+    from kernelflow.commands.options import apply_agent_flags
+    from kernelflow.llm import EndpointUnreachable
+    from kernelflow.nats_server import NatsServerError
+    from kernelflow.settings import SettingsError
+
     logging.basicConfig(
         level=logging.INFO if args.verbose or args.command == "daemon" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

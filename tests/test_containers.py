@@ -216,7 +216,7 @@ def test_each_command_and_its_environment_are_kernelflows(
 ) -> None:
     """The arguments parse with kernelflow's own parser, as ``kernelflow ARGS`` would, and
     every KF_ variable is one kernelflow reads, with a value its settings accept."""
-    parser = build_parser()
+    parser = build_parser(args)
     try:
         parser.parse_args(args)
     except SystemExit as exc:
