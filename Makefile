@@ -6,15 +6,21 @@ BIN := $(VENV)/bin
 
 .PHONY: gpu-check demo test test-fast lint bench clean
 
-$(BIN)/.installed: pyproject.toml constraints/cpu.txt
+# What the demo needs (kernelflow and the verifier's torch and Triton), then the rest for
+# the tests, lint and benches (verl, the dashboard, the report's plots, observability).
+$(BIN)/.demo-installed: pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier]'
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.demo-installed
 	$(BIN)/pip install --quiet -c constraints/cpu.txt -e '.[verifier,test,verl,report,observability,ui]'
 	$(BIN)/pip install --quiet -c constraints/cpu.txt --no-deps verl==0.9.1
 	touch $@
 
 # The main job: one example task end to end on the embedded NATS, no API key needed.
-demo: $(BIN)/.installed
+demo: $(BIN)/.demo-installed
 	$(BIN)/kernelflow run examples/tasks/relu.py --llm scripted:examples/scripted/relu.yaml
 
 # Three test processes on a 2-core machine: tests wait on servers, subprocesses and
