@@ -24,6 +24,7 @@ from kernelflow.events.model import (
     TaskStatus,
     TaskSubmitted,
     VerificationCompleted,
+    VerificationReport,
 )
 from kernelflow.llm.base import is_budget_error
 from kernelflow.projections.counters import repeat_counters
@@ -239,7 +240,25 @@ def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
     over_budget = None if passed else budget_error_of(state)
     if over_budget is not None:
         return end_task(state, decision.event_id, "budget_exceeded", over_budget)
-    return end_task(state, decision.event_id, "success" if passed else "failed", decision.reason)
+    reason = decision.reason
+    current = state.current
+    if not passed and current is not None and isinstance(current.result, VerificationCompleted):
+        # Ended on a failed check: that check is the cause, the routing only why it ends.
+        reason = f"{failed_check(current.result.report)}; {reason}"
+    elif current is not None and isinstance(current.result, AgentFailed):
+        reason = f"{reason}: {one_line(current.result.error)}"
+    return end_task(state, decision.event_id, "success" if passed else "failed", reason)
+
+
+def failed_check(report: VerificationReport) -> str:
+    """A failed verification in one line: its verdict and what it found."""
+    return f"{report.verdict}: {one_line(report.summary.partition(' — ')[2] or report.summary)}"
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> TaskFinished:

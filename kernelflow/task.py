@@ -53,6 +53,7 @@ from kernelflow.settings import Settings
 from kernelflow.usage import WaitTimeout
 from kernelflow.verification.backends import DEFAULT_BACKEND
 from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.verification.taskfile import check_task_source
 from kernelflow.workflows.loader import (
     WorkflowError,
     check_candidate,
@@ -194,8 +195,10 @@ class Task:
         self.host_daemon = self.settings.nats_url is None if host_daemon is None else host_daemon
 
     def command(self) -> SubmitTask:
-        """The task's submit command: ``WorkflowError`` for a workflow that cannot be used,
+        """The task's submit command: ``TaskFileError`` for a ``task_desc`` that is no
+        KernelBench task, ``WorkflowError`` for a workflow that cannot be used,
         ``MalformedMessage`` for a field no daemon would take (a task id's alphabet)."""
+        check_task_source(self.task_desc, self.op_name)
         command = kernel_task(
             name=self.op_name,
             source=self.task_desc,

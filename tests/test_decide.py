@@ -166,13 +166,29 @@ def test_an_unusable_conductor_answer_falls_back_safely() -> None:
     assert state.finished is not None and state.finished.status == "success"
 
 
-def test_max_step_ends_a_task_that_never_passes() -> None:
+def test_max_step_ends_a_task_that_never_passes_on_a_checked_answer() -> None:
+    """coder_only (max_step 15): a 15th agent would be a coder whose answer nothing could
+    check; the task ends on its 14th, the verifier, naming the check and the limit."""
     state = fold(T, simulate("coder_only", []))
-    assert state.step == 15  # coder_only's max_step
+    assert state.step == 14 and state.history[-1] == "verifier"
     assert state.finished is not None and state.finished.status == "failed"
     last = state.decisions[-1]
-    assert last.mode == "limit" and "max_step 15 reached (15 agents ran)" in last.reason
-    assert last.removed == [RemovedOption(agent="verifier", limit="max_step", count=15, maximum=15)]
+    assert last.mode == "limit"
+    assert last.removed == [RemovedOption(agent="coder", limit="max_step", count=14, maximum=15)]
+    assert state.finished.reason == (
+        "fail: checked; max_step 15: 14 agents ran, and no verification could follow coder "
+        "in the one step left"
+    )
+
+
+def test_the_last_step_goes_to_the_verifier() -> None:
+    """default (max_step 20): an answer that fails to parse at step 18 is rerun at 19,
+    and the verifier still checks it at 20, the last step."""
+    parse_ok = [True] * 9 + [False, True]  # designer, then coders: the 9th coder's fails
+    state = fold(T, simulate("default", [], parse_ok=parse_ok))
+    assert state.history[-3:] == ["coder", "coder", "verifier"] and state.step == 20
+    assert state.finished is not None
+    assert "max_step 20 reached (20 agents ran)" in state.finished.reason
 
 
 def test_a_decision_recorded_before_removals_were_recorded_decodes_with_none() -> None:

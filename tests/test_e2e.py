@@ -90,48 +90,32 @@ def test_example_succeeds_after_one_failed_attempt(example: str, tmp_path: Path)
     assert status.stdout.endswith(result["final_code"].rstrip() + "\n")
 
 
-def test_task_file_that_is_not_python_is_rejected(tmp_path: Path) -> None:
+def test_task_file_that_is_not_python_is_refused_before_anything_starts(tmp_path: Path) -> None:
     bad = tmp_path / "broken_task.py"
     bad.write_text("import torch\ndef get_inputs(:\n")
-    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    data = tmp_path / "data"
     run = run_cli(
-        "run",
-        str(bad),
-        "--llm",
-        "scripted:examples/scripted/relu.yaml",
-        "--task-id",
-        "bad-1",
-        "--json",
-        "--out",
-        str(tmp_path / "out"),
-        env=env,
+        "run", str(bad), "--llm", "scripted:examples/scripted/relu.yaml", "--task-id", "bad-1",
+        "--json", "--out", str(tmp_path / "out"), env=cli_env(KF_DATA_DIR=str(data)),
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        f"kernelflow: task file {bad}: not valid Python (invalid syntax at line 2, column 16: "
+        "'def get_inputs(:')\n"
     )
-    assert run.returncode == 2
-    result = json.loads(run.stdout)
-    assert result["status"] == "rejected"
-    assert "broken_task" in result["reason"] and "line 2" in result["reason"]
-    # The log records the rejection and nothing else.
-    status = run_cli("status", "bad-1", "--json", env=env)
-    assert json.loads(status.stdout)["events"] == 1
+    # Nothing started, nothing written: no server's store, no trajectory.
+    assert not data.exists() and not (tmp_path / "out").exists()
 
 
 def test_task_file_missing_pieces_names_them(tmp_path: Path) -> None:
     task = tmp_path / "incomplete.py"
     task.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
-    run = run_cli(
-        "run",
-        str(task),
-        "--llm",
-        "scripted:examples/scripted/relu.yaml",
-        "--json",
-        "--out",
-        str(tmp_path / "out"),
-        env=env,
-    )
-    assert run.returncode == 2
-    reason = json.loads(run.stdout)["reason"]
-    assert "incomplete" in reason and "get_inputs" in reason and "get_init_inputs" in reason
+    for command in (["run", "--json", "--llm", "scripted:examples/scripted/relu.yaml"], ["submit"]):
+        run = run_cli(*command, str(task), env=env)
+        assert (run.returncode, run.stdout) == (2, ""), run.stderr
+        [line] = run.stderr.splitlines()
+        assert "incomplete" in line and "get_inputs" in line and "get_init_inputs" in line
 
 
 def test_unknown_workflow_lists_the_available_ones(tmp_path: Path) -> None:

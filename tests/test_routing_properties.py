@@ -95,6 +95,8 @@ def legal(wf: Workflow, history: list[str], agent: str) -> bool:
     """The limits, from their definitions, on the history the agent would extend."""
     if len(history) >= wf.max_step:
         return False
+    if VERIFIER in wf.agents and agent != VERIFIER and len(history) == wf.max_step - 1:
+        return False  # the one step left is the verifier's: nothing could check another
     if brute_consecutive(history, agent) >= wf.single_agent_limit(agent):
         return False
     return not any(
@@ -206,7 +208,8 @@ def test_every_option_a_limit_excludes_is_named_with_its_counts(
     for x in r.removed:
         assert x.agent in considered
         if x.limit == "max_step":
-            assert x.count == len(history) >= x.maximum == wf.max_step
+            assert x.count == len(history) and x.maximum == wf.max_step
+            assert x.count >= x.maximum or (x.count == x.maximum - 1 and x.agent != VERIFIER)
         elif x.limit == "single_agent":
             limit = wf.single_agent_limit(x.agent)
             assert x.count == brute_consecutive(history, x.agent) >= x.maximum == limit

@@ -100,9 +100,10 @@ def test_the_built_in_verifier_finishes_a_pass_and_returns_a_failure_to_its_auth
         assert (r.action, r.chosen, r.mode) == ("finish", FINISH, "auto")
         return
     assert FINISH not in r.options  # a failure never ends the task as done
+    # In the one step left, only the verifier may run: no check could follow an author.
     may_rerun = (
         author is not None
-        and len(history) < workflow.max_step
+        and len(history) < workflow.max_step - 1
         and counters.consecutive(author) < workflow.single_agent_limit(author)
     )
     if may_rerun:

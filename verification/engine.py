@@ -70,7 +70,9 @@ from kernelflow.verification.extensions import (
     build_locks,
     default_cache_dir,
     gpu_architecture,
+    last_build_s,
     planned_extensions,
+    record_build_s,
     record_failure,
     recorded_failure,
     toolchain,
@@ -179,6 +181,12 @@ class VerifierConfig:
     # fetched (``KF_EXTENSION_SHARE_MAX_MB``; 0: nothing is shared).
     shared_extensions: ExtensionStore | None = field(default=None, compare=False, repr=False)
     extension_share_max_bytes: int = DEFAULT_MAX_BYTES
+    # Told before a candidate's C++/CUDA extensions are built (not found built): their
+    # names, and how long the last build into the cache took (None: none yet), so that a
+    # command can say why it is quiet for a minute (``kernelflow verify``).
+    on_build: Callable[[list[str], float | None], None] | None = field(
+        default=None, compare=False, repr=False
+    )
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
     # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
     compare_compile: bool = False
@@ -536,6 +544,9 @@ def _built_extensions(
             missing = fetch(missing, shared, max_bytes)
         if not missing:
             return extensions
+        if config.on_build is not None:
+            config.on_build([e.spec.name for e in missing], last_build_s(cache_dir))
+        building = time.perf_counter()
         job = {
             "build": [e.job_entry() for e in missing],
             "candidate_file": "candidate.py",
@@ -560,6 +571,7 @@ def _built_extensions(
         raise _Refused(report.verdict, report.summary, report.errors, report.reasons)
     if still := unbuilt(extensions):
         raise _Refused("compile_error", f"the extension {still[0].spec.name!r} was not built")
+    record_build_s(cache_dir, time.perf_counter() - building)
     if shared is not None:  # after the lock: the node's other verifiers find it on disk
         share(missing, shared, max_bytes)
     return extensions

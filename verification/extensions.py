@@ -45,8 +45,10 @@ __all__ = [
     "default_cache_dir",
     "gpu_architecture",
     "install",
+    "last_build_s",
     "place",
     "planned_extensions",
+    "record_build_s",
     "record_failure",
     "recorded_failure",
     "store",
@@ -246,6 +248,27 @@ def record_failure(
     aside = target.with_name(f".{target.name}.{os.getpid()}")
     with contextlib.suppress(OSError):
         aside.write_text(json.dumps({"summary": summary, "errors": errors, "reasons": reasons}))
+        os.replace(aside, target)
+
+
+_LAST_BUILD = "last-build.json"
+
+
+def last_build_s(cache_dir: Path) -> float | None:
+    """How long the last build into ``cache_dir`` took, in seconds (None: none yet)."""
+    try:
+        seconds = json.loads(Path(cache_dir, _LAST_BUILD).read_text()).get("seconds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
+def record_build_s(cache_dir: Path, seconds: float) -> None:
+    """Remember how long a build into ``cache_dir`` took (what the next one is told)."""
+    target = Path(cache_dir, _LAST_BUILD)
+    aside = target.with_name(f".{target.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        aside.write_text(json.dumps({"seconds": round(seconds, 1)}))
         os.replace(aside, target)
 
 

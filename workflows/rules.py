@@ -3,7 +3,9 @@
 After an agent finishes (docs/workflows.md, "Routing"):
 
 1. An agent that could not work at all (provider down, no responses left) ends the task.
-2. The limits remove agents: every agent once ``max_step`` agents ran; an agent that ran
+2. The limits remove agents: every agent once ``max_step`` agents ran (in a kernel
+   workflow, every agent but the verifier when one step is left: no check could follow
+   its answer, and the task ends judged by its last verification); an agent that ran
    its ``single_agent`` limit in a row (default 3); the first agent of a ``sequences``
    pattern that ended the history ``max_repeats`` times back to back. Each removal is
    recorded on the decision with its limit and the counts that reached it.
@@ -87,7 +89,17 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
             for a in workflow.agents
         }
     illegal: dict[str, RemovedOption] = {}
+    if VERIFIER in workflow.agents and counters.step == workflow.max_step - 1:
+        # A kernel task ends judged by its last verification: in the one step left, an
+        # answer no verification can follow could not change that, only cost a call.
+        for agent in workflow.agents:
+            if agent != VERIFIER:
+                illegal[agent] = RemovedOption(
+                    agent=agent, limit="max_step", count=counters.step, maximum=workflow.max_step
+                )
     for agent in workflow.agents:
+        if agent in illegal:
+            continue
         limit, runs = workflow.single_agent_limit(agent), counters.consecutive(agent)
         if runs >= limit:
             illegal[agent] = RemovedOption(
@@ -111,6 +123,11 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
 
 def removal_text(removed: RemovedOption) -> str:
     """Why a limit removed an agent, in words."""
+    if removed.limit == "max_step" and removed.count < removed.maximum:
+        return (
+            f"max_step {removed.maximum}: {removed.count} agents ran, and no verification "
+            f"could follow {removed.agent} in the one step left"
+        )
     if removed.limit == "max_step":
         return f"max_step {removed.maximum} reached ({removed.count} agents ran)"
     if removed.limit == "single_agent":

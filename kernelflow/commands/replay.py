@@ -14,6 +14,7 @@ import msgspec
 from kernelflow.actors.worker import workflow_of
 from kernelflow.commands.options import add_source_options
 from kernelflow.events.model import Event, QuarantinedEvent
+from kernelflow.offline.redecide import redecide
 from kernelflow.offline.sources import source_for
 from kernelflow.projections.counters import counters_at_decisions, repeat_counters
 from kernelflow.projections.metrics import MetricsProjection
@@ -35,6 +36,12 @@ def register(subparsers: Any) -> None:
     add_source_options(rep, one_task=True)
     rep.add_argument("--view", choices=["trajectory", "counters", "metrics"], default="trajectory")
     rep.add_argument("--json", action="store_true")
+    rep.add_argument(
+        "--check",
+        action="store_true",
+        help="make every decision the task recorded again with this version's rules, and "
+        "say which come out otherwise (exit 1 if any)",
+    )
     rep.set_defaults(func=cmd_replay)
 
 
@@ -53,6 +60,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"no task {args.task} in the log")
     if note := unknown_kinds_note(events):
         print(note, file=sys.stderr)
+    if args.check:
+        return _check(args.task, events, as_json=args.json)
     if args.view == "metrics":
         projection = MetricsProjection().apply_all(enumerate(events, 1))
         t = projection.tasks[args.task]
@@ -140,3 +149,16 @@ def _duration(seconds: float) -> str:
 def _meaning(reward: str) -> str:
     known = REWARD_FUNCTIONS.get(reward)
     return known.means if known is not None and known.means else "a reward of its own"
+
+
+def _check(task_id: str, events: list[Event], *, as_json: bool) -> int:
+    """``--check``: the task's recorded decisions, made again (kernelflow.offline.redecide)."""
+    differences = redecide(task_id, events)
+    if as_json:
+        print(json.dumps([msgspec.to_builtins(d) for d in differences], indent=2))
+    elif differences:
+        print("\n".join(d.text() for d in differences))
+    else:
+        decided = sum(1 for e in events if e.kind in ("conductor_decided", "agent_dispatched"))
+        print(f"{task_id}: {decided} recorded decisions, each made again as recorded")
+    return 1 if differences else 0

@@ -26,6 +26,7 @@ from kernelflow.projections.rewards import (
     UnknownReward,
     check_reward_names,
 )
+from kernelflow.projections.trajectory import StepType, Trajectory
 from kernelflow.prompt_datasets import DatasetError, load_dataset
 from kernelflow.rollout import Rollout, RolloutConfig, print_progress, rollout_summary
 from kernelflow.runtime import interruptible
@@ -104,12 +105,17 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
     except MalformedMessage as exc:
         raise UsageError(f"cannot submit these rollouts: {exc}") from exc
     result: dict[str, Any] = rollout_summary(trajectories)
+    result["unsuccessful"] = unsuccessful(trajectories)
     if config.save_trajectories is not None:
         result["trajectories_path"] = str(config.save_trajectories)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"statuses: {', '.join(f'{k} {v}' for k, v in sorted(result['statuses'].items()))}")
+        for row in result["unsuccessful"][:SHOWN]:
+            print(f"  {row['task_id']} {row['status']}: {row['reason']}")
+        if len(result["unsuccessful"]) > SHOWN:
+            print(f"  … and {len(result['unsuccessful']) - SHOWN} more (--json lists them all)")
         for name, mean in result["mean_reward"].items():
             print(f"mean {name}: {mean:.3f}")
         if "trajectories_path" in result:
@@ -120,6 +126,23 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
         )
     unfinished = sum(v for k, v in result["statuses"].items() if k in ("rejected", "unfinished"))
     return EXIT_FAILED if unfinished else EXIT_OK
+
+
+# Rollouts that did not succeed, listed with their reason under the statuses at most.
+SHOWN = 10
+
+
+def unsuccessful(trajectories: list[Trajectory]) -> list[dict[str, str]]:
+    """Every rollout that did not end ``success``: its task id, status and why."""
+    rows = []
+    for t in trajectories:
+        status = str(t.metadata.get("status", "unfinished"))
+        if status == "success":
+            continue
+        ends = [s for s in t.steps if s.step_type == StepType.FINAL_ANSWER]
+        reason = str(ends[-1].metadata.get("reason", "")) if ends else "it did not end"
+        rows.append({"task_id": t.request_id, "status": status, "reason": reason})
+    return rows
 
 
 def register(subparsers: Any) -> None:

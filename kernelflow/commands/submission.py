@@ -2,7 +2,7 @@
 checked before anything is published.
 
 What can be known before a task is published is refused then (exit 2), so that no LLM
-call is spent on a task no candidate can pass: its workflow, its file, a backend no
+call is spent on a task no candidate can pass: its file, its workflow, a backend no
 verifier here offers, and a reference that fails on the shapes the verifier would check
 (:func:`refuse_broken_reference`: run once in the verifier's sandbox, on this machine, and
 remembered for that task source in the data dir).
@@ -73,8 +73,14 @@ def read_task_file(path: str) -> str:
 
 
 def submit_command(args: argparse.Namespace, workflow_dirs: Sequence[Path] = ()) -> SubmitTask:
-    """The task the options describe; ``workflow_dirs``: where a named workflow is found."""
+    """The task the options describe; ``workflow_dirs``: where a named workflow is found.
+    A task file that is no KernelBench task is refused here (statically: nothing in it
+    runs), before anything starts or is published: no daemon would take it."""
     source = read_task_file(args.task)
+    try:
+        check_task_source(source, args.task)
+    except TaskFileError as exc:
+        raise UsageError(str(exc)) from exc
     candidate = read_task_file(args.candidate) if getattr(args, "candidate", None) else None
     try:
         # Refused here, before anything is published: structure, kinds, tools, rewards.
@@ -104,10 +110,6 @@ def refuse_broken_reference(command: SubmitTask, data_dir: Path, *, own_verifier
     too; otherwise (``submit``) the check is skipped where it cannot run here."""
     if command.prompt is not None:
         return
-    try:
-        check_task_source(command.task_source, command.task_name)
-    except TaskFileError:
-        return  # refused as a task file (`submit`), or recorded as rejected (`run`)
     key = hashlib.sha256(
         f"{VERIFIER_VERSION}\0{command.backend}\0{command.task_source}".encode()
     ).hexdigest()

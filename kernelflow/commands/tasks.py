@@ -39,7 +39,6 @@ from kernelflow.runtime import (
 )
 from kernelflow.settings import Settings
 from kernelflow.usage import EXIT_FAILED, EXIT_OK, UsageError, WaitTimeout, exit_code_for
-from kernelflow.verification.taskfile import TaskFileError, check_task_source
 
 
 def register(subparsers: Any) -> None:
@@ -71,12 +70,6 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     if args.samples < 1:
         raise UsageError(f"--samples {args.samples}: expected at least 1")
     command = submit_command(args, settings.workflow_dirs)
-    # A publisher that does not wait would never hear of a rejection: refuse the task file
-    # here (statically: nothing in it runs), before anything is published.
-    try:
-        check_task_source(command.task_source, command.task_name)
-    except TaskFileError as exc:
-        raise UsageError(str(exc)) from exc
     commands = [command]
     if args.samples > 1:
         # Rollouts of one task submitted together form one GRPO group.

@@ -34,7 +34,14 @@ from kernelflow.verification.taskfile import (
     check_task_source,
 )
 
-__all__ = ["cmd_verify", "parse_shapes", "register", "timing_line", "verdict_text"]
+__all__ = [
+    "cmd_verify",
+    "parse_shapes",
+    "register",
+    "say_building",
+    "timing_line",
+    "verdict_text",
+]
 
 
 class _BadInput(Exception):
@@ -184,6 +191,22 @@ def verdict_text(report: VerificationReport, timing_on: bool = True) -> str:
     return "\n".join(lines)
 
 
+def say_building(names: list[str], last_s: float | None) -> None:
+    """Why ``verify`` is quiet for a while: the candidate's extensions are compiled here
+    first (found built, the next check of the same source builds nothing)."""
+    took = (
+        f"the last build here took {last_s:.0f}s"
+        if last_s is not None
+        else "the first build here: 30 to 60 s of compiling torch's headers"
+    )
+    print(
+        f"kernelflow verify: building the extension{'s' * (len(names) > 1)} "
+        f"{', '.join(names)} ({took}; a source built once is not built again)…",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         task = _read(args.task, "task")
@@ -212,6 +235,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         shapes=shapes,
         device=args.device,
         threads=args.threads or settings.verify_threads,
+        on_build=say_building,
     )
     report = verify(task, candidate, backend=args.backend, policy=args.policy, config=config)
     task_broken = report.verdict == "task_error"
