@@ -47,7 +47,7 @@ def interrupt_once(
         assert proc.poll() is None and time.monotonic() < deadline, "never got ready"
         time.sleep(0.2)
     os.killpg(proc.pid, sig)
-    _, stderr = proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=60)
     return proc.returncode, stderr.decode()
 
 
@@ -62,16 +62,23 @@ def status_of(task_id: str, env: dict[str, str]) -> dict[str, object]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupting_a_run_cancels_its_task(sig: int, tmp_path: Path) -> None:
     env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
-    script = slow_script(tmp_path, 60, "designer")
     out = tmp_path / "out.txt"
+    script = slow_script(tmp_path, 600, "designer")
     proc = start(["run", RELU, "--llm", f"scripted:{script}", "--task-id", "t1"], env, out)
-    interrupted = time.monotonic()
-    code, stderr = interrupt_once(proc, lambda: "step 1: designer" in out.read_text(), sig)
+    interrupted = [0.0]
+
+    def ready() -> bool:
+        interrupted[0] = time.monotonic()
+        return "step 1: designer" in out.read_text()
+
+    code, stderr = interrupt_once(proc, ready, sig)
     assert code == 130
     # The interrupt reaches kernelflow, not the embedded server it still needs to record
-    # the cancel (before, the server died with it, in a burst of connection warnings).
+    # the cancel (before, the server died with it, in a burst of connection warnings);
+    # stopping said nothing more (a stop that timed out would).
     assert stderr == "kernelflow: cancelled t1: kernelflow run interrupted\n"
-    assert time.monotonic() - interrupted < 15  # not the designer's minute, nor stop's 30 s
+    # Not the designer's ten minutes: the command did not wait for the step to end.
+    assert time.monotonic() - interrupted[0] < 120
     status = status_of("t1", env)
     assert (status["status"], status["reason"], status["steps"]) == (
         "cancelled",

@@ -23,6 +23,7 @@ from kernelflow.llm.config import (
     Price,
     ProviderSpecError,
 )
+from kernelflow.llm.gateway import TokenBucket
 from kernelflow.llm.router import ProviderRouter
 from tests.fake_llm_servers import Failure, FakeAnthropic, FakeOpenAI
 
@@ -171,24 +172,45 @@ def test_concurrency_limit_holds_under_a_burst(anthropic_server: FakeAnthropic) 
     assert time.monotonic() - started >= 0.4  # 12 calls / 3 at a time x 0.1 s
 
 
-def test_requests_per_minute_limit_spaces_calls(anthropic_server: FakeAnthropic) -> None:
-    # 600 a minute = one every 0.1 s, with a burst of one (a 0.1 s window).
+@pytest.fixture
+def releases(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When the gateway's rate limits let each call go. The limits are measured there:
+    when a request reaches the server depends on the machine's load too (a call let go
+    late may arrive right behind the next)."""
+    released: list[float] = []
+    take = TokenBucket.take
+
+    async def timed_take(self: TokenBucket, amount: float) -> None:
+        await take(self, amount)
+        released.append(time.monotonic())
+
+    monkeypatch.setattr(TokenBucket, "take", timed_take)
+    return released
+
+
+def test_requests_per_minute_limit_spaces_calls(
+    anthropic_server: FakeAnthropic, releases: list[float]
+) -> None:
+    """600 a minute = one every 0.1 s, with a burst of one (a 0.1 s window): each call
+    goes at least 0.1 s after the one before."""
     limits = Limits(requests_per_minute=600, rate_window_s=0.1, timeout_s=5)
     run(router("anthropic:m", limits), *(request(text=f"call {i}") for i in range(6)))
-    times = sorted(s.at for s in anthropic_server.seen)
-    assert times[-1] - times[0] >= 0.45
-    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.07
+    assert len(releases) == len(anthropic_server.seen) == 6
+    assert min(b - a for a, b in itertools.pairwise(releases)) >= 0.1 - 1e-3
 
 
-def test_tokens_per_minute_limit_spaces_calls(anthropic_server: FakeAnthropic) -> None:
-    # Each call is estimated at ~10 prompt tokens + 100 max_tokens; 6000/min = 100/0.1 s.
+def test_tokens_per_minute_limit_spaces_calls(
+    anthropic_server: FakeAnthropic, releases: list[float]
+) -> None:
+    """Each call is estimated at ~10 prompt tokens + 100 max_tokens; 6000 a minute is 100
+    every 0.1 s, a 0.11 s window holds one call: four calls span 0.3 s at least."""
     limits = Limits(tokens_per_minute=6000, rate_window_s=0.11, timeout_s=5)
     provider = ProviderRouter(
         LLMConfig(provider="anthropic:m", limits=limits, defaults=AgentLLM(max_tokens=100))
     )
     run(provider, *(request(text=f"call {i}") for i in range(4)))
-    times = sorted(s.at for s in anthropic_server.seen)
-    assert times[-1] - times[0] >= 0.25
+    assert len(releases) == len(anthropic_server.seen) == 4
+    assert releases[-1] - releases[0] >= 0.3 - 1e-3
 
 
 def test_api_key_never_reaches_events_or_logs(
