@@ -1,7 +1,7 @@
 """The static gate's rule tables: which imports, names, attributes and calls a candidate
 may use, whatever its backend (a backend adds its own: ``kernelflow.verification.backends``).
-The walker that applies them is :mod:`kernelflow.verification.gate`; which attribute
-chains of the allowed modules may be used is judged in :mod:`.gate_chains`.
+The walker that applies them is :mod:`.walker`; which attribute
+chains of the allowed modules may be used is judged in :mod:`.chains`.
 
 Most tables are allow-lists: what is not named here is refused.
 """
@@ -14,7 +14,7 @@ def _names(text: str) -> frozenset[str]:
 
 
 # Modules (and the module paths under them) every candidate may import; a backend's
-# ``extra_imports`` come on top. What may be reached through them: gate_chains.
+# ``extra_imports`` come on top. What may be reached through them: chains.
 ALLOWED_IMPORTS = ("torch", "triton", "math", "typing", "__future__", "collections.abc")
 # Modules whose stream, event and graph attributes are stream tricks (torch.cuda is judged
 # with the torch chains).
@@ -90,7 +90,7 @@ TORCH_CUDA_GLUE = {
 }
 # The methods of torch.nn.Module (torch 2.x): PyTorch calls them on a module itself (to,
 # eval, _apply, __call__'s forward ...), so a candidate's method of one of these names may
-# run in a call whoever else calls it (gate_context). A test keeps it a superset of the
+# run in a call whoever else calls it (context). A test keeps it a superset of the
 # installed torch's.
 NN_MODULE_API = _names(
     """_apply _call_impl _get_backward_hooks _get_backward_pre_hooks _get_name
@@ -230,7 +230,7 @@ LAUNCH_ATTRS = _names(
 )
 # What makes a tensor of another class than torch.Tensor from a tensor, whose methods PyTorch
 # then calls on every operation (KernelBench's "lazy_eval"): methods and attributes of
-# torch.Tensor and torch._C (``__new__`` of a torch class is one too: gate_checks).
+# torch.Tensor and torch._C (``__new__`` of a torch class is one too: checks).
 TENSOR_SUBCLASS_MAKERS = _names("as_subclass _make_subclass _make_wrapper_subclass TensorBase")
 TENSOR_SUBCLASS_MAKERS |= _names("_TensorBase _TensorMeta")
 # Methods Triton or PyTorch call back on objects (a kernel argument's data_ptr, a module's
@@ -289,7 +289,7 @@ MUTATING_METHODS = _names(
 )
 # Methods whose result is a new object (any other method's result may be a view of its
 # receiver, or an object kept in it: ``x.view(-1)``, ``d.get(k)``). Not ``copy``: a list's
-# or dict's is shallow (a new container of the same objects; gate_scopes).
+# or dict's is shallow (a new container of the same objects; scopes).
 COPYING_METHODS = _names("clone new_empty new_zeros new_ones new_full new_tensor")
 
 # ------------------------------------------------------------------ precision

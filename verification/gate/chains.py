@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.gate.rules import (
     ALLOWED_DUNDERS,
     ALLOWED_IMPORTS,
     AUTOGRAD_FUNCTION,
@@ -285,5 +285,5 @@ def refused_dunder(name: str) -> bool:
 
 def reported_by_attribute_rules(name: str) -> bool:
     """Parts the gate's attribute rules refuse whatever they belong to (introspection, or
-    a tensor subclass made: gate_checks.check_attribute_name)."""
+    a tensor subclass made: checks.check_attribute_name)."""
     return name in BANNED_ATTRS or refused_dunder(name) or name in TENSOR_SUBCLASS_MAKERS

@@ -5,16 +5,16 @@ candidate function passed around as a value).
 
 Kernel bodies get the Triton language only (rule ``kernel_body``); callbacks get launch
 arithmetic only (rule ``callback``). Each check returns the problem in words, or None; the
-attribute chains of imported modules are judged by :mod:`.gate_chains`.
+attribute chains of imported modules are judged by :mod:`.chains`.
 """
 
 from __future__ import annotations
 
 import ast
 
-from kernelflow.verification.gate_chains import shown
-from kernelflow.verification.gate_host import HostValues
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.gate.chains import shown
+from kernelflow.verification.gate.host import HostValues
+from kernelflow.verification.gate.rules import (
     JIT_BUILTINS,
     KERNEL_ARGUMENT_ATTRS,
     KERNEL_DTYPE_ATTRS,
@@ -23,7 +23,7 @@ from kernelflow.verification.gate_rules import (
     TL_FUNCTION_ARGS,
     TL_VALUE_API,
 )
-from kernelflow.verification.gate_scopes import Scope
+from kernelflow.verification.gate.scopes import Scope
 
 __all__ = [
     "STRICT_RULES",
@@ -150,7 +150,7 @@ def call_problem(
     node: ast.Call, scope: Scope, kernels: set[str], module_path: str | None
 ) -> str | None:
     """A call in a kernel body or a callback; ``module_path`` is the callee's resolved path
-    when it is an attribute of an imported module (judged by gate_chains)."""
+    when it is an attribute of an imported module (judged by chains)."""
     func = node.func
     if module_path is not None:
         name = module_path.rsplit(".", 1)[-1]

@@ -10,8 +10,8 @@ import ast
 import string
 
 from kernelflow.verification.backends import dotted_name
-from kernelflow.verification.gate_chains import reported_by_attribute_rules
-from kernelflow.verification.gate_rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
+from kernelflow.verification.gate.chains import reported_by_attribute_rules
+from kernelflow.verification.gate.rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
 
 __all__ = ["Finding", "lookup_findings", "precision_findings"]
 

@@ -32,7 +32,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kernelflow.verification.gate_scopes import bindings_of
+from kernelflow.verification.gate.scopes import bindings_of
 
 __all__ = ["KernelUses", "kernel_uses"]
 

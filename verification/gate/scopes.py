@@ -9,7 +9,7 @@ In a forward path a write (``a.b = ...``, ``a[k] = ...``, ``a.append(...)``,
 arguments, globals, closures, and locals that alias them) outlives the call and could
 carry results from one call to the next. Whether the name written through holds such a
 value is judged where it is written, by the bindings that reach it there
-(:mod:`.gate_flow`): ``shape = x.shape; shape = list(shape); shape.pop(d)`` changes the
+(:mod:`.flow`): ``shape = x.shape; shape = list(shape); shape.pop(d)`` changes the
 call's list. A container made in the call (``list(x.shape)``, ``[...]``, ``dict(...)``,
 a comprehension) may itself be changed (``perm.pop(d)``, ``shape[d] = 1``) even when what
 it holds is not the call's: changing what it holds is judged by where that came from.
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kernelflow.verification.backends import dotted_name
-from kernelflow.verification.gate_chains import Context, shown
-from kernelflow.verification.gate_flow import flow_reads, root_name
-from kernelflow.verification.gate_state import input_locals
+from kernelflow.verification.gate.chains import Context, shown
+from kernelflow.verification.gate.flow import flow_reads, root_name
+from kernelflow.verification.gate.state import input_locals
 
 __all__ = [
     "CLASS_BODY",
@@ -52,7 +52,7 @@ class Scope:
     params: frozenset[str] = frozenset()
     bound: frozenset[str] = frozenset()  # every local name, the parameters included
     # Ids of the names read (and written through) where only bindings of values made in
-    # the call reach them (gate_flow).
+    # the call reach them (flow).
     fresh: frozenset[int] = frozenset()
     constexprs: frozenset[str] = frozenset()  # parameters annotated tl.constexpr
     receiver: str = ""  # a method's first parameter (self)
@@ -65,7 +65,7 @@ class Scope:
     # kernel's arguments, and what is made of them without the Triton language).
     host: frozenset[str] = frozenset()
     # The call's inputs (every parameter but the receiver) and the locals made from their
-    # data (gate_state).
+    # data (state).
     tainted: frozenset[str] = frozenset()
     function: int = 0  # the id of the function (or lambda) whose body this is
 
@@ -84,7 +84,7 @@ class Scope:
 
     @property
     def context(self) -> Context:
-        """How the module chains used here are judged (gate_chains)."""
+        """How the module chains used here are judged (chains)."""
         if self.where == "init" or self.where == "launch" or self.where == "jit":
             return self.where
         return "forward"
@@ -107,7 +107,7 @@ def function_scope(
     host: frozenset[str] = frozenset(),
     fresh_params: frozenset[str] = frozenset(),
 ) -> Scope:
-    """``makers``: names whose calls make new values (gate_flow.held_loads); ``method``: whether
+    """``makers``: names whose calls make new values (flow.held_loads); ``method``: whether
     ``func`` is defined in a class body; ``enclosing``: the names enclosing functions
     bind; ``host`` (a kernel's): its names that may hold host objects; ``fresh_params``:
     parameters whose value is made for each call (an autograd function's ctx)."""

@@ -2,20 +2,20 @@
 
 Nothing here imports or executes the candidate. Each broken rule is a :class:`Violation`
 with a stable rule id (used in ``VerificationReport.reasons``), the line, and a message
-written for the coder; the task's strictness policy (:mod:`.policy`) decides which refuse
-and which are recorded as warnings (``gate_findings``). Every part of the module is
-checked, by where it runs (:mod:`.gate_scopes`, found from who calls what:
-:mod:`.gate_context`): module level, class bodies, decorators and default arguments,
-``__init__`` and what only it calls, forward and its helpers, nested functions, lambdas,
-``@triton.jit`` bodies. Rules follow data, not names (docs/verifier.md, "The static
-gate"): a name is what it refers to, a Triton value is told from a host object
-(:mod:`.gate_host`), state no call's data went into may be kept (:mod:`.gate_state`).
-The rule tables are in :mod:`.gate_rules`; which attributes of the allowed modules may be
-used is an allow-list (:mod:`.gate_chains`); kernel bodies and launch callbacks get
-stricter allow-lists still (:mod:`.gate_strict`). What a backend adds (its imports, its
+written for the coder; the task's strictness policy
+(:mod:`kernelflow.verification.policy`) decides which refuse and which are recorded as
+warnings (``gate_findings``). Every part of the module is checked, by where it runs
+(:mod:`.scopes`, found from who calls what: :mod:`.context`): module level, class bodies,
+decorators and default arguments, ``__init__`` and what only it calls, forward and its
+helpers, nested functions, lambdas, ``@triton.jit`` bodies. Rules follow data, not names
+(docs/verifier.md, "The static gate"): a name is what it refers to, a Triton value is told
+from a host object (:mod:`.host`), state no call's data went into may be kept
+(:mod:`.state`). The rule tables are in :mod:`.rules`; which attributes of the allowed
+modules may be used is an allow-list (:mod:`.chains`); kernel bodies and launch callbacks
+get stricter allow-lists still (:mod:`.strict`). What a backend adds (its imports, its
 library's glue, what counts as its kernel) comes from its
-:class:`~kernelflow.verification.backends.Backend`. The gate is one layer: the runtime guards in
-the sandbox (:mod:`kernelflow.verification.child.guards`) back it up.
+:class:`~kernelflow.verification.backends.Backend`. The gate is one layer: the runtime
+guards in the sandbox (:mod:`kernelflow.verification.child.guards`) back it up.
 
 Rules (docs/verifier.md):
 
@@ -48,7 +48,7 @@ Rules (docs/verifier.md):
   attributes, properties or protocol methods (``data_ptr``, ``__torch_function__`` ...);
   no tensor subclasses, defined or made (``as_subclass``, ``Tensor._make_subclass``,
   ``_make_wrapper_subclass``, ``Tensor.__new__``, ``_C.TensorBase``: lazy tensors); a
-  kernel, found by scope (:mod:`.gate_kernels`), is used only as launched, chosen into a
+  kernel, found by scope (:mod:`.kernels`), is used only as launched, chosen into a
   variable that only holds kernels and is only launched, or handed to a function that
   only launches it.
 - ``forbidden_import``: only torch, triton, math, typing (and the backend's extra imports,
@@ -62,11 +62,11 @@ Rules (docs/verifier.md):
   reached under another name, ``T = torch.Tensor``, is not patched either).
 - ``caching``: in forward paths writes land only in values made in the call (or a
   container made in it), judged by the bindings that reach the name written through
-  (:mod:`.gate_flow`): not in arguments, globals, class attributes, closures or their
+  (:mod:`.flow`): not in arguments, globals, class attributes, closures or their
   aliases and views (``setdefault``, ``append``, ``copy_`` ...), nor in what was put into
   a container (``kept.append(self.buf)``), nor in ``self`` but for values no call's data
   went into (fused weights, a device move) and running buffers never read back where they
-  are written (:mod:`.gate_buffers`); no caching decorators or decorators of the
+  are written (:mod:`.buffers`); no caching decorators or decorators of the
   candidate's own, ``global`` state, generators.
 - ``precision_downgrade`` (a choice of the policy's): no conversion to fp16/bf16/fp8
   (names, imported aliases, strings; not a comparison of dtypes, not in code that never
@@ -84,36 +84,36 @@ from kernelflow.verification.backends import DEFAULT_BACKEND, Backend, dotted_na
 from kernelflow.verification.backends import backend as find_backend
 from kernelflow.verification.backends.base import import_bindings
 from kernelflow.verification.backends.extension import LOAD_INLINE, module_resolver
-from kernelflow.verification.gate_buffers import running_updates
-from kernelflow.verification.gate_chains import (
+from kernelflow.verification.gate.buffers import running_updates
+from kernelflow.verification.gate.chains import (
     is_namespace,
     judge_import,
     refused_dunder,
     shown,
 )
-from kernelflow.verification.gate_checks import Checks, Violation
-from kernelflow.verification.gate_context import (
+from kernelflow.verification.gate.checks import Checks, Violation
+from kernelflow.verification.gate.context import (
     callbacks,
     dead_functions,
     init_functions,
 )
-from kernelflow.verification.gate_host import host_names
-from kernelflow.verification.gate_kernels import kernel_uses
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.gate.host import host_names
+from kernelflow.verification.gate.kernels import kernel_uses
+from kernelflow.verification.gate.rules import (
     AUTOGRAD_FUNCTION,
     BANNED_NAMES,
     DYNAMIC_BUILTINS,
     LOW_PRECISION,
 )
-from kernelflow.verification.gate_scopes import (
+from kernelflow.verification.gate.scopes import (
     CLASS_BODY,
     MODULE,
     Scope,
     Where,
     function_scope,
 )
-from kernelflow.verification.gate_state import StateReads
-from kernelflow.verification.gate_strict import (
+from kernelflow.verification.gate.state import StateReads
+from kernelflow.verification.gate.strict import (
     STRICT_RULES,
     name_problem,
     node_problem,
@@ -150,14 +150,14 @@ class _Gate(Checks):
         self.kernel_names: set[str] = set()  # every @triton.jit function
         self.jit_ids: set[int] = set()  # ids of every @triton.jit function's node
         self.launched: set[str] = set()  # kernels launched: kernel[grid](...), self.kernel[...]
-        # Where kernels are named, held and launched, by scope (gate_kernels): ids of the
+        # Where kernels are named, held and launched, by scope (kernels): ids of the
         # launches (kernel[grid], a holder's), of the kernel names a holder takes, and of
         # the attributes that are kernels.
         self.launch_sites: set[int] = set()
         self.kernel_named: set[int] = set()
         self.kernel_attributes: set[int] = set()
         # Per kernel (by id): its names that may hold host objects; and the kernels that
-        # may return a host value they are given (gate_host).
+        # may return a host value they are given (host).
         self.host: dict[int, frozenset[str]] = {}
         self.passing: frozenset[str] = frozenset()
         self.candidate: set[str] = set()  # the module's own functions, methods and classes
@@ -170,7 +170,7 @@ class _Gate(Checks):
         self.no_conversion: set[int] = set()  # ids of nodes where a dtype converts nothing
         self.assigned: dict[int, ast.expr] = {}  # assignment targets' ids -> the value
         self.state: dict[int, StateReads] = {}  # methods' ids -> their class's state use
-        self.running: set[int] = set()  # ids of the updates of running buffers (gate_buffers)
+        self.running: set[int] = set()  # ids of the updates of running buffers (buffers)
         self.constants: set[str] = set()  # module-level names bound to literals
         self.decorators: set[int] = set()  # ids of decorator expressions and their callees
         self.called: set[int] = set()  # ids of expressions called directly
@@ -243,7 +243,7 @@ class _Gate(Checks):
         self.collect_state()
 
     def collect_state(self) -> None:
-        """What forward paths may write into their module's state (gate_state)."""
+        """What forward paths may write into their module's state (state)."""
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]

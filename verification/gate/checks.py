@@ -1,4 +1,4 @@
-"""The gate's checks of single nodes (:mod:`.gate` walks the module and calls them): an
+"""The gate's checks of single nodes (:mod:`.walker` walks the module and calls them): an
 imported module's attribute chain, a decorator, a function's name, a call, a write, a
 precision downgrade. :class:`Checks` is the walker's base: it holds what the walk
 collected about the module (the attributes declared below) and records violations
@@ -11,9 +11,9 @@ import ast
 from dataclasses import dataclass
 
 from kernelflow.verification.backends import Backend, dotted_name
-from kernelflow.verification.gate_calls import lookup_findings, precision_findings
-from kernelflow.verification.gate_chains import judge_chain, refused_dunder, shown
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.gate.calls import lookup_findings, precision_findings
+from kernelflow.verification.gate.chains import judge_chain, refused_dunder, shown
+from kernelflow.verification.gate.rules import (
     BANNED_ATTRS,
     BUILTIN_TYPES,
     CACHE_DECORATORS,
@@ -31,9 +31,9 @@ from kernelflow.verification.gate_rules import (
     TENSOR_SUBCLASS_MAKERS,
     TRITON_DECORATORS,
 )
-from kernelflow.verification.gate_scopes import Scope, kept_state, root_name, write_root
-from kernelflow.verification.gate_state import StateReads, state_write_problem
-from kernelflow.verification.gate_strict import (
+from kernelflow.verification.gate.scopes import Scope, kept_state, root_name, write_root
+from kernelflow.verification.gate.state import StateReads, state_write_problem
+from kernelflow.verification.gate.strict import (
     STRICT_RULES,
     attribute_problem,
     call_problem,
@@ -69,7 +69,7 @@ class Checks:
     called: set[int]  # ids of expressions called directly
     assigned: dict[int, ast.expr]  # assignment targets' ids -> the value
     state: dict[int, StateReads]  # methods' ids -> their class's state use
-    running: set[int]  # ids of the updates of running buffers forward may make (gate_buffers)
+    running: set[int]  # ids of the updates of running buffers forward may make (buffers)
     no_conversion: set[int]  # ids of nodes where a low-precision dtype converts nothing
     _submodules: set[str] | None
     out: list[Violation]
@@ -77,7 +77,7 @@ class Checks:
     jit_kernels: dict[str, ast.FunctionDef]  # every kernel, by name
     jit_ids: set[int]  # ids of every @triton.jit function's node
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
-    launch_sites: set[int]  # ids of the subscripts that launch a kernel (gate_kernels)
+    launch_sites: set[int]  # ids of the subscripts that launch a kernel (kernels)
 
     def functions(self) -> list[tuple[_AnyFunction, bool]]:
         """Every non-kernel function, with whether it is an ``__init__``."""
@@ -330,7 +330,7 @@ class Checks:
         attribute = isinstance(target, ast.Attribute)
         if scope.where == "function" and not module:
             if id(target) in self.running:
-                return  # a running statistic, never read back (gate_buffers)
+                return  # a running statistic, never read back (buffers)
             # An item or attribute of a container or object made in the call (shape[d] = 1,
             # ctx.saved = x) is the call's too, whatever it holds.
             own = target.value if isinstance(target.value, ast.Name) else None
@@ -347,7 +347,7 @@ class Checks:
                     else "a method outside a class"
                 )
                 if problem is None:
-                    return  # a value no call's data went into (gate_state)
+                    return  # a value no call's data went into (state)
                 why = f"writing into `{root}` in forward: {problem} (result caching)"
             self.add("caching", target, why)
         elif module or (attribute and not (scope.where == "init" and root == scope.receiver)):
