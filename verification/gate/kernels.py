@@ -1,4 +1,5 @@
-"""Which expressions of a candidate refer to its ``@triton.jit`` kernels, found by scope and
+"""Which expressions of a candidate refer to its kernels (the functions a kernel language
+marks: ``@triton.jit``), launched as ``kernel[grid](...)``, found by scope and
 by where values flow, not by spelling.
 
 A kernel object in host code is Python the gate cannot follow (``fn``, ``run``,

@@ -1,4 +1,5 @@
-"""The static reward-hack gate: pure ``ast`` rules a candidate must satisfy before it runs.
+"""The static reward-hack gate's walker: pure ``ast`` rules a candidate must satisfy before
+it runs.
 
 Nothing here imports or executes the candidate. Each broken rule is a :class:`Violation`
 with a stable rule id (used in ``VerificationReport.reasons``), the line, and a message
@@ -7,14 +8,18 @@ written for the coder; the task's strictness policy
 warnings (``gate_findings``). Every part of the module is checked, by where it runs
 (:mod:`.scopes`, found from who calls what: :mod:`.context`): module level, class bodies,
 decorators and default arguments, ``__init__`` and what only it calls, forward and its
-helpers, nested functions, lambdas, ``@triton.jit`` bodies. Rules follow data, not names
-(docs/verifier.md, "The static gate"): a name is what it refers to, a Triton value is told
-from a host object (:mod:`.host`), state no call's data went into may be kept
-(:mod:`.state`). The rule tables are in :mod:`.rules`; which attributes of the allowed
-modules may be used is an allow-list (:mod:`.chains`); kernel bodies and launch callbacks
-get stricter allow-lists still (:mod:`.strict`). What a backend adds (its imports, its
-library's glue, what counts as its kernel) comes from its
-:class:`~kernelflow.verification.backends.Backend`. The gate is one layer: the runtime
+helpers, nested functions, lambdas, kernel bodies. Rules follow data, not names
+(docs/verifier.md, "The static gate"): a name is what it refers to, state no call's data
+went into may be kept (:mod:`.state`). The rule tables every backend shares are in
+:mod:`.rules`; which attributes of the allowed modules may be used is an allow-list
+(:mod:`.chains`); launch callbacks get stricter allow-lists still (:mod:`.strict`).
+
+The walker knows no DSL. What a backend adds comes from its
+:class:`~kernelflow.verification.backends.Backend` (its imports, its library's glue, what
+counts as its kernel) and from the kernel languages it owns or borrows
+(:class:`~kernelflow.verification.backends.language.KernelLanguage`: which functions are
+kernels, what their bodies may use, which of their values are the host's; Triton's is
+:mod:`kernelflow.verification.backends.triton_gate`). The gate is one layer: the runtime
 guards in the sandbox (:mod:`kernelflow.verification.child.guards`) back it up.
 
 Rules (docs/verifier.md):
@@ -51,8 +56,9 @@ Rules (docs/verifier.md):
   kernel, found by scope (:mod:`.kernels`), is used only as launched, chosen into a
   variable that only holds kernels and is only launched, or handed to a function that
   only launches it.
-- ``forbidden_import``: only torch, triton, math, typing (and the backend's extra imports,
-  cupy for CUDA) may be imported: no threads, processes, sockets, files, timers, ctypes.
+- ``forbidden_import``: only torch, math, typing, the roots of the backend's kernel
+  languages (triton, borrowed by every built-in backend) and its extra imports (cupy for
+  CuPy) may be imported: no threads, processes, sockets, files, timers, ctypes.
 - ``stream_trick``: no CUDA streams, events, graphs (``torch.cuda`` or ``cupy.cuda``).
 - ``file_io``: no saving, loading or mapping files (``torch.save``/``load``/``from_file``,
   ``.tofile()``, ``torch.hub``/``onnx``/``jit``/``profiler`` ...), in ``__init__`` too; the
@@ -80,10 +86,10 @@ from __future__ import annotations
 import ast
 
 from kernelflow.common.syntax import parse_module
-from kernelflow.verification.backends import DEFAULT_BACKEND, Backend, dotted_name
-from kernelflow.verification.backends import backend as find_backend
-from kernelflow.verification.backends.base import import_bindings
-from kernelflow.verification.backends.extension import LOAD_INLINE, module_resolver
+from kernelflow.verification.backends.base import Backend, dotted_name, import_bindings
+from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.registry import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.backends.registry import backend as find_backend
 from kernelflow.verification.gate.buffers import running_updates
 from kernelflow.verification.gate.chains import (
     is_namespace,
@@ -97,7 +103,6 @@ from kernelflow.verification.gate.context import (
     dead_functions,
     init_functions,
 )
-from kernelflow.verification.gate.host import host_names
 from kernelflow.verification.gate.kernels import kernel_uses
 from kernelflow.verification.gate.rules import (
     AUTOGRAD_FUNCTION,
@@ -127,28 +132,39 @@ MAX_VIOLATIONS = 20  # reported per candidate (the first ones by line)
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _is_constant(value: ast.AST | None) -> bool:
-    """A literal, or tl.constexpr(literal): module constants a kernel may read."""
+def _is_constant(value: ast.AST | None, languages: list[KernelLanguage]) -> bool:
+    """A literal, or one wrapped by a kernel language (tl.constexpr(literal)): module
+    constants a kernel may read."""
     if isinstance(value, ast.UnaryOp):
         value = value.operand
-    if isinstance(value, ast.Call) and (dotted_name(value.func) or "").endswith("constexpr"):
-        return all(map(_is_constant, value.args))
+    if isinstance(value, ast.Call):
+        name = dotted_name(value.func) or ""
+        if any(language.is_constant_wrapper(name) for language in languages):
+            return all(_is_constant(arg, languages) for arg in value.args)
     return isinstance(value, ast.Constant)
 
 
 class _Gate(Checks):
     """One candidate module under the gate's rules (a ``CandidateModule`` to its backend)."""
 
-    def __init__(self, tree: ast.Module, backend: Backend, task_uses_half: bool) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        backend: Backend,
+        languages: dict[str, KernelLanguage],
+        task_uses_half: bool,
+    ) -> None:
         self.tree = tree
         self.backend = backend
         self.extra_roots = backend.extra_imports
+        self.languages = languages
         self.task_uses_half = task_uses_half
         self.out: list[Violation] = []
         self.aliases: dict[str, str] = {}  # local name -> imported path
         self.jit_kernels: dict[str, ast.FunctionDef] = {}  # every kernel, by name
-        self.kernel_names: set[str] = set()  # every @triton.jit function
-        self.jit_ids: set[int] = set()  # ids of every @triton.jit function's node
+        self.kernel_names: set[str] = set()  # every kernel function
+        self.jit_ids: set[int] = set()  # ids of every kernel function's node
+        self.dsl_of: dict[int, str] = {}  # kernel functions' ids -> their language's backend
         self.launched: set[str] = set()  # kernels launched: kernel[grid](...), self.kernel[...]
         # Where kernels are named, held and launched, by scope (kernels): ids of the
         # launches (kernel[grid], a holder's), of the kernel names a holder takes, and of
@@ -177,15 +193,21 @@ class _Gate(Checks):
         self.refused_imports: set[str] = set()  # aliases whose import is reported already
         self._submodules: set[str] | None = None
 
-    def is_jit(self, node: ast.AST) -> bool:
-        """Whether ``node`` is a function decorated as a Triton kernel (under any alias)."""
+    def kernel_dsl(self, node: ast.AST) -> str | None:
+        """The backend whose kernel language ``node`` is a kernel function of (decorated as
+        one, under any alias); None when it is none."""
         if not isinstance(node, _AnyFunction):
-            return False
+            return None
         for dec in node.decorator_list:
             path = self.resolve(dec.func if isinstance(dec, ast.Call) else dec) or ""
-            if path.endswith(("jit", "autotune", "heuristics")):
-                return True
-        return False
+            for dsl, language in self.languages.items():
+                if language.is_kernel_decorator(path):
+                    return dsl
+        return None
+
+    def is_jit(self, node: ast.AST) -> bool:
+        """Whether ``node`` is a kernel function of one of the languages."""
+        return self.kernel_dsl(node) is not None
 
     def run(self) -> list[Violation]:
         self.collect()
@@ -197,26 +219,37 @@ class _Gate(Checks):
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.collect_import(node)
-        kernels: dict[str, list[_AnyFunction]] = {}
+        kernels: dict[str, dict[str, list[_AnyFunction]]] = {}  # by language, by name
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 self.called.add(id(node.func))
             elif isinstance(node, _AnyFunction | ast.ClassDef):
                 for dec in node.decorator_list:
                     self.decorators.update({id(dec), id(getattr(dec, "func", dec))})
-                (self.kernel_names if self.is_jit(node) else self.candidate).add(node.name)
-                if self.is_jit(node):
-                    kernels.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                dsl = self.kernel_dsl(node)
+                (self.kernel_names if dsl is not None else self.candidate).add(node.name)
+                if dsl is not None:
+                    by_name = kernels.setdefault(dsl, {})
+                    by_name.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
                     self.jit_ids.add(id(node))
+                    self.dsl_of[id(node)] = dsl
                     if isinstance(node, ast.FunctionDef):
                         self.jit_kernels[node.name] = node
         uses = kernel_uses(self.tree, self.jit_ids)
         self.launch_sites, self.kernel_named = uses.launches, uses.named
         self.kernel_attributes = uses.attributes
         self.launched = uses.launched & self.kernel_names
-        self.host, self.passing = host_names(kernels, self.launched, frozenset(self.aliases))
+        passing: set[str] = set()
+        for dsl, by_name in kernels.items():
+            host, passes = self.languages[dsl].host_names(
+                by_name, self.launched, frozenset(self.aliases)
+            )
+            self.host.update(host)
+            passing |= passes
+        self.passing = frozenset(passing)
+        languages = list(self.languages.values())
         for node in self.tree.body:
-            if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value, languages):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.constants.update(t.id for t in targets if isinstance(t, ast.Name))
         functions = {
@@ -267,7 +300,9 @@ class _Gate(Checks):
             return
         for (local, path, imported), alias in zip(import_bindings(node), node.names, strict=True):
             self.aliases[local] = path
-            verdict = judge_import(imported, self.extra_roots, self.backend.glue_paths)
+            verdict = judge_import(
+                imported, self.extra_roots, self.backend.glue_paths, list(self.languages.values())
+            )
             if verdict is not None:
                 self.add(verdict[0], node, verdict[1])
                 self.refused_imports.add(local)
@@ -290,7 +325,7 @@ class _Gate(Checks):
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
         if scope.where in STRICT_RULES:
-            problem = node_problem(node, scope, self.passing)
+            problem = node_problem(node, scope, self.passing, self.kernel_language(scope))
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         if isinstance(node, _AnyFunction):
@@ -345,6 +380,7 @@ class _Gate(Checks):
         closure = outer.where not in ("module", "class")
         args = [*node.args.posonlyargs, *node.args.args]
         per_call = id(node) in self.per_call_receiver and args
+        dsl = self.dsl_of.get(id(node), outer.dsl) if where == "jit" else ""
         return function_scope(
             node,
             where,
@@ -353,17 +389,19 @@ class _Gate(Checks):
             fresh_params=frozenset({args[0].arg} if per_call else ()),
             enclosing=outer.bound | outer.enclosing if closure else frozenset(),
             host=self.host.get(id(node), frozenset()),
+            dsl=dsl,
         )
 
     def body_where(self, node: _AnyFunction, scope: Scope) -> Where:
-        if self.is_jit(node):
+        dsl = self.kernel_dsl(node)
+        if dsl is not None:
             if scope.where in STRICT_RULES:
                 self.add(
                     "kernel_body",
                     node,
-                    f"`{shown(node.name)}`: a @triton.jit kernel defined inside a kernel or "
-                    "a launch callback (define kernels at module level or where they are "
-                    "launched)",
+                    f"`{shown(node.name)}`: a {self.languages[dsl].kernel_title} defined "
+                    "inside a kernel or a launch callback (define kernels at module level or "
+                    "where they are launched)",
                 )
             return "jit"
         if scope.where in STRICT_RULES:
@@ -444,7 +482,7 @@ class _Gate(Checks):
             return
         if name in self.aliases:
             path = self.aliases[name]
-            if is_namespace(path, self.extra_roots):
+            if is_namespace(path, self.extra_roots, list(self.languages.values())):
                 self.add(
                     "module_escape",
                     node,
@@ -460,7 +498,8 @@ class _Gate(Checks):
             self.add("introspection", node, f"`{name}` must be called directly")
         if scope.where in STRICT_RULES and not called:  # a callee is judged with its call
             kernel_globals = self.kernel_names | self.constants
-            problem = name_problem(name, scope, kernel_globals, self.candidate)
+            kernel = self.kernel_language(scope)
+            problem = name_problem(name, scope, kernel_globals, self.candidate, kernel)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
 
@@ -518,25 +557,19 @@ def gate_findings(
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
     judge = find_backend(backend)
-    wrong = _builds_an_extension(tree) if LOAD_INLINE not in judge.glue_paths else None
-    if wrong is not None:  # every rule would be noise beside this
-        return [Violation("no_kernel", wrong.lineno, _EXTENSION_ELSEWHERE)], []
-    found = _Gate(tree, judge, task_uses_half).run()
+    for name in backend_names():  # a candidate plainly written for another backend
+        foreign = find_backend(name).foreign_kernel(tree, judge)
+        if foreign is not None:  # every rule would be noise beside this
+            return [Violation("no_kernel", foreign[0], foreign[1])], []
+    languages = {
+        dsl.name: language
+        for dsl in [judge, *map(find_backend, judge.borrows)]
+        if (language := dsl.kernel_language()) is not None
+    }
+    found = _Gate(tree, judge, languages, task_uses_half).run()
     refusals = [v for v in found if judged_by.refuses(v.rule)]
     warnings = [v for v in found if not judged_by.refuses(v.rule)]
     return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
-
-
-_EXTENSION_ELSEWHERE = (
-    "this candidate builds a C++/CUDA extension: did you mean --backend cpp (or cuda on a GPU)?"
-)
-
-
-def _builds_an_extension(tree: ast.Module) -> ast.Call | None:
-    """The module's first ``load_inline`` call, if it makes one."""
-    resolve = module_resolver(tree)
-    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call))
-    return next((call for call in calls if resolve(call.func) == LOAD_INLINE), None)
 
 
 def check_candidate(
