@@ -34,7 +34,8 @@ class CandidateModule(Protocol):
     """What the static gate knows of a candidate module, for a backend's rules."""
 
     tree: ast.Module
-    jit_kernels: dict[str, ast.FunctionDef]  # every function decorated with ...jit, by name
+    # Every kernel function of the backend's kernel languages (``@triton.jit``), by name.
+    jit_kernels: dict[str, ast.FunctionDef]
     launched: set[str]  # the kernels the module launches: kernel[grid](...)
     task_uses_half: bool  # the task computes in fp16/bf16 itself
 

@@ -81,7 +81,7 @@ class Checks:
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
     launch_sites: set[int]  # ids of the subscripts that launch a kernel (kernels)
 
-    def kernel_language(self, scope: Scope) -> KernelLanguage | None:
+    def language_of(self, scope: Scope) -> KernelLanguage | None:
         """The language of the kernel body ``scope`` is (None outside kernels)."""
         return self.languages.get(scope.dsl) if scope.where == "jit" else None
 
@@ -128,7 +128,7 @@ class Checks:
                     f"`{shown(path)}` builds files: build once, at module level or in __init__",
                 )
             return
-        kernel = self.kernel_language(scope)
+        kernel = self.language_of(scope)
         languages = list(self.languages.values())
         verdict = judge_chain(path, scope.context, self.extra_roots, languages, kernel)
         if verdict is not None:
@@ -197,7 +197,7 @@ class Checks:
     def check_value_attribute(self, node: ast.Attribute, scope: Scope) -> None:
         """An attribute read of a value (not of a module)."""
         if scope.where in STRICT_RULES:
-            kernel = self.kernel_language(scope)
+            kernel = self.language_of(scope)
             problem = attribute_problem(node, scope, kernel, called=id(node) in self.called)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
@@ -267,7 +267,7 @@ class Checks:
             self.add(rule, where, message)
         launch = id(func) in self.launch_sites
         if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
-            kernel = self.kernel_language(scope)
+            kernel = self.language_of(scope)
             problem = call_problem(node, scope, self.kernel_names, path, kernel, languages)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)

@@ -205,10 +205,6 @@ class _Gate(Checks):
                     return dsl
         return None
 
-    def is_jit(self, node: ast.AST) -> bool:
-        """Whether ``node`` is a kernel function of one of the languages."""
-        return self.kernel_dsl(node) is not None
-
     def run(self) -> list[Violation]:
         self.collect()
         self.visit_block(self.tree.body, MODULE)
@@ -325,7 +321,7 @@ class _Gate(Checks):
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
         if scope.where in STRICT_RULES:
-            problem = node_problem(node, scope, self.passing, self.kernel_language(scope))
+            problem = node_problem(node, scope, self.passing, self.language_of(scope))
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         if isinstance(node, _AnyFunction):
@@ -498,7 +494,7 @@ class _Gate(Checks):
             self.add("introspection", node, f"`{name}` must be called directly")
         if scope.where in STRICT_RULES and not called:  # a callee is judged with its call
             kernel_globals = self.kernel_names | self.constants
-            kernel = self.kernel_language(scope)
+            kernel = self.language_of(scope)
             problem = name_problem(name, scope, kernel_globals, self.candidate, kernel)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
