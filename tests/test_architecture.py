@@ -213,3 +213,51 @@ def test_no_source_module_is_over_700_lines() -> None:
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+# The backends' modules that belong to no DSL: the seam itself (docs/extending.md,
+# "A new verifier backend (a kernel DSL)"). Any other module of the package belongs to the
+# backend its name starts with; the load_inline extension modules are the cpp backend's.
+BACKENDS = "kernelflow.verification.backends"
+NEUTRAL_BACKEND_MODULES = {BACKENDS, *(f"{BACKENDS}.{m}" for m in ("base", "language", "registry"))}
+
+
+def dsl_of(module: str) -> str | None:
+    """The backend whose DSL a module of the backends package belongs to (None: neutral)."""
+    if module in NEUTRAL_BACKEND_MODULES or not module.startswith(BACKENDS + "."):
+        return None
+    stem = module.removeprefix(BACKENDS + ".")
+    return "cpp" if stem.startswith("extension") else stem.split("_")[0]
+
+
+def test_the_gate_imports_no_backend_s_dsl() -> None:
+    """The gate's walker knows no DSL: it asks the backend (and the kernel languages it
+    hands over) through the neutral seam only."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("kernelflow.verification.gate")
+        for target in targets
+        if dsl_of(target) is not None
+    ]
+    assert wrong == []
+
+
+def test_a_backend_imports_another_s_dsl_only_where_it_borrows_it() -> None:
+    from kernelflow.verification.backends import backend
+
+    wrong = [
+        f"{module} imports {target} ({dsl_of(module)!r} does not borrow {dsl_of(target)!r})"
+        for module, targets in import_graph().items()
+        if (owner := dsl_of(module)) is not None
+        for target in targets
+        if (other := dsl_of(target)) not in (None, owner) and other not in backend(owner).borrows
+    ]
+    assert wrong == []
+
+
+def test_every_backend_module_belongs_to_a_registered_backend_or_to_none() -> None:
+    from kernelflow.verification.backends import backend_names
+
+    owners = {dsl_of(module) for module in modules()} - {None}
+    assert owners <= set(backend_names())

@@ -60,6 +60,7 @@ class TinyBackend(Backend):
     device_note = "Tiny kernels are checked wherever Triton runs."
     dsl_notes = "## Tiny in brief\\n- Name every kernel `<what>_tiny`."
     extra_imports = ("numpy",)
+    borrows = ("triton",)  # its kernels are Triton's
     launch_label = "tiny kernel"
 
     def check_kernels(self, module):

@@ -337,7 +337,7 @@ def test_the_module_api_names_cover_the_installed_torch() -> None:
 
     import torch.nn as nn
 
-    from kernelflow.verification.gate_rules import NN_MODULE_API
+    from kernelflow.verification.gate.rules import NN_MODULE_API
 
     members = {
         n for n, v in inspect.getmembers(nn.Module) if callable(v) or isinstance(v, property)

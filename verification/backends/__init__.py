@@ -1,7 +1,9 @@
 """Kernel backends (DSLs): what each asks of the prompt, the static gate and the sandbox,
-as one registered object (:class:`Backend`, :mod:`.base`). Built in: ``triton``
-(:mod:`.triton`) and ``cuda`` (:mod:`.cuda`); more through :func:`register_backend` or
-the ``kernelflow.backends`` entry-point group (:mod:`.registry`):
+as one registered object (:class:`Backend`, :mod:`.base`), which owns every rule and hook
+of its DSL (the gate's walker and the sandbox's shared code know none). Built in:
+``triton`` (:mod:`.triton`; its gate rules :mod:`.triton_gate`), ``cuda`` (:mod:`.cuda`),
+``cupy`` (:mod:`.cupy`) and ``cpp`` (:mod:`.cpp`); more through :func:`register_backend`
+or the ``kernelflow.backends`` entry-point group (:mod:`.registry`):
 
     [project.entry-points."kernelflow.backends"]
     mydsl = "my_package.mydsl:BACKEND"  # a Backend instance whose name is "mydsl"
@@ -27,6 +29,7 @@ from kernelflow.verification.backends.registry import (
     backend_names,
     plugin_errors,
     register_backend,
+    registered,
 )
 
 __all__ = [
@@ -42,4 +45,5 @@ __all__ = [
     "dotted_name",
     "plugin_errors",
     "register_backend",
+    "registered",
 ]

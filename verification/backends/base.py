@@ -2,8 +2,9 @@
 
 A :class:`Backend` says what the prompt tells the coder about the DSL, what the static
 gate requires of a candidate (the extra modules it may import, the library calls that are
-glue, what counts as a launched kernel) and how the verifier's sandbox readies the DSL's
-runtime and counts its launches. Its module is imported inside sandboxes, so it imports
+glue, what counts as a launched kernel, the rules of its kernel language) and how the
+verifier's sandbox preloads, probes and readies the DSL's runtime, counts its launches and
+reports its versions. Its module is imported inside sandboxes, so it imports
 only the stdlib at module level: torch, triton or cupy are imported inside the hooks that
 run in the sandbox.
 """
@@ -13,8 +14,13 @@ from __future__ import annotations
 import ast
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import ClassVar, NoReturn, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
+
+if TYPE_CHECKING:
+    from kernelflow.verification.backends.language import KernelLanguage
 
 __all__ = ["NAME_PATTERN", "Backend", "CandidateModule", "LaunchCounter", "dotted_name"]
 
@@ -28,7 +34,8 @@ class CandidateModule(Protocol):
     """What the static gate knows of a candidate module, for a backend's rules."""
 
     tree: ast.Module
-    jit_kernels: dict[str, ast.FunctionDef]  # every function decorated with ...jit, by name
+    # Every kernel function of the backend's kernel languages (``@triton.jit``), by name.
+    jit_kernels: dict[str, ast.FunctionDef]
     launched: set[str]  # the kernels the module launches: kernel[grid](...)
     task_uses_half: bool  # the task computes in fp16/bf16 itself
 
@@ -75,9 +82,21 @@ class Backend(ABC):
     # Where its kernels are timed against the baseline ("cuda": on GPUs; Triton's CPU
     # interpreter has no timing meaning).
     timed_on: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    # How its kernels run in a check on the CPU, in words, for reports ("Triton in its
+    # interpreter"; "": natively, on the threads the check computes with).
+    cpu_runs: ClassVar[str] = ""
+    # Whether the launches of the kernels of the DSLs it borrows count as its own launches
+    # in the sandbox (their arguments checked as their backend checks them): False where
+    # forward() must launch the backend's own kernel and the guards watch the others.
+    counts_borrowed_launches: ClassVar[bool] = True
     # Dotted paths the gate otherwise refuses that a candidate of this backend may use at
     # module level or in __init__ (``torch.utils.cpp_extension.load_inline``).
     glue_paths: ClassVar[tuple[str, ...]] = ()
+    # Other backends whose DSL a candidate of this one may use too (their kernel languages
+    # pass the gate, by their rules) and whose modules this backend's may import (a test
+    # holds every backend to it: tests/test_architecture.py). ``cuda`` borrows ``cpp``'s
+    # extensions; every built-in backend borrows Triton.
+    borrows: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -98,6 +117,18 @@ class Backend(ABC):
         it was this backend's to judge (False: the gate's PyTorch rules apply)."""
         return False
 
+    def kernel_language(self) -> KernelLanguage | None:
+        """The gate's rules for this DSL's kernels when they are Python functions (Triton's
+        ``@triton.jit``; :mod:`.language`); None for a DSL written in source strings.
+        Daemon side only: import the rules inside this method."""
+        return None
+
+    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str] | None:
+        """When the candidate ``tree``, judged as ``judge``'s, is plainly written for this
+        backend (it builds a load_inline extension ``judge`` does not take): the line that
+        shows it and a hint, refused as ``no_kernel`` without any other rule."""
+        return None
+
     def holds_kernel(self, module: CandidateModule, node: ast.AST) -> bool:
         """Whether ``node`` (a name or attribute of the module) is bound to this DSL's
         compiled code (an extension module or one of its functions): its name is then
@@ -105,6 +136,34 @@ class Backend(ABC):
         return False
 
     # ------------------------------------------------------------------ sandbox
+
+    def preload(self) -> None:
+        """In the verifier's warm worker, before it forks a sandbox for each check: import
+        the DSL's runtime (never initialising CUDA), so that every sandbox starts with it.
+        Built-in and registered backends are preloaded, not entry-point plugins. Nothing by
+        default."""
+        return None
+
+    def check_runtime(
+        self, device: str, compile_here: bool, load: Callable[[Path, str], Any]
+    ) -> None:
+        """In the probe that picks the sandbox plan, under the sandbox's limits: import the
+        DSL's runtime and, on ``device`` "cuda" with ``compile_here`` (inside the sandbox's
+        read-only file system), build and run a kernel the way a check would (``load``
+        imports a module from a file as a candidate is imported); raise if it cannot.
+        Nothing by default."""
+        return None
+
+    def versions(self) -> dict[str, str]:
+        """The DSL's software and its versions, for each report ({"triton": "3.4.0"});
+        called in the sandbox after the check, so what is missing there is left out."""
+        return {}
+
+    def count_launches(self, launches: LaunchCounter) -> None:
+        """In the sandbox: make every launch of one of this DSL's kernels go through
+        ``launches`` (also when a backend that borrows the DSL is checked). Nothing by
+        default."""
+        return None
 
     def use_prebuilt(self, directory: str) -> None:
         """In the sandbox, before ``start_runtime``: ``directory`` holds what the verifier
@@ -114,8 +173,9 @@ class Backend(ABC):
     @abstractmethod
     def start_runtime(self, device: str, launches: LaunchCounter) -> None:
         """In the sandbox, before the candidate is imported: ready the DSL's runtime on
-        ``device`` and make every launch of one of its kernels go through ``launches``.
-        Raise if it cannot run here: the verdict is then ``unsupported``."""
+        ``device`` and make every launch of one of its kernels go through ``launches``
+        (``count_launches``; the sandbox then counts the borrowed DSLs' launches). Raise if
+        it cannot run here: the verdict is then ``unsupported``."""
 
 
 def import_bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str, str]]:

@@ -26,6 +26,7 @@ from kernelflow.verification.backends.extension import (
     LOAD_INLINE,
     ExtensionSpec,
     extension_specs,
+    module_resolver,
     spec_from_call,
 )
 from kernelflow.verification.backends.extension_calls import ExtensionUses, extension_uses
@@ -34,6 +35,9 @@ __all__ = ["CPP", "PREBUILT_MANIFEST", "CppBackend", "ExtensionBackend"]
 
 # In the candidate's work dir: the extensions the verifier built for it.
 PREBUILT_MANIFEST = "extensions/manifest.json"
+_EXTENSION_ELSEWHERE = (
+    "this candidate builds a C++/CUDA extension: did you mean --backend cpp (or cuda on a GPU)?"
+)
 
 DSL_NOTES = """\
 ## C++ on the CPU in brief (torch.utils.cpp_extension.load_inline)
@@ -51,6 +55,10 @@ class ExtensionBackend(Backend):
     built functions."""
 
     glue_paths: ClassVar[tuple[str, ...]] = (LOAD_INLINE,)
+    borrows: ClassVar[tuple[str, ...]] = ("triton",)
+    # forward() must call its extension's functions: a Triton kernel beside them is judged
+    # by the gate and watched by the guards, but is not the extension's launch.
+    counts_borrowed_launches: ClassVar[bool] = False
     source_kinds: ClassVar[tuple[str, ...]] = ("cpp_sources",)
     # Where the verifier put the libraries it built for this check (the candidate's work
     # dir; set in the sandbox, whose process checks one candidate and ends).
@@ -92,6 +100,16 @@ class ExtensionBackend(Backend):
                 "(ext.my_forward(x), self.ext.my_forward(x))",
             )
 
+    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str] | None:
+        """The module's first ``load_inline`` call, if it makes one and ``judge`` takes no
+        extensions."""
+        if LOAD_INLINE in judge.glue_paths:
+            return None
+        resolve = module_resolver(tree)
+        calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call))
+        call = next((call for call in calls if resolve(call.func) == LOAD_INLINE), None)
+        return (call.lineno, _EXTENSION_ELSEWHERE) if call is not None else None
+
     def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
         """A call of the extension's functions (``ext.fn(x)``, ``self.fn(x)``...) is the
         kernel: none of the PyTorch rules apply to its name."""
@@ -115,6 +133,11 @@ class ExtensionBackend(Backend):
         self.prebuilt = directory
 
     def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+        self.count_launches(launches)
+
+    def count_launches(self, launches: LaunchCounter) -> None:
+        """``load_inline`` loads what the verifier built instead of compiling; each call of
+        one of the extension's functions is a launch."""
         import torch.utils.cpp_extension as cpp_extension
 
         built = _load_manifest(self.prebuilt)

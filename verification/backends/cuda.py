@@ -75,6 +75,8 @@ class CudaBackend(ExtensionBackend):
     dsl_notes = DSL_NOTES
     launch_label = "function of the load_inline extension"
     runtime_unavailable = "torch's CUDA extensions cannot be built or loaded here"
+    # Its extensions are cpp's (.cpp, .cpp_rules, .extension*), with CUDA sources.
+    borrows: ClassVar[tuple[str, ...]] = ("cpp", "triton")
     source_kinds: ClassVar[tuple[str, ...]] = ("cpp_sources", "cuda_sources")
     timed_on = frozenset({"cuda"})
 

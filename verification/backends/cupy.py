@@ -12,7 +12,6 @@ import ast
 from typing import Any
 
 from kernelflow.verification.backends.base import Backend, CandidateModule, LaunchCounter
-from kernelflow.verification.backends.triton import count_triton_launches
 
 __all__ = ["CUPY", "CupyBackend"]
 
@@ -62,6 +61,7 @@ class CupyBackend(Backend):
     )
     dsl_notes = DSL_NOTES
     extra_imports = ("cupy",)
+    borrows = ("triton",)
     launch_label = "CUDA kernel (cupy.RawKernel)"
     runtime_unavailable = "CuPy cannot compile and launch CUDA kernels here"
 
@@ -143,16 +143,20 @@ class CupyBackend(Backend):
             )
         return True
 
+    def count_launches(self, launches: LaunchCounter) -> None:
+        import cupy
+
+        _count_raw_kernel_launches(cupy, launches)
+
     def start_runtime(self, device: str, launches: LaunchCounter) -> None:
-        """CuPy, counting raw-kernel launches (and Triton's: triton is allowed with every
-        backend); raises if CuPy is missing or sees no CUDA GPU."""
-        count_triton_launches(launches)
+        """CuPy, counting raw-kernel launches (Triton's, which it borrows, are counted by
+        Triton's backend); raises if CuPy is missing or sees no CUDA GPU."""
         import cupy
 
         count = cupy.cuda.runtime.getDeviceCount()
         if count < 1:
             raise RuntimeError("CuPy sees no CUDA device")
-        _count_raw_kernel_launches(cupy, launches)
+        self.count_launches(launches)
         if device == "cuda":
             import torch
 

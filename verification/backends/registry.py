@@ -27,6 +27,7 @@ __all__ = [
     "backend_names",
     "plugin_errors",
     "register_backend",
+    "registered",
 ]
 
 ENTRY_POINT_GROUP = "kernelflow.backends"
@@ -70,6 +71,12 @@ def backend_names() -> list[str]:
     """Every backend a task may name (built-ins, registered, plugins), sorted."""
     _plugin_errors()
     return sorted(_BACKENDS)
+
+
+def registered() -> list[Backend]:
+    """The backends registered so far, in their order: the built-ins and
+    ``register_backend``'s, not the entry-point plugins (none is looked for)."""
+    return list(_BACKENDS.values())
 
 
 def plugin_errors() -> list[str]:

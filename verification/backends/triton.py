@@ -7,11 +7,31 @@ Imported inside sandboxes: stdlib only at module level (triton inside the hooks)
 from __future__ import annotations
 
 import ast
-from typing import Any
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kernelflow.verification.backends.base import Backend, CandidateModule, LaunchCounter
 
+if TYPE_CHECKING:
+    from kernelflow.verification.backends.language import KernelLanguage
+
 __all__ = ["TRITON", "TritonBackend", "count_triton_launches"]
+
+# What the sandbox probe compiles on a GPU, loaded from a file like a candidate (compiled
+# Triton resolves the kernel's globals, tl, in its module, and needs its source).
+PROBE_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def probe_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+"""
 
 DSL_NOTES = """\
 ## Triton in brief
@@ -34,6 +54,12 @@ class TritonBackend(Backend):
     )
     dsl_notes = DSL_NOTES
     launch_label = "Triton kernel"
+    cpu_runs = "Triton in its interpreter"
+
+    def kernel_language(self) -> KernelLanguage:
+        from kernelflow.verification.backends.triton_gate import TRITON_LANGUAGE
+
+        return TRITON_LANGUAGE
 
     def check_kernels(self, module: CandidateModule) -> None:
         """A ``@triton.jit`` kernel that stores (``tl.store``/``tl.atomic_*``), launched
@@ -61,8 +87,48 @@ class TritonBackend(Backend):
                 "no storing @triton.jit kernel is launched (kernel[grid](...)) by the module",
             )
 
-    def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+    def preload(self) -> None:
+        import triton
+        import triton.language
+
+        with contextlib.suppress(ImportError):
+            import triton.runtime.interpreter
+        with contextlib.suppress(ImportError):
+            # A launch specialises its arguments, which imports Gluon's language module on
+            # first use: in every forked sandbox, 12 % of a Triton check on the CPU.
+            import triton.experimental.gluon.language
+        del triton
+
+    def check_runtime(
+        self, device: str, compile_here: bool, load: Callable[[Path, str], Any]
+    ) -> None:
+        """Import triton; on CUDA inside the read-only file system, compile and run a
+        kernel (compiling writes Triton's cache and temp files: that must still work)."""
+        import triton  # noqa: F401  (importing is the check)
+
+        if device == "cuda" and compile_here:
+            import torch
+
+            x = torch.ones(1024, device="cuda")
+            path = Path.cwd() / "probe_kernel.py"
+            path.write_text(PROBE_KERNEL)
+            kernel = load(path, "kf_probe_kernel").probe_kernel
+            kernel[(1,)](x, x.numel(), BLOCK=1024)
+            torch.cuda.synchronize()
+            assert float(x.sum()) == 2048.0
+
+    def versions(self) -> dict[str, str]:
+        try:
+            import triton
+        except ImportError:
+            return {}
+        return {"triton": triton.__version__}
+
+    def count_launches(self, launches: LaunchCounter) -> None:
         count_triton_launches(launches)
+
+    def start_runtime(self, device: str, launches: LaunchCounter) -> None:
+        self.count_launches(launches)
         if device == "cpu":
             autotune_in_the_interpreter()
 

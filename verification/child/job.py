@@ -26,6 +26,7 @@ from typing import Any
 
 from kernelflow.sandbox import confine_judge
 from kernelflow.sandbox.limits import libc
+from kernelflow.verification.backends import DEFAULT_BACKEND
 from kernelflow.verification.child.compare import compare_outputs, tolerances_of
 from kernelflow.verification.child.device import pin_cores, set_threads
 from kernelflow.verification.child.environment import environment
@@ -127,7 +128,8 @@ def run_job(
     # same cores.
     pin_cores([int(c) for c in job.get("cores") or []])
     set_threads(int(job.get("threads") or 0))
-    reports = Reports(checks.device, environment(checks.device, str(job.get("backend") or "")))
+    dsl = str(job.get("backend") or DEFAULT_BACKEND)
+    reports = Reports(checks.device, environment(checks.device, dsl))
     if checks.device == "cuda":
         # Full-precision fp32 reference: TF32 would loosen it beyond the tolerances.
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -210,7 +212,7 @@ def load_candidate(
     try:
         has_model = candidate.load(
             str(job["candidate_file"]),
-            str(job.get("backend", "triton")),
+            str(job.get("backend", DEFAULT_BACKEND)),
             device,
             name,
             list(job.get("warned_rules") or []),

@@ -78,6 +78,8 @@ class _Runner:
         try:
             dsl.use_prebuilt(str(self.workdir))
             dsl.start_runtime(self.device, LAUNCHES)
+            for borrowed in dsl.borrows if dsl.counts_borrowed_launches else ():
+                backend(borrowed).count_launches(LAUNCHES)
         except Exception as exc:
             return {
                 "unsupported": f"backend {dsl.name!r} is unsupported on this device "

@@ -19,7 +19,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernelflow.verification.gate_scopes import bindings_of
+from kernelflow.verification.gate.scopes import bindings_of
 
 __all__ = ["HostValues", "host_names"]
 

@@ -1,7 +1,8 @@
 """Checks of a single call that need nothing but the call: the ways to look attributes up
 by name (``getattr``/``hasattr`` at all, three-argument ``type()``, ``str.format``
 templates) and the ways to change precision without naming a low-precision dtype (dtypes
-built from values, tf32 ``tl.dot``). Each returns its findings as ``(rule, node, message)``.
+built from values, tf32 precision arguments; a kernel language adds its own:
+``KernelLanguage.call_findings``). Each returns its findings as ``(rule, node, message)``.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 import ast
 import string
 
-from kernelflow.verification.backends import dotted_name
-from kernelflow.verification.gate_chains import reported_by_attribute_rules
-from kernelflow.verification.gate_rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
+from kernelflow.verification.backends.base import dotted_name
+from kernelflow.verification.gate.chains import reported_by_attribute_rules
+from kernelflow.verification.gate.rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
 
 __all__ = ["Finding", "lookup_findings", "precision_findings"]
 
@@ -54,25 +55,17 @@ def _plain_lookup(node: ast.Call) -> bool:
     return name.value.isidentifier() and not reported_by_attribute_rules(name.value)
 
 
-def precision_findings(node: ast.Call, path: str | None, full_precision: bool) -> list[Finding]:
+def precision_findings(
+    node: ast.Call, path: str | None, constructors: frozenset[str] = frozenset()
+) -> list[Finding]:
     """``path``: the callee's resolved path when it is an attribute of an imported module;
-    ``full_precision``: the task computes in fp32 (or wider)."""
+    ``constructors``: the kernel languages' calls that make a dtype from a value."""
     found: list[Finding] = []
-    given_precision = {k.arg for k in node.keywords} & set(FULL_PRECISION_DOT)
-    if path == "triton.language.dot" and full_precision and not given_precision:
-        found.append(
-            (
-                "precision_downgrade",
-                node,
-                "`tl.dot` without input_precision multiplies fp32 in tf32 on NVIDIA GPUs "
-                '(Triton\'s default): pass input_precision="ieee"',
-            )
-        )
     given = [*node.args, *(k.value for k in node.keywords)]
     literal = all(isinstance(value, ast.Constant) for value in given)
     retyped = isinstance(node.func, ast.Attribute) and node.func.attr == "type" and given
     named = all(isinstance(v, ast.Constant) or dotted_name(v) for v in given)
-    if (path in DTYPE_CONSTRUCTORS and not literal) or (retyped and not named):
+    if (path in DTYPE_CONSTRUCTORS | constructors and not literal) or (retyped and not named):
         found.append(
             (
                 "precision_downgrade",

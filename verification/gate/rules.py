@@ -1,7 +1,7 @@
 """The static gate's rule tables: which imports, names, attributes and calls a candidate
 may use, whatever its backend (a backend adds its own: ``kernelflow.verification.backends``).
-The walker that applies them is :mod:`kernelflow.verification.gate`; which attribute
-chains of the allowed modules may be used is judged in :mod:`.gate_chains`.
+The walker that applies them is :mod:`.walker`; which attribute
+chains of the allowed modules may be used is judged in :mod:`.chains`.
 
 Most tables are allow-lists: what is not named here is refused.
 """
@@ -13,9 +13,10 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Modules (and the module paths under them) every candidate may import; a backend's
-# ``extra_imports`` come on top. What may be reached through them: gate_chains.
-ALLOWED_IMPORTS = ("torch", "triton", "math", "typing", "__future__", "collections.abc")
+# Modules (and the module paths under them) every candidate may import; the roots of the
+# backend's kernel languages (its own and those it borrows: triton) and its
+# ``extra_imports`` come on top. What may be reached through them: chains.
+ALLOWED_IMPORTS = ("torch", "math", "typing", "__future__", "collections.abc")
 # Modules whose stream, event and graph attributes are stream tricks (torch.cuda is judged
 # with the torch chains).
 STREAM_MODULES = ("cupy.cuda.",)
@@ -90,7 +91,7 @@ TORCH_CUDA_GLUE = {
 }
 # The methods of torch.nn.Module (torch 2.x): PyTorch calls them on a module itself (to,
 # eval, _apply, __call__'s forward ...), so a candidate's method of one of these names may
-# run in a call whoever else calls it (gate_context). A test keeps it a superset of the
+# run in a call whoever else calls it (context). A test keeps it a superset of the
 # installed torch's.
 NN_MODULE_API = _names(
     """_apply _call_impl _get_backward_hooks _get_backward_pre_hooks _get_name
@@ -146,78 +147,6 @@ FILE_CALLS = (
 )
 FILE_ATTRS = {"tofile", "fromfile", "from_file", "save", "savez", "savetxt", "dump", "dumps"}
 
-# ------------------------------------------------------------------ triton
-
-# triton.<name> a candidate may use; the decorators only on module-level kernels.
-TRITON_TOP = _names("jit autotune heuristics Config cdiv next_power_of_2 language")
-TRITON_DECORATORS = _names("jit autotune heuristics")
-# triton.<name> that are integer arithmetic on their arguments (constexpr functions since
-# Triton 3.4; earlier code generators call them on constexprs as plain Python): a callback run
-# during a launch (a grid function) and a @triton.jit body may call them.
-TRITON_ARITHMETIC = _names("cdiv next_power_of_2")
-# triton.language.<name>: the language (functions, dtypes, types) of every Triton release a
-# candidate may be written for (2.1 on: ``advance``, block pointers' step, left the top level
-# in 3.5). Not its modules (core, standard, semantic ... reach Python's builtins), nor
-# str_to_ty (a dtype from a string).
-TL_NAMES = _names(
-    """PropagateNan TRITON_MAX_TENSOR_NUMEL abs add advance arange argmax argmin associative_scan
-    assume atomic_add atomic_and atomic_cas atomic_load atomic_max atomic_min atomic_or
-    atomic_poll atomic_store atomic_xchg atomic_xor bfloat16 bitonic_merge block_type
-    broadcast broadcast_to cast cat cdiv ceil clamp condition const constexpr constexpr_type
-    cos cumprod cumsum debug_barrier device_assert device_print div_rn dot dot_scaled dtype
-    erf exp exp2 expand_dims expect_zero fdiv flip float16 float32 float64 float8e4b15
-    float8e4b8 float8e4nv float8e5 float8e5b16 floor fma full gather histogram
-    inline_asm_elementwise int1 int16 int32 int64 int8 interleave join load
-    load_tensor_descriptor log log2 make_block_ptr make_tensor_descriptor map_elementwise max
-    max_constancy max_contiguous maximum min minimum mul multiple_of num_programs
-    pair_uniform_to_normal permute philox philox_impl pi32_t pointer_type program_id rand
-    rand4x randint randint4x randn randn4x range ravel reduce reduce_or reshape rsqrt sigmoid
-    sin slice softmax sort split sqrt sqrt_rn squeeze static_assert static_print static_range
-    store store_tensor_descriptor sub sum swizzle2d tensor tensor_descriptor
-    tensor_descriptor_type to_tensor topk trans tuple tuple_type uint16 uint32 uint64 uint8
-    uint_to_uniform_float umulhi unsqueeze view void where xor_sum zeros zeros_like"""
-)
-TL_MATH = _names("abs ceil cos div_rn erf exp exp2 fdiv floor fma log log2 rsqrt sin sqrt")
-TL_MATH |= _names("sqrt_rn umulhi")
-# Module paths under triton.language a candidate may name, and where libdevice lives.
-TL_NAMESPACES = {
-    ("math",),
-    ("extra",),
-    ("extra", "cuda"),
-    ("extra", "libdevice"),
-    ("extra", "cuda", "libdevice"),
-}
-TL_LIBDEVICE = {("extra", "libdevice"), ("extra", "cuda", "libdevice")}
-# Methods and attributes of the language's values (tensors, pointers, dtypes); dtype
-# predicates (is_fp32 ...) too.
-TL_VALUE_API = _names(
-    """T abs advance argmax argmin associative_scan atomic_add atomic_and atomic_cas
-    atomic_load atomic_max atomic_min atomic_or atomic_poll atomic_store atomic_xchg
-    atomic_xor broadcast_to cast cdiv ceil cos cumprod cumsum erf exp exp2 expand_dims flip
-    floor gather histogram item log log2 logical_and logical_or max min permute ravel reduce
-    reduce_or reshape rsqrt sigmoid sin softmax sort split sqrt sqrt_rn store sum to trans
-    view xor_sum dtype shape type element_ty numel value primitive_bitwidth scalar"""
-)
-# What a kernel may read of its arguments directly (pointers, scalars), and of what that
-# gives (dtypes: predicates is_* too): arguments come from the host, and an object handed in
-# where a tensor belongs is Python the interpreter would run.
-KERNEL_ARGUMENT_ATTRS = _names("dtype type to shape")
-KERNEL_DTYPE_ATTRS = _names("element_ty scalar primitive_bitwidth")
-# Python builtins the Triton language has (its code generator's builtin namespace).
-JIT_BUILTINS = _names("range min max len float int isinstance")
-# tl functions that take a function (its position and keyword): it must be a @triton.jit
-# function of the module, not a Python callable handed in from outside.
-TL_FUNCTION_ARGS = {
-    "reduce": (2, "combine_fn"),
-    "associative_scan": (2, "combine_fn"),
-    "map_elementwise": (0, "scalar_fn"),
-}
-# Keyword arguments of triton's decorators and Config that are Python run around a launch.
-CALLBACK_KEYWORDS = _names(
-    "pre_hook post_hook prune_configs_by perf_model early_config_prune do_bench "
-    "launch_metadata repr"
-)
-
 # ------------------------------------------------------------------ callbacks
 
 # What a callback Triton runs during a launch (a grid function, a heuristic) may use:
@@ -230,7 +159,7 @@ LAUNCH_ATTRS = _names(
 )
 # What makes a tensor of another class than torch.Tensor from a tensor, whose methods PyTorch
 # then calls on every operation (KernelBench's "lazy_eval"): methods and attributes of
-# torch.Tensor and torch._C (``__new__`` of a torch class is one too: gate_checks).
+# torch.Tensor and torch._C (``__new__`` of a torch class is one too: checks).
 TENSOR_SUBCLASS_MAKERS = _names("as_subclass _make_subclass _make_wrapper_subclass TensorBase")
 TENSOR_SUBCLASS_MAKERS |= _names("_TensorBase _TensorMeta")
 # Methods Triton or PyTorch call back on objects (a kernel argument's data_ptr, a module's
@@ -289,7 +218,7 @@ MUTATING_METHODS = _names(
 )
 # Methods whose result is a new object (any other method's result may be a view of its
 # receiver, or an object kept in it: ``x.view(-1)``, ``d.get(k)``). Not ``copy``: a list's
-# or dict's is shallow (a new container of the same objects; gate_scopes).
+# or dict's is shallow (a new container of the same objects; scopes).
 COPYING_METHODS = _names("clone new_empty new_zeros new_ones new_full new_tensor")
 
 # ------------------------------------------------------------------ precision
@@ -302,9 +231,11 @@ LOW_PRECISION = _names(
 )
 LOW_PRECISION_STRINGS = LOW_PRECISION | {f"torch.{name}" for name in LOW_PRECISION}
 LOW_PRECISION_STRINGS |= {"torch.cuda.HalfTensor", "torch.cuda.BFloat16Tensor"}
-# Calls that make a dtype from a value: only with a literal.
-DTYPE_CONSTRUCTORS = {"triton.language.dtype", "torch.dtype"}
-# tl.dot's precision arguments: anything but these values rounds fp32 inputs (tf32).
+# Calls that make a dtype from a value: only with a literal (a kernel language adds its
+# own: KernelLanguage.dtype_constructors).
+DTYPE_CONSTRUCTORS = {"torch.dtype"}
+# Precision arguments (tl.dot's, wherever given): anything but these values rounds fp32
+# inputs (tf32).
 FULL_PRECISION_DOT = {"input_precision": ("ieee",), "allow_tf32": (False,)}
 
 STREAM_ATTRS = {

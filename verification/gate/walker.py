@@ -1,21 +1,26 @@
-"""The static reward-hack gate: pure ``ast`` rules a candidate must satisfy before it runs.
+"""The static reward-hack gate's walker: pure ``ast`` rules a candidate must satisfy before
+it runs.
 
 Nothing here imports or executes the candidate. Each broken rule is a :class:`Violation`
 with a stable rule id (used in ``VerificationReport.reasons``), the line, and a message
-written for the coder; the task's strictness policy (:mod:`.policy`) decides which refuse
-and which are recorded as warnings (``gate_findings``). Every part of the module is
-checked, by where it runs (:mod:`.gate_scopes`, found from who calls what:
-:mod:`.gate_context`): module level, class bodies, decorators and default arguments,
-``__init__`` and what only it calls, forward and its helpers, nested functions, lambdas,
-``@triton.jit`` bodies. Rules follow data, not names (docs/verifier.md, "The static
-gate"): a name is what it refers to, a Triton value is told from a host object
-(:mod:`.gate_host`), state no call's data went into may be kept (:mod:`.gate_state`).
-The rule tables are in :mod:`.gate_rules`; which attributes of the allowed modules may be
-used is an allow-list (:mod:`.gate_chains`); kernel bodies and launch callbacks get
-stricter allow-lists still (:mod:`.gate_strict`). What a backend adds (its imports, its
-library's glue, what counts as its kernel) comes from its
-:class:`~kernelflow.verification.backends.Backend`. The gate is one layer: the runtime guards in
-the sandbox (:mod:`kernelflow.verification.child.guards`) back it up.
+written for the coder; the task's strictness policy
+(:mod:`kernelflow.verification.policy`) decides which refuse and which are recorded as
+warnings (``gate_findings``). Every part of the module is checked, by where it runs
+(:mod:`.scopes`, found from who calls what: :mod:`.context`): module level, class bodies,
+decorators and default arguments, ``__init__`` and what only it calls, forward and its
+helpers, nested functions, lambdas, kernel bodies. Rules follow data, not names
+(docs/verifier.md, "The static gate"): a name is what it refers to, state no call's data
+went into may be kept (:mod:`.state`). The rule tables every backend shares are in
+:mod:`.rules`; which attributes of the allowed modules may be used is an allow-list
+(:mod:`.chains`); launch callbacks get stricter allow-lists still (:mod:`.strict`).
+
+The walker knows no DSL. What a backend adds comes from its
+:class:`~kernelflow.verification.backends.Backend` (its imports, its library's glue, what
+counts as its kernel) and from the kernel languages it owns or borrows
+(:class:`~kernelflow.verification.backends.language.KernelLanguage`: which functions are
+kernels, what their bodies may use, which of their values are the host's; Triton's is
+:mod:`kernelflow.verification.backends.triton_gate`). The gate is one layer: the runtime
+guards in the sandbox (:mod:`kernelflow.verification.child.guards`) back it up.
 
 Rules (docs/verifier.md):
 
@@ -48,11 +53,12 @@ Rules (docs/verifier.md):
   attributes, properties or protocol methods (``data_ptr``, ``__torch_function__`` ...);
   no tensor subclasses, defined or made (``as_subclass``, ``Tensor._make_subclass``,
   ``_make_wrapper_subclass``, ``Tensor.__new__``, ``_C.TensorBase``: lazy tensors); a
-  kernel, found by scope (:mod:`.gate_kernels`), is used only as launched, chosen into a
+  kernel, found by scope (:mod:`.kernels`), is used only as launched, chosen into a
   variable that only holds kernels and is only launched, or handed to a function that
   only launches it.
-- ``forbidden_import``: only torch, triton, math, typing (and the backend's extra imports,
-  cupy for CUDA) may be imported: no threads, processes, sockets, files, timers, ctypes.
+- ``forbidden_import``: only torch, math, typing, the roots of the backend's kernel
+  languages (triton, borrowed by every built-in backend) and its extra imports (cupy for
+  CuPy) may be imported: no threads, processes, sockets, files, timers, ctypes.
 - ``stream_trick``: no CUDA streams, events, graphs (``torch.cuda`` or ``cupy.cuda``).
 - ``file_io``: no saving, loading or mapping files (``torch.save``/``load``/``from_file``,
   ``.tofile()``, ``torch.hub``/``onnx``/``jit``/``profiler`` ...), in ``__init__`` too; the
@@ -62,11 +68,11 @@ Rules (docs/verifier.md):
   reached under another name, ``T = torch.Tensor``, is not patched either).
 - ``caching``: in forward paths writes land only in values made in the call (or a
   container made in it), judged by the bindings that reach the name written through
-  (:mod:`.gate_flow`): not in arguments, globals, class attributes, closures or their
+  (:mod:`.flow`): not in arguments, globals, class attributes, closures or their
   aliases and views (``setdefault``, ``append``, ``copy_`` ...), nor in what was put into
   a container (``kept.append(self.buf)``), nor in ``self`` but for values no call's data
   went into (fused weights, a device move) and running buffers never read back where they
-  are written (:mod:`.gate_buffers`); no caching decorators or decorators of the
+  are written (:mod:`.buffers`); no caching decorators or decorators of the
   candidate's own, ``global`` state, generators.
 - ``precision_downgrade`` (a choice of the policy's): no conversion to fp16/bf16/fp8
   (names, imported aliases, strings; not a comparison of dtypes, not in code that never
@@ -80,40 +86,39 @@ from __future__ import annotations
 import ast
 
 from kernelflow.common.syntax import parse_module
-from kernelflow.verification.backends import DEFAULT_BACKEND, Backend, dotted_name
-from kernelflow.verification.backends import backend as find_backend
-from kernelflow.verification.backends.base import import_bindings
-from kernelflow.verification.backends.extension import LOAD_INLINE, module_resolver
-from kernelflow.verification.gate_buffers import running_updates
-from kernelflow.verification.gate_chains import (
+from kernelflow.verification.backends.base import Backend, dotted_name, import_bindings
+from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.registry import DEFAULT_BACKEND, backend_names
+from kernelflow.verification.backends.registry import backend as find_backend
+from kernelflow.verification.gate.buffers import running_updates
+from kernelflow.verification.gate.chains import (
     is_namespace,
     judge_import,
     refused_dunder,
     shown,
 )
-from kernelflow.verification.gate_checks import Checks, Violation
-from kernelflow.verification.gate_context import (
+from kernelflow.verification.gate.checks import Checks, Violation
+from kernelflow.verification.gate.context import (
     callbacks,
     dead_functions,
     init_functions,
 )
-from kernelflow.verification.gate_host import host_names
-from kernelflow.verification.gate_kernels import kernel_uses
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.gate.kernels import kernel_uses
+from kernelflow.verification.gate.rules import (
     AUTOGRAD_FUNCTION,
     BANNED_NAMES,
     DYNAMIC_BUILTINS,
     LOW_PRECISION,
 )
-from kernelflow.verification.gate_scopes import (
+from kernelflow.verification.gate.scopes import (
     CLASS_BODY,
     MODULE,
     Scope,
     Where,
     function_scope,
 )
-from kernelflow.verification.gate_state import StateReads
-from kernelflow.verification.gate_strict import (
+from kernelflow.verification.gate.state import StateReads
+from kernelflow.verification.gate.strict import (
     STRICT_RULES,
     name_problem,
     node_problem,
@@ -127,37 +132,48 @@ MAX_VIOLATIONS = 20  # reported per candidate (the first ones by line)
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _is_constant(value: ast.AST | None) -> bool:
-    """A literal, or tl.constexpr(literal): module constants a kernel may read."""
+def _is_constant(value: ast.AST | None, languages: list[KernelLanguage]) -> bool:
+    """A literal, or one wrapped by a kernel language (tl.constexpr(literal)): module
+    constants a kernel may read."""
     if isinstance(value, ast.UnaryOp):
         value = value.operand
-    if isinstance(value, ast.Call) and (dotted_name(value.func) or "").endswith("constexpr"):
-        return all(map(_is_constant, value.args))
+    if isinstance(value, ast.Call):
+        name = dotted_name(value.func) or ""
+        if any(language.is_constant_wrapper(name) for language in languages):
+            return all(_is_constant(arg, languages) for arg in value.args)
     return isinstance(value, ast.Constant)
 
 
 class _Gate(Checks):
     """One candidate module under the gate's rules (a ``CandidateModule`` to its backend)."""
 
-    def __init__(self, tree: ast.Module, backend: Backend, task_uses_half: bool) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        backend: Backend,
+        languages: dict[str, KernelLanguage],
+        task_uses_half: bool,
+    ) -> None:
         self.tree = tree
         self.backend = backend
         self.extra_roots = backend.extra_imports
+        self.languages = languages
         self.task_uses_half = task_uses_half
         self.out: list[Violation] = []
         self.aliases: dict[str, str] = {}  # local name -> imported path
         self.jit_kernels: dict[str, ast.FunctionDef] = {}  # every kernel, by name
-        self.kernel_names: set[str] = set()  # every @triton.jit function
-        self.jit_ids: set[int] = set()  # ids of every @triton.jit function's node
+        self.kernel_names: set[str] = set()  # every kernel function
+        self.jit_ids: set[int] = set()  # ids of every kernel function's node
+        self.dsl_of: dict[int, str] = {}  # kernel functions' ids -> their language's backend
         self.launched: set[str] = set()  # kernels launched: kernel[grid](...), self.kernel[...]
-        # Where kernels are named, held and launched, by scope (gate_kernels): ids of the
+        # Where kernels are named, held and launched, by scope (kernels): ids of the
         # launches (kernel[grid], a holder's), of the kernel names a holder takes, and of
         # the attributes that are kernels.
         self.launch_sites: set[int] = set()
         self.kernel_named: set[int] = set()
         self.kernel_attributes: set[int] = set()
         # Per kernel (by id): its names that may hold host objects; and the kernels that
-        # may return a host value they are given (gate_host).
+        # may return a host value they are given (host).
         self.host: dict[int, frozenset[str]] = {}
         self.passing: frozenset[str] = frozenset()
         self.candidate: set[str] = set()  # the module's own functions, methods and classes
@@ -170,22 +186,24 @@ class _Gate(Checks):
         self.no_conversion: set[int] = set()  # ids of nodes where a dtype converts nothing
         self.assigned: dict[int, ast.expr] = {}  # assignment targets' ids -> the value
         self.state: dict[int, StateReads] = {}  # methods' ids -> their class's state use
-        self.running: set[int] = set()  # ids of the updates of running buffers (gate_buffers)
+        self.running: set[int] = set()  # ids of the updates of running buffers (buffers)
         self.constants: set[str] = set()  # module-level names bound to literals
         self.decorators: set[int] = set()  # ids of decorator expressions and their callees
         self.called: set[int] = set()  # ids of expressions called directly
         self.refused_imports: set[str] = set()  # aliases whose import is reported already
         self._submodules: set[str] | None = None
 
-    def is_jit(self, node: ast.AST) -> bool:
-        """Whether ``node`` is a function decorated as a Triton kernel (under any alias)."""
+    def kernel_dsl(self, node: ast.AST) -> str | None:
+        """The backend whose kernel language ``node`` is a kernel function of (decorated as
+        one, under any alias); None when it is none."""
         if not isinstance(node, _AnyFunction):
-            return False
+            return None
         for dec in node.decorator_list:
             path = self.resolve(dec.func if isinstance(dec, ast.Call) else dec) or ""
-            if path.endswith(("jit", "autotune", "heuristics")):
-                return True
-        return False
+            for dsl, language in self.languages.items():
+                if language.is_kernel_decorator(path):
+                    return dsl
+        return None
 
     def run(self) -> list[Violation]:
         self.collect()
@@ -197,26 +215,37 @@ class _Gate(Checks):
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.collect_import(node)
-        kernels: dict[str, list[_AnyFunction]] = {}
+        kernels: dict[str, dict[str, list[_AnyFunction]]] = {}  # by language, by name
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 self.called.add(id(node.func))
             elif isinstance(node, _AnyFunction | ast.ClassDef):
                 for dec in node.decorator_list:
                     self.decorators.update({id(dec), id(getattr(dec, "func", dec))})
-                (self.kernel_names if self.is_jit(node) else self.candidate).add(node.name)
-                if self.is_jit(node):
-                    kernels.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                dsl = self.kernel_dsl(node)
+                (self.kernel_names if dsl is not None else self.candidate).add(node.name)
+                if dsl is not None:
+                    by_name = kernels.setdefault(dsl, {})
+                    by_name.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
                     self.jit_ids.add(id(node))
+                    self.dsl_of[id(node)] = dsl
                     if isinstance(node, ast.FunctionDef):
                         self.jit_kernels[node.name] = node
         uses = kernel_uses(self.tree, self.jit_ids)
         self.launch_sites, self.kernel_named = uses.launches, uses.named
         self.kernel_attributes = uses.attributes
         self.launched = uses.launched & self.kernel_names
-        self.host, self.passing = host_names(kernels, self.launched, frozenset(self.aliases))
+        passing: set[str] = set()
+        for dsl, by_name in kernels.items():
+            host, passes = self.languages[dsl].host_names(
+                by_name, self.launched, frozenset(self.aliases)
+            )
+            self.host.update(host)
+            passing |= passes
+        self.passing = frozenset(passing)
+        languages = list(self.languages.values())
         for node in self.tree.body:
-            if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and _is_constant(node.value, languages):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.constants.update(t.id for t in targets if isinstance(t, ast.Name))
         functions = {
@@ -243,7 +272,7 @@ class _Gate(Checks):
         self.collect_state()
 
     def collect_state(self) -> None:
-        """What forward paths may write into their module's state (gate_state)."""
+        """What forward paths may write into their module's state (state)."""
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -267,7 +296,9 @@ class _Gate(Checks):
             return
         for (local, path, imported), alias in zip(import_bindings(node), node.names, strict=True):
             self.aliases[local] = path
-            verdict = judge_import(imported, self.extra_roots, self.backend.glue_paths)
+            verdict = judge_import(
+                imported, self.extra_roots, self.backend.glue_paths, list(self.languages.values())
+            )
             if verdict is not None:
                 self.add(verdict[0], node, verdict[1])
                 self.refused_imports.add(local)
@@ -290,7 +321,7 @@ class _Gate(Checks):
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
         if scope.where in STRICT_RULES:
-            problem = node_problem(node, scope, self.passing)
+            problem = node_problem(node, scope, self.passing, self.language_of(scope))
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         if isinstance(node, _AnyFunction):
@@ -345,6 +376,7 @@ class _Gate(Checks):
         closure = outer.where not in ("module", "class")
         args = [*node.args.posonlyargs, *node.args.args]
         per_call = id(node) in self.per_call_receiver and args
+        dsl = self.dsl_of.get(id(node), outer.dsl) if where == "jit" else ""
         return function_scope(
             node,
             where,
@@ -353,17 +385,19 @@ class _Gate(Checks):
             fresh_params=frozenset({args[0].arg} if per_call else ()),
             enclosing=outer.bound | outer.enclosing if closure else frozenset(),
             host=self.host.get(id(node), frozenset()),
+            dsl=dsl,
         )
 
     def body_where(self, node: _AnyFunction, scope: Scope) -> Where:
-        if self.is_jit(node):
+        dsl = self.kernel_dsl(node)
+        if dsl is not None:
             if scope.where in STRICT_RULES:
                 self.add(
                     "kernel_body",
                     node,
-                    f"`{shown(node.name)}`: a @triton.jit kernel defined inside a kernel or "
-                    "a launch callback (define kernels at module level or where they are "
-                    "launched)",
+                    f"`{shown(node.name)}`: a {self.languages[dsl].kernel_title} defined "
+                    "inside a kernel or a launch callback (define kernels at module level or "
+                    "where they are launched)",
                 )
             return "jit"
         if scope.where in STRICT_RULES:
@@ -444,7 +478,7 @@ class _Gate(Checks):
             return
         if name in self.aliases:
             path = self.aliases[name]
-            if is_namespace(path, self.extra_roots):
+            if is_namespace(path, self.extra_roots, list(self.languages.values())):
                 self.add(
                     "module_escape",
                     node,
@@ -460,7 +494,8 @@ class _Gate(Checks):
             self.add("introspection", node, f"`{name}` must be called directly")
         if scope.where in STRICT_RULES and not called:  # a callee is judged with its call
             kernel_globals = self.kernel_names | self.constants
-            problem = name_problem(name, scope, kernel_globals, self.candidate)
+            kernel = self.language_of(scope)
+            problem = name_problem(name, scope, kernel_globals, self.candidate, kernel)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
 
@@ -518,25 +553,19 @@ def gate_findings(
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
     judge = find_backend(backend)
-    wrong = _builds_an_extension(tree) if LOAD_INLINE not in judge.glue_paths else None
-    if wrong is not None:  # every rule would be noise beside this
-        return [Violation("no_kernel", wrong.lineno, _EXTENSION_ELSEWHERE)], []
-    found = _Gate(tree, judge, task_uses_half).run()
+    for name in backend_names():  # a candidate plainly written for another backend
+        foreign = find_backend(name).foreign_kernel(tree, judge)
+        if foreign is not None:  # every rule would be noise beside this
+            return [Violation("no_kernel", foreign[0], foreign[1])], []
+    languages = {
+        dsl.name: language
+        for dsl in [judge, *map(find_backend, judge.borrows)]
+        if (language := dsl.kernel_language()) is not None
+    }
+    found = _Gate(tree, judge, languages, task_uses_half).run()
     refusals = [v for v in found if judged_by.refuses(v.rule)]
     warnings = [v for v in found if not judged_by.refuses(v.rule)]
     return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
-
-
-_EXTENSION_ELSEWHERE = (
-    "this candidate builds a C++/CUDA extension: did you mean --backend cpp (or cuda on a GPU)?"
-)
-
-
-def _builds_an_extension(tree: ast.Module) -> ast.Call | None:
-    """The module's first ``load_inline`` call, if it makes one."""
-    resolve = module_resolver(tree)
-    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call))
-    return next((call for call in calls if resolve(call.func) == LOAD_INLINE), None)
 
 
 def check_candidate(

@@ -2,18 +2,22 @@
 
 A chain is judged by its resolved dotted path (``torch.nn.functional.relu``, whatever the
 import aliases) and by where the code runs: ``forward`` (forward, helpers, module level,
-class bodies), ``init`` (``__init__``), ``launch`` (callbacks Triton runs during a launch:
-grid functions, heuristics) or ``jit`` (``@triton.jit`` bodies). Allow-lists: a chain that
-is not on them is refused, so a module reached through an allowed one (``torch.os``,
-``torch.importlib``, ``triton.runtime``, ``tl.core``) is refused without being named.
+class bodies), ``init`` (``__init__``), ``launch`` (callbacks run during a launch: grid
+functions, heuristics) or ``jit`` (kernel bodies). Allow-lists: a chain that is not on them
+is refused, so a module reached through an allowed one (``torch.os``, ``torch.importlib``,
+``triton.runtime``, ``tl.core``) is refused without being named. The chains of a kernel
+language's modules (``triton``) are judged by the language
+(:class:`~kernelflow.verification.backends.language.KernelLanguage`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Literal
 
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.gate.rules import (
     ALLOWED_DUNDERS,
     ALLOWED_IMPORTS,
     AUTOGRAD_FUNCTION,
@@ -24,26 +28,23 @@ from kernelflow.verification.gate_rules import (
     NN_NAMESPACES,
     NN_TUPLE_HELPERS,
     TENSOR_SUBCLASS_MAKERS,
-    TL_LIBDEVICE,
-    TL_MATH,
-    TL_NAMES,
-    TL_NAMESPACES,
     TORCH_COMPUTE_NAMESPACES,
     TORCH_CUDA_GLUE,
     TORCH_DTYPES,
     TORCH_GLUE,
     TORCH_INIT,
-    TRITON_ARITHMETIC,
-    TRITON_TOP,
     TYPING_LOWERCASE,
 )
 
 __all__ = [
     "Context",
     "Verdict",
+    "escape",
     "is_namespace",
+    "is_public",
     "judge_chain",
     "judge_import",
+    "refused",
     "refused_dunder",
     "reported_by_attribute_rules",
     "shown",
@@ -55,17 +56,13 @@ Verdict = tuple[str, str]  # (rule, message)
 # Modules that are plain libraries: any public name directly under them (typing: see
 # _typing_name).
 _PLAIN_MODULES = ("math", "typing", "__future__", "collections.abc")
-_TL = "triton.language"
 _NAMESPACES = {
     "torch",
     "torch.nn",
     "torch.cuda",
-    "triton",
-    _TL,
     "collections",
     *_PLAIN_MODULES,
     *(f"torch.nn.{name}" for name in NN_NAMESPACES),
-    *(".".join((_TL, *parts)) for parts in TL_NAMESPACES),
 }
 _MAX_SHOWN = 80
 
@@ -75,41 +72,62 @@ def shown(text: str) -> str:
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
-def is_namespace(path: str, extra_roots: tuple[str, ...] = ()) -> bool:
+def is_namespace(
+    path: str, extra_roots: tuple[str, ...] = (), languages: Sequence[KernelLanguage] = ()
+) -> bool:
     """Whether ``path`` names a module (one a candidate may use through its attributes
     only: as a value it reaches everything the module holds)."""
-    return path in _NAMESPACES or path in extra_roots
+    return (
+        path in _NAMESPACES
+        or path in extra_roots
+        or any(path in language.namespaces for language in languages)
+    )
 
 
 def judge_import(
-    path: str, extra_roots: tuple[str, ...], glue: tuple[str, ...] = ()
+    path: str,
+    extra_roots: tuple[str, ...],
+    glue: tuple[str, ...] = (),
+    languages: Sequence[KernelLanguage] = (),
 ) -> Verdict | None:
     """Why importing ``path`` (``torch.nn``, ``torch.empty`` from ``from torch import
     empty``) is refused; None when it may be imported (``glue``: the backend's paths the
-    gate otherwise refuses, and the modules holding them)."""
+    gate otherwise refuses, and the modules holding them; ``languages``: the backend's
+    kernel languages, whose roots may be imported)."""
     if path in glue or any(g.startswith(path + ".") for g in glue) or path in NN_TUPLE_HELPERS:
         return None
-    roots = (*ALLOWED_IMPORTS, *extra_roots)
+    dsl_roots = [root for language in languages for root in language.roots]
+    roots = (*ALLOWED_IMPORTS, *dsl_roots, *extra_roots)
     if not any(path == root or path.startswith(root + ".") for root in roots):
         return (
             "forbidden_import",
             f"import of {shown(path)!r} is not allowed (allowed: "
-            + ", ".join(["torch", "triton", "math", "typing", *extra_roots])
+            + ", ".join(["torch", *dsl_roots, "math", "typing", *extra_roots])
             + "): no threads, processes, files, sockets, timers or introspection",
         )
     hidden = [part for part in path.split(".")[1:] if reported_by_attribute_rules(part)]
     if hidden and path != AUTOGRAD_FUNCTION:
         return ("introspection", f"importing `{shown(hidden[0])}` is not allowed")
-    if is_namespace(path, extra_roots) or judge_chain(path, "init", extra_roots) is None:
+    if is_namespace(path, extra_roots, languages):
         return None
-    return judge_chain(path, "forward", extra_roots)
+    if judge_chain(path, "init", extra_roots, languages) is None:
+        return None
+    return judge_chain(path, "forward", extra_roots, languages)
 
 
-def judge_chain(path: str, where: Context, extra_roots: tuple[str, ...] = ()) -> Verdict | None:
-    """Why the chain ``path`` may not be used ``where``; None when it may."""
+def judge_chain(
+    path: str,
+    where: Context,
+    extra_roots: tuple[str, ...] = (),
+    languages: Sequence[KernelLanguage] = (),
+    kernel: KernelLanguage | None = None,
+) -> Verdict | None:
+    """Why the chain ``path`` may not be used ``where``; None when it may (``languages``:
+    the backend's kernel languages, which judge the chains of their modules; ``kernel``:
+    the language of the kernel body ``where`` is "jit")."""
     parts = path.split(".")
     if path in NN_TUPLE_HELPERS:
-        return None if where in ("forward", "init") else _refused(path, where)
+        return None if where in ("forward", "init") else refused(path, where, kernel=kernel)
     if any(reported_by_attribute_rules(part) for part in parts[1:]):
         return None
     if path.startswith(FILE_CALLS):
@@ -119,34 +137,37 @@ def judge_chain(path: str, where: Context, extra_roots: tuple[str, ...] = ()) ->
             "system (no saved or precomputed results)",
         )
     if parts[0] == "torch":
-        return _judge_torch(path, parts, where)
-    if parts[0] == "triton":
-        return _judge_triton(path, parts, where)
+        return _judge_torch(path, parts, where, kernel)
+    for language in languages:
+        if parts[0] in language.roots:
+            return language.judge_chain(path, where)
     for module in _PLAIN_MODULES:
         depth = module.count(".") + 1
         if parts[:depth] == module.split("."):
             leaf = parts[-1] if len(parts) == depth + 1 else ""
-            if len(parts) <= depth or (_public(leaf) and (module != "typing" or _typing(leaf))):
+            if len(parts) <= depth or (is_public(leaf) and (module != "typing" or _typing(leaf))):
                 return None
-            return _escape(path)
+            return escape(path)
     if parts[0] in extra_roots:
         # A backend's library: its hook judges the calls; modules reached through it are
         # refused here.
-        if any(not _public(part) or part in sys.stdlib_module_names for part in parts[1:]):
-            return _escape(path)
+        if any(not is_public(part) or part in sys.stdlib_module_names for part in parts[1:]):
+            return escape(path)
         return None
-    return _escape(path)
+    return escape(path)
 
 
-def _judge_torch(path: str, parts: list[str], where: Context) -> Verdict | None:
+def _judge_torch(
+    path: str, parts: list[str], where: Context, kernel: KernelLanguage | None
+) -> Verdict | None:
     name = parts[1] if len(parts) > 1 else ""
     if not name:
         return None
     if name == "nn":
-        return _judge_nn(path, parts[2:], where)
+        return _judge_nn(path, parts[2:], where, kernel)
     if name == "cuda":
         if len(parts) == 2 or (len(parts) == 3 and parts[2] in TORCH_CUDA_GLUE):
-            return _refused(path, where) if where in ("launch", "jit") else None
+            return refused(path, where, kernel=kernel) if where in ("launch", "jit") else None
         return (
             "stream_trick",
             f"`{shown(path)}`: no streams, events or graphs; launch on the current stream "
@@ -154,15 +175,17 @@ def _judge_torch(path: str, parts: list[str], where: Context) -> Verdict | None:
         )
     if len(parts) == 2 and name in TORCH_GLUE:
         if where == "jit" or (where == "launch" and name not in TORCH_DTYPES):
-            return _refused(path, where)
+            return refused(path, where, kernel=kernel)
         return None
     if len(parts) == 2 and name in TORCH_INIT and where == "init":
         return None
     compute = len(parts) == 2 or name in TORCH_COMPUTE_NAMESPACES
-    return _refused(path, where, compute=compute and _function_like(name))
+    return refused(path, where, compute=compute and _function_like(name), kernel=kernel)
 
 
-def _judge_nn(path: str, rest: list[str], where: Context) -> Verdict | None:
+def _judge_nn(
+    path: str, rest: list[str], where: Context, kernel: KernelLanguage | None
+) -> Verdict | None:
     if not rest:
         return None
     head = rest[0]
@@ -181,56 +204,26 @@ def _judge_nn(path: str, rest: list[str], where: Context) -> Verdict | None:
                 if head == "functional"
                 else f"`{shown(path)}` outside __init__: initialise parameters in __init__",
             )
-        return _refused(path, where)
+        return refused(path, where, kernel=kernel)
     if head[:1].isupper() and rest[1:] in ([], ["__init__"]):
         if where in ("forward", "init"):
             return None
-        return _refused(path, where, compute=head not in NN_ANYWHERE)
-    return _refused(path, where)
+        return refused(path, where, compute=head not in NN_ANYWHERE, kernel=kernel)
+    return refused(path, where, kernel=kernel)
 
 
-def _judge_triton(path: str, parts: list[str], where: Context) -> Verdict | None:
-    if len(parts) == 1:
-        return None
-    if parts[1] == "language":
-        return _judge_tl(path, parts[2:], where)
-    if len(parts) == 2 and parts[1] in TRITON_TOP:
-        arithmetic = parts[1] in TRITON_ARITHMETIC
-        if where == "jit" and not arithmetic:
-            return (
-                "kernel_body",
-                f"`{shown(path)}` in a @triton.jit kernel: use the language (tl.cdiv ...)",
-            )
-        if where == "launch" and not arithmetic:
-            return _refused(path, where)
-        return None
-    return _escape(path)
-
-
-def _judge_tl(path: str, rest: list[str], where: Context) -> Verdict | None:
-    if not rest or tuple(rest) in TL_NAMESPACES:
-        return None
-    language = (
-        (len(rest) == 1 and rest[0] in TL_NAMES)
-        or (rest[0] == "math" and len(rest) == 2 and rest[1] in TL_MATH)
-        or (tuple(rest[:-1]) in TL_LIBDEVICE and _public(rest[-1]) and rest[-1] != "core")
-    )
-    if not language:
-        return (
-            "module_escape",
-            f"`{shown(path)}` is not part of the Triton language a candidate may use (tl.*, "
-            "tl.math.*, libdevice functions); its modules reach Python internals",
-        )
-    return _refused(path, where) if where == "launch" else None
-
-
-def _refused(path: str, where: Context, *, compute: bool = False) -> Verdict:
+def refused(
+    path: str, where: str, *, compute: bool = False, kernel: KernelLanguage | None = None
+) -> Verdict:
+    """The refusal of the chain ``path`` where it is not allowed (``kernel``: the language
+    of the kernel body ``where`` is "jit")."""
     shown_path = shown(path)
     if where == "jit":
         return (
             "kernel_body",
-            f"`{shown_path}` in a @triton.jit kernel: a kernel may use only the Triton "
-            "language (tl.*), its arguments and arithmetic",
+            f"`{shown_path}` in a {kernel.kernel_title if kernel else 'kernel'}: a kernel may "
+            f"use only {kernel.language_words if kernel else 'its language'}, its arguments "
+            "and arithmetic",
         )
     if where == "launch":
         return (
@@ -252,10 +245,11 @@ def _refused(path: str, where: Context, *, compute: bool = False) -> Verdict:
             "and random initialisation, torch.nn modules, nn.init and tensor functions to "
             "prepare parameters (no modules reached through torch: torch.os, torch._C ...)",
         )
-    return _escape(path)
+    return escape(path)
 
 
-def _escape(path: str) -> Verdict:
+def escape(path: str) -> Verdict:
+    """The refusal of a chain that is on no allow-list (a module reached through another)."""
     return (
         "module_escape",
         f"`{shown(path)}` is not among the names a candidate may use from its imports "
@@ -264,14 +258,14 @@ def _escape(path: str) -> Verdict:
     )
 
 
-def _public(name: str) -> bool:
+def is_public(name: str) -> bool:
     return name.isidentifier() and not name.startswith("_")
 
 
 def _function_like(name: str) -> bool:
     """Whether a refused torch name reads as a PyTorch function (for the rule that names the
     refusal: torch_compute), not as a module it holds (module_escape)."""
-    return _public(name) and name not in sys.stdlib_module_names | {"torch", "np", "numpy"}
+    return is_public(name) and name not in sys.stdlib_module_names | {"torch", "np", "numpy"}
 
 
 def _typing(name: str) -> bool:
@@ -285,5 +279,5 @@ def refused_dunder(name: str) -> bool:
 
 def reported_by_attribute_rules(name: str) -> bool:
     """Parts the gate's attribute rules refuse whatever they belong to (introspection, or
-    a tensor subclass made: gate_checks.check_attribute_name)."""
+    a tensor subclass made: checks.check_attribute_name)."""
     return name in BANNED_ATTRS or refused_dunder(name) or name in TENSOR_SUBCLASS_MAKERS

@@ -1,4 +1,5 @@
-"""Which expressions of a candidate refer to its ``@triton.jit`` kernels, found by scope and
+"""Which expressions of a candidate refer to its kernels (the functions a kernel language
+marks: ``@triton.jit``), launched as ``kernel[grid](...)``, found by scope and
 by where values flow, not by spelling.
 
 A kernel object in host code is Python the gate cannot follow (``fn``, ``run``,
@@ -32,7 +33,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kernelflow.verification.gate_scopes import bindings_of
+from kernelflow.verification.gate.scopes import bindings_of
 
 __all__ = ["KernelUses", "kernel_uses"]
 

@@ -1,5 +1,5 @@
 """When each of a candidate module's functions can run, found from who refers to it: the
-gate judges a function's body by that (:class:`~.gate_scopes.Scope`'s ``where``).
+gate judges a function's body by that (:class:`~.scopes.Scope`'s ``where``).
 
 - A function used as a value (a grid lambda's ``grid`` function, a hook) may run during a
   launch: a *callback*.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from kernelflow.verification.gate_rules import AUTOGRAD_API, NN_MODULE_API
+from kernelflow.verification.gate.rules import AUTOGRAD_API, NN_MODULE_API
 
 __all__ = ["callbacks", "dead_functions", "init_functions"]
 

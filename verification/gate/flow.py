@@ -10,7 +10,7 @@ handlers. More bindings may reach a read than ever do (a ``return`` in a branch 
 stop the analysis), never fewer.
 
 A binding holds a value *made in the call* when every name its value may hold
-(:func:`~.gate_scopes.held_loads`) is read where only such bindings reach it, and when
+(:func:`~.scopes.held_loads`) is read where only such bindings reach it, and when
 what was later put into it is made in the call as well: an item appended to a list the
 call made (``kept.append(self.buf)``), assigned into it (``kept[0] = self.buf``), an
 attribute set on an object (``y.data = self.buf``) or a storage swapped in (``y.set_(...)``)
@@ -27,7 +27,7 @@ import ast
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from kernelflow.verification.gate_rules import COPYING_METHODS
+from kernelflow.verification.gate.rules import COPYING_METHODS
 
 __all__ = ["Reads", "flow_reads", "held_loads", "new_container", "root_name"]
 

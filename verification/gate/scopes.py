@@ -2,14 +2,15 @@
 call itself made.
 
 Every function body is judged by where it runs (:class:`Scope`): ``__init__`` builds
-state; a ``@triton.jit`` body is the kernel; a lambda, or a function passed around as a
-value (a grid, a hook), may run during a launch; every other function is a forward path.
+state; a kernel function's body (``@triton.jit``) is the kernel; a lambda, or a function
+passed around as a value (a grid, a hook), may run during a launch; every other function
+is a forward path.
 In a forward path a write (``a.b = ...``, ``a[k] = ...``, ``a.append(...)``,
 ``a.copy_(...)``) must land in a value made in this call: anything else (``self``,
 arguments, globals, closures, and locals that alias them) outlives the call and could
 carry results from one call to the next. Whether the name written through holds such a
 value is judged where it is written, by the bindings that reach it there
-(:mod:`.gate_flow`): ``shape = x.shape; shape = list(shape); shape.pop(d)`` changes the
+(:mod:`.flow`): ``shape = x.shape; shape = list(shape); shape.pop(d)`` changes the
 call's list. A container made in the call (``list(x.shape)``, ``[...]``, ``dict(...)``,
 a comprehension) may itself be changed (``perm.pop(d)``, ``shape[d] = 1``) even when what
 it holds is not the call's: changing what it holds is judged by where that came from.
@@ -26,10 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from kernelflow.verification.backends import dotted_name
-from kernelflow.verification.gate_chains import Context, shown
-from kernelflow.verification.gate_flow import flow_reads, root_name
-from kernelflow.verification.gate_state import input_locals
+from kernelflow.verification.backends.base import dotted_name
+from kernelflow.verification.gate.chains import Context, shown
+from kernelflow.verification.gate.flow import flow_reads, root_name
+from kernelflow.verification.gate.state import input_locals
 
 __all__ = [
     "CLASS_BODY",
@@ -52,7 +53,7 @@ class Scope:
     params: frozenset[str] = frozenset()
     bound: frozenset[str] = frozenset()  # every local name, the parameters included
     # Ids of the names read (and written through) where only bindings of values made in
-    # the call reach them (gate_flow).
+    # the call reach them (flow).
     fresh: frozenset[int] = frozenset()
     constexprs: frozenset[str] = frozenset()  # parameters annotated tl.constexpr
     receiver: str = ""  # a method's first parameter (self)
@@ -61,13 +62,15 @@ class Scope:
     # values made in it) reach them: the container may be changed, what it holds may not.
     containers: frozenset[int] = frozenset()
     enclosing: frozenset[str] = frozenset()  # names bound in enclosing function scopes
-    # In a @triton.jit body: the names that may hold objects of the host (a launched
-    # kernel's arguments, and what is made of them without the Triton language).
+    # In a kernel body: the names that may hold objects of the host (a launched kernel's
+    # arguments, and what is made of them without the kernel language).
     host: frozenset[str] = frozenset()
     # The call's inputs (every parameter but the receiver) and the locals made from their
-    # data (gate_state).
+    # data (state).
     tainted: frozenset[str] = frozenset()
     function: int = 0  # the id of the function (or lambda) whose body this is
+    # In a kernel body: the name of the backend whose kernel language it is written in.
+    dsl: str = ""
 
     def made_here(self, name: ast.Name | None) -> bool:
         """Whether ``name`` (a read of it) holds a value made in this call."""
@@ -84,7 +87,7 @@ class Scope:
 
     @property
     def context(self) -> Context:
-        """How the module chains used here are judged (gate_chains)."""
+        """How the module chains used here are judged (chains)."""
         if self.where == "init" or self.where == "launch" or self.where == "jit":
             return self.where
         return "forward"
@@ -106,11 +109,13 @@ def function_scope(
     enclosing: frozenset[str] = frozenset(),
     host: frozenset[str] = frozenset(),
     fresh_params: frozenset[str] = frozenset(),
+    dsl: str = "",
 ) -> Scope:
-    """``makers``: names whose calls make new values (gate_flow.held_loads); ``method``: whether
+    """``makers``: names whose calls make new values (flow.held_loads); ``method``: whether
     ``func`` is defined in a class body; ``enclosing``: the names enclosing functions
     bind; ``host`` (a kernel's): its names that may hold host objects; ``fresh_params``:
-    parameters whose value is made for each call (an autograd function's ctx)."""
+    parameters whose value is made for each call (an autograd function's ctx); ``dsl``
+    (a kernel's): the backend whose kernel language it is written in."""
     args = func.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
     every += [a for a in (args.vararg, args.kwarg) if a is not None]
@@ -140,6 +145,7 @@ def function_scope(
         host,
         tainted,
         id(func),
+        dsl,
     )
 
 

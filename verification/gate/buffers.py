@@ -41,8 +41,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
-from kernelflow.verification.gate_rules import AUTOGRAD_API, MUTATING_METHODS, NN_MODULE_API
-from kernelflow.verification.gate_state import METADATA_ATTRS, METADATA_METHODS
+from kernelflow.verification.gate.rules import AUTOGRAD_API, MUTATING_METHODS, NN_MODULE_API
+from kernelflow.verification.gate.state import METADATA_ATTRS, METADATA_METHODS
 
 __all__ = ["running_updates"]
 

@@ -1,4 +1,4 @@
-"""The gate's checks of single nodes (:mod:`.gate` walks the module and calls them): an
+"""The gate's checks of single nodes (:mod:`.walker` walks the module and calls them): an
 imported module's attribute chain, a decorator, a function's name, a call, a write, a
 precision downgrade. :class:`Checks` is the walker's base: it holds what the walk
 collected about the module (the attributes declared below) and records violations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kernelflow.verification.backends import Backend, dotted_name
-from kernelflow.verification.gate_calls import lookup_findings, precision_findings
-from kernelflow.verification.gate_chains import judge_chain, refused_dunder, shown
-from kernelflow.verification.gate_rules import (
+from kernelflow.verification.backends.base import Backend, dotted_name
+from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.gate.calls import lookup_findings, precision_findings
+from kernelflow.verification.gate.chains import judge_chain, refused_dunder, shown
+from kernelflow.verification.gate.rules import (
     BANNED_ATTRS,
     BUILTIN_TYPES,
     CACHE_DECORATORS,
-    CALLBACK_KEYWORDS,
     CALLBACK_METHODS,
     FILE_ATTRS,
     FILE_CALLS,
@@ -29,11 +29,10 @@ from kernelflow.verification.gate_rules import (
     STREAM_MODULES,
     TENSOR_COMPUTE,
     TENSOR_SUBCLASS_MAKERS,
-    TRITON_DECORATORS,
 )
-from kernelflow.verification.gate_scopes import Scope, kept_state, root_name, write_root
-from kernelflow.verification.gate_state import StateReads, state_write_problem
-from kernelflow.verification.gate_strict import (
+from kernelflow.verification.gate.scopes import Scope, kept_state, root_name, write_root
+from kernelflow.verification.gate.state import StateReads, state_write_problem
+from kernelflow.verification.gate.strict import (
     STRICT_RULES,
     attribute_problem,
     call_problem,
@@ -60,24 +59,31 @@ class Checks:
     tree: ast.Module
     backend: Backend
     extra_roots: tuple[str, ...]
+    # The kernel languages a candidate may write (the backend's and those it borrows), by
+    # the name of the backend owning each.
+    languages: dict[str, KernelLanguage]
     task_uses_half: bool
     aliases: dict[str, str]  # local name -> imported path
     refused_imports: set[str]  # aliases whose import is reported already
-    kernel_names: set[str]  # every @triton.jit function
+    kernel_names: set[str]  # every kernel function (of any of the languages)
     candidate: set[str]  # the module's own functions, methods and classes
     decorators: set[int]  # ids of decorator expressions and their callees
     called: set[int]  # ids of expressions called directly
     assigned: dict[int, ast.expr]  # assignment targets' ids -> the value
     state: dict[int, StateReads]  # methods' ids -> their class's state use
-    running: set[int]  # ids of the updates of running buffers forward may make (gate_buffers)
+    running: set[int]  # ids of the updates of running buffers forward may make (buffers)
     no_conversion: set[int]  # ids of nodes where a low-precision dtype converts nothing
     _submodules: set[str] | None
     out: list[Violation]
     # What a backend's hooks read (kernelflow.verification.backends.CandidateModule).
     jit_kernels: dict[str, ast.FunctionDef]  # every kernel, by name
-    jit_ids: set[int]  # ids of every @triton.jit function's node
+    jit_ids: set[int]  # ids of every kernel function's node
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
-    launch_sites: set[int]  # ids of the subscripts that launch a kernel (gate_kernels)
+    launch_sites: set[int]  # ids of the subscripts that launch a kernel (kernels)
+
+    def language_of(self, scope: Scope) -> KernelLanguage | None:
+        """The language of the kernel body ``scope`` is (None outside kernels)."""
+        return self.languages.get(scope.dsl) if scope.where == "jit" else None
 
     def functions(self) -> list[tuple[_AnyFunction, bool]]:
         """Every non-kernel function, with whether it is an ``__init__``."""
@@ -122,11 +128,13 @@ class Checks:
                     f"`{shown(path)}` builds files: build once, at module level or in __init__",
                 )
             return
-        verdict = judge_chain(path, scope.context, self.extra_roots)
+        kernel = self.language_of(scope)
+        languages = list(self.languages.values())
+        verdict = judge_chain(path, scope.context, self.extra_roots, languages, kernel)
         if verdict is not None:
             self.add(verdict[0], node, verdict[1])
-        triton_decorator = path.startswith("triton.") and path[7:] in TRITON_DECORATORS
-        if triton_decorator and id(node) not in self.decorators:
+        decorator = any(language.decorator_only(path) for language in languages)
+        if decorator and id(node) not in self.decorators:
             self.add(
                 "kernel_body",
                 node,
@@ -189,7 +197,8 @@ class Checks:
     def check_value_attribute(self, node: ast.Attribute, scope: Scope) -> None:
         """An attribute read of a value (not of a module)."""
         if scope.where in STRICT_RULES:
-            problem = attribute_problem(node, scope, called=id(node) in self.called)
+            kernel = self.language_of(scope)
+            problem = attribute_problem(node, scope, kernel, called=id(node) in self.called)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         owner = node.value
@@ -249,21 +258,17 @@ class Checks:
             )
         builtin = func.id if isinstance(func, ast.Name) and not scope.shadows(func.id) else ""
         full_precision = not self.task_uses_half
-        findings = lookup_findings(node, builtin) + precision_findings(node, path, full_precision)
+        languages = list(self.languages.values())
+        constructors = frozenset(c for lang in languages for c in lang.dtype_constructors)
+        findings = lookup_findings(node, builtin) + precision_findings(node, path, constructors)
+        for language in languages:
+            findings += language.call_findings(node, path, full_precision)
         for rule, where, message in findings:
             self.add(rule, where, message)
-        if path is not None and path.startswith("triton."):
-            for keyword in node.keywords:
-                if keyword.arg in CALLBACK_KEYWORDS:
-                    self.add(
-                        "callback",
-                        keyword.value,
-                        f"`{keyword.arg}=`: a hook Triton runs around launches, out of the "
-                        "runtime guard's sight",
-                    )
         launch = id(func) in self.launch_sites
         if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
-            problem = call_problem(node, scope, self.kernel_names, path)
+            kernel = self.language_of(scope)
+            problem = call_problem(node, scope, self.kernel_names, path, kernel, languages)
             if problem:
                 self.add(STRICT_RULES[scope.where], node, problem)
         elif scope.context == "forward":
@@ -330,7 +335,7 @@ class Checks:
         attribute = isinstance(target, ast.Attribute)
         if scope.where == "function" and not module:
             if id(target) in self.running:
-                return  # a running statistic, never read back (gate_buffers)
+                return  # a running statistic, never read back (buffers)
             # An item or attribute of a container or object made in the call (shape[d] = 1,
             # ctx.saved = x) is the call's too, whatever it holds.
             own = target.value if isinstance(target.value, ast.Name) else None
@@ -347,7 +352,7 @@ class Checks:
                     else "a method outside a class"
                 )
                 if problem is None:
-                    return  # a value no call's data went into (gate_state)
+                    return  # a value no call's data went into (state)
                 why = f"writing into `{root}` in forward: {problem} (result caching)"
             self.add("caching", target, why)
         elif module or (attribute and not (scope.where == "init" and root == scope.receiver)):
