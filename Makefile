@@ -31,10 +31,10 @@ demo: $(BIN)/.demo-installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
-# The inner loop: every test that starts no server, daemon, CLI process or compiler
-# (tests marked `integration`, or holding a NATS server, are left out; tests/conftest.py).
+# The inner loop: tests/unit, which starts no process and opens no connection
+# (tests/tiers.py fails a test there that does).
 test-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not integration"
+	$(BIN)/python -m pytest -q -n 2 tests/unit
 
 # mypy cannot follow the editable install's import hook, so it checks the package through a
 # tree of links laid out as the wheel installs it (kernelflow/events -> events/, ...).

@@ -17,7 +17,7 @@ Prints what was sent; how many of the commands, queries and pings were answered 
 twice, never) and how fast (p50 / p99 from publish to answer); the daemon's RSS before
 and after; its log lines during the fuzz, per refused message (commands and queries it
 refuses or rejects, and the quarantined messages of the log), and its tracebacks.
-``tests/test_fuzz_daemon.py`` runs a smaller fuzz with the same code.
+``tests/integration/test_fuzz_daemon.py`` runs a smaller fuzz with the same code.
 """
 
 from __future__ import annotations

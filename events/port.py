@@ -15,7 +15,7 @@ append names, and not again under a message id seen within the duplicate window.
 built on those messages (stamping and appending events one at a time, the histories
 remembered, reading a task through ``HistoryCheck``'s quarantine, whole-log and following
 reads) is ``StoredEventLog``'s, shared by both adapters; each adapter provides only its
-few primitives. ``tests/test_eventlog_contract.py`` runs one contract against both.
+few primitives. ``tests/integration/test_eventlog_contract.py`` runs one contract against both.
 
 Nothing here imports NATS.
 """

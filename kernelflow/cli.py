@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 # Every command, in the order ``kernelflow --help`` lists them: the module of
 # kernelflow.commands that registers it, and its line in that list. A command's module
 # (and all it imports: torch, NATS, the actors) is imported only when the command runs,
-# so that ``--help`` and ``--version`` answer at once (tests/test_cli_start.py keeps these
-# lines equal to the modules' own).
+# so that ``--help`` and ``--version`` answer at once (tests/integration/test_cli_start.py
+# keeps these lines equal to the modules' own).
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "verify a candidate kernel against a task (sandboxed; no NATS)"),
     "run": ("run", "one-shot: embedded NATS + in-process daemon, run one task"),

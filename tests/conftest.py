@@ -204,18 +204,8 @@ def alive(pid: int) -> bool:
 
 # --------------------------------------------------------------------------- the tiers
 
-# A test that holds a NATS server is an integration test, whatever module it is in; modules
-# whose tests all start servers, daemons or CLI processes, or compile, say so themselves
-# (``pytestmark = pytest.mark.integration``). ``make test-fast`` runs the rest.
-SERVER_FIXTURES = frozenset({"nats_url", "private_nats", "bare_nats", "event_log"})
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "integration: starts servers, daemons, CLI processes or compilers (not in "
-        "`make test-fast`)",
-    )
+# tests/unit, tests/sandbox and tests/integration: what a test of each may start is in
+# tests/tiers.py, held by each tier's conftest. ``make test-fast`` runs tests/unit.
 
 
 # The longest modules (a minute or more of one test process each), run first: `make test`
@@ -236,10 +226,6 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)
-
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)

@@ -1,6 +1,7 @@
 """The golden logs (tests/data/golden/*.jsonl): logs this version wrote, for a success, a
 failure, a search, a rollout and an agentflow task, kept so that later versions are held
-to them (tests/test_golden_logs.py folds each and re-decides every recorded decision).
+to them (tests/unit/test_golden_logs.py folds each and re-decides every recorded
+decision).
 
 Written once, by the CLI on the embedded default with scripted LLMs, and committed;
 written again only on purpose (a new kind of run worth holding to)::

@@ -94,7 +94,7 @@ class Backend(ABC):
     glue_paths: ClassVar[tuple[str, ...]] = ()
     # Other backends whose DSL a candidate of this one may use too (their kernel languages
     # pass the gate, by their rules) and whose modules this backend's may import (a test
-    # holds every backend to it: tests/test_architecture.py). ``cuda`` borrows ``cpp``'s
+    # holds every backend to it: tests/unit/test_architecture.py). ``cuda`` borrows ``cpp``'s
     # extensions; every built-in backend borrows Triton.
     borrows: ClassVar[tuple[str, ...]] = ()
 

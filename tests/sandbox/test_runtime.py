@@ -1,0 +1,174 @@
+"""kernelflow.runtime's parts that need no NATS: what a command's own daemon says about
+other tasks, how it is stopped when the command gives up, and how a stop is bounded (a
+first signal interrupts, the stop has a deadline, a second signal ends it at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, cast
+
+import pytest
+
+from kernelflow.actors.daemon import Daemon
+from kernelflow.actors.worker import Job
+from kernelflow.events import subjects
+from kernelflow.events.codec import encode
+from kernelflow.events.log import TaskHistory
+from kernelflow.events.model import SubmitTask, TaskCancelled, TaskSubmitted
+from kernelflow.runtime import (
+    ABANDONED_STOP_WAIT_S,
+    interruptible,
+    noting_other_tasks,
+    stopped_after,
+)
+from kernelflow.usage import WaitTimeout, exit_code_for
+from tests.memory import running_bridge
+
+
+def event_job(task_id: str) -> Job:
+    return Job("event", f"{subjects.EVENTS_ROOT}.{task_id}.agent_dispatched", b"", {}, 1, 1)
+
+
+def submit_job(task_id: str) -> Job:
+    command = SubmitTask(task_id=task_id, task_name="relu", task_source="")
+    return Job("command", subjects.SUBMIT, encode(command), {}, 1, 1)
+
+
+def test_a_commands_daemon_notes_each_other_task_once_unless_it_is_over(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with running_bridge() as bridge:
+        # An earlier command's task, cancelled as it stopped: its left-over work is dropped.
+        ended = [
+            TaskSubmitted(
+                task_id="ended",
+                seq=1,
+                task_name="relu",
+                task_source="",
+                workflow_name="default",
+                workflow_yaml="",
+                backend="triton",
+                group_id="g",
+            ),
+            TaskCancelled(task_id="ended", seq=2, reason="kernelflow run interrupted"),
+        ]
+        bridge.call(bridge.log.append(TaskHistory("ended"), ended))
+        on_job = noting_other_tasks(bridge, {"mine"}, "this run")
+
+        def taken(role: str, job: Job) -> None:  # as the daemon calls it: on the loop
+            async def take() -> None:
+                on_job(role, job)
+                await asyncio.sleep(0.1)  # the look at the log it starts
+
+            bridge.call(take())
+
+        taken("coder", event_job("mine"))
+        taken("conductor", submit_job("mine"))
+        taken("designer", event_job("ended"))
+        assert capsys.readouterr().err == ""
+        taken("coder", event_job("left-over"))
+        taken("verifier", event_job("left-over"))
+        taken("conductor", submit_job("queued"))
+        taken("conductor", Job("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "note: this run's daemon also works on task left-over (coder), queued before this run "
+        "or by another publisher; `kernelflow cancel left-over` ends it",
+        "note: this run's daemon also works on task queued (conductor), queued before this run "
+        "or by another publisher; `kernelflow cancel queued` ends it",
+    ]
+
+
+class StoppingDaemon:
+    def __init__(self) -> None:
+        self.stopped_with: list[float | None] = []
+
+    def stop(self, wait_s: float | None = None) -> None:
+        self.stopped_with.append(wait_s)
+
+
+@pytest.mark.parametrize(
+    ("giving_up", "wait_s"),
+    [
+        (None, None),
+        (KeyboardInterrupt, ABANDONED_STOP_WAIT_S),
+        (WaitTimeout, ABANDONED_STOP_WAIT_S),
+    ],
+)
+def test_a_commands_daemon_stops_at_once_when_the_command_gives_up(
+    giving_up: type[BaseException] | None, wait_s: float | None
+) -> None:
+    daemon = StoppingDaemon()
+    try:
+        with stopped_after(cast(Daemon, daemon)):
+            if giving_up is not None:
+                raise giving_up()
+    except BaseException as exc:
+        assert giving_up is not None and isinstance(exc, giving_up)
+    assert daemon.stopped_with == [wait_s]
+
+
+def test_signals_are_the_blocks_only_while_it_runs() -> None:
+    before: Any = signal.getsignal(signal.SIGTERM)
+    with interruptible():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# A command that is asked to stop, and whose stop hangs (``STUCK``): in a thread nobody
+# stops, which the interpreter waits for at its exit (an actor stuck in a call to a NATS
+# that is gone), or in the stop itself.
+STOPPING = """
+import sys, threading, time
+from kernelflow.runtime import interruptible
+try:
+    with interruptible(deadline_s={deadline}):
+        print("ready", flush=True)
+        time.sleep(60)
+except KeyboardInterrupt:
+    print("stopping", flush=True)
+    {stuck}
+"""
+STUCK = {
+    "at-exit": "threading.Thread(target=time.sleep, args=(60,)).start(); sys.exit(1)",
+    "in-the-stop": "time.sleep(60)",
+}
+
+
+def stop_asked(deadline_s: float, stuck: str, signals: int) -> tuple[int, str, float]:
+    """Run ``STOPPING``, send it ``signals`` SIGTERMs (the second once it is stopping):
+    its exit status, stderr and how long it took after the first."""
+    script = STOPPING.format(deadline=deadline_s, stuck=STUCK[stuck])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    asked = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline() == "stopping\n"
+    if signals > 1:
+        proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr, time.monotonic() - asked
+
+
+@pytest.mark.parametrize("stuck", list(STUCK))
+def test_a_stop_that_hangs_ends_at_its_deadline(stuck: str) -> None:
+    code, stderr, took = stop_asked(1.0, stuck, signals=1)
+    assert (code, stderr) == (130, "kernelflow: the stop took over 1s: stopping at once\n")
+    assert took < 30  # the stuck part's minute is not waited for
+
+
+def test_a_second_signal_stops_at_once() -> None:
+    code, stderr, took = stop_asked(300.0, "in-the-stop", signals=2)
+    assert (code, stderr) == (130, "kernelflow: asked again to stop: stopping at once\n")
+    assert took < 30  # neither the stop's minute nor its deadline
+
+
+def test_exit_codes_of_a_task_that_ended() -> None:
+    ended = ("success", "rejected", "failed", "cancelled")
+    assert [exit_code_for(status) for status in ended] == [0, 2, 1, 1]

@@ -1,0 +1,263 @@
+"""The shape of the code, checked on its source: one namespace, layers that depend one way,
+no import cycles (imports inside functions count), no module too long to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Each installed package and the repository folder it comes from (pyproject's package-dir).
+LAYERS = {
+    "kernelflow.common": "common",
+    "kernelflow.events": "events",
+    "kernelflow.sandbox": "sandbox",
+    "kernelflow.verification": "verification",
+    "kernelflow.llm": "llm",
+    "kernelflow.tools": "tools",
+    "kernelflow.projections": "projections",
+    "kernelflow.workflows": "workflows",
+    "kernelflow.actors": "actors",
+    "kernelflow.telemetry": "telemetry",
+    "kernelflow": "kernelflow",
+}
+# What each layer may import of kernelflow (docs/architecture.md, "Layers"): the CLI on
+# top; telemetry watches the actors; the actors use the LLM providers, the tools and the
+# verification engine, which runs candidates in the sandbox; the sandbox imports nothing of
+# kernelflow, so that what runs candidate code is small enough to read; common holds what
+# every layer may use (the plugin loader, secret scrubbing, parsing source).
+_BASE = {"kernelflow.common"}
+MAY_IMPORT = {
+    "kernelflow.common": _BASE,
+    "kernelflow.events": _BASE | {"kernelflow.events"},
+    "kernelflow.sandbox": {"kernelflow.sandbox"},
+    "kernelflow.workflows": _BASE | {"kernelflow.workflows", "kernelflow.events"},
+    "kernelflow.projections": _BASE
+    | {"kernelflow.projections", "kernelflow.workflows", "kernelflow.events"},
+    "kernelflow.verification": _BASE
+    | {"kernelflow.verification", "kernelflow.sandbox", "kernelflow.events"},
+    "kernelflow.llm": _BASE | {"kernelflow.llm", "kernelflow.projections", "kernelflow.events"},
+    "kernelflow.tools": _BASE
+    | {
+        "kernelflow.tools",
+        "kernelflow.verification",
+        "kernelflow.sandbox",
+        "kernelflow.projections",
+        "kernelflow.events",
+    },
+    "kernelflow.actors": set(LAYERS) - {"kernelflow", "kernelflow.telemetry"},
+    "kernelflow.telemetry": set(LAYERS) - {"kernelflow"},
+    "kernelflow": set(LAYERS),
+}
+# The candidate's side of a check (the process that imports candidate code, and the judge
+# forked beside it) imports nothing of kernelflow but the sandbox and these.
+CANDIDATE_SIDE = "kernelflow.verification.child"
+CANDIDATE_SIDE_MAY_IMPORT = (
+    "kernelflow.verification.child",
+    "kernelflow.verification.backends",
+    "kernelflow.sandbox",
+)
+MAX_LINES = 700
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the installed package, by its dotted name."""
+    found: dict[str, Path] = {}
+    for package, folder in LAYERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """What a module imports, anywhere in it (``from a import b`` names ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def layer_of(module: str) -> str:
+    return max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {
+        name: {n for n in imported_names(name, path) if n in found and n != name}
+        for name, path in found.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_modules_import_each_other_in_a_circle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer_of(target) not in MAY_IMPORT[layer_of(module)]
+    ]
+    assert wrong == []
+
+
+def test_the_candidate_s_side_imports_only_the_sandbox_and_the_backends() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith(CANDIDATE_SIDE)
+        for target in targets
+        if not target.startswith(CANDIDATE_SIDE_MAY_IMPORT)
+    ]
+    assert wrong == []
+
+
+def test_only_the_cli_imports_the_commands() -> None:
+    """``kernelflow.commands`` is the CLI's: what a library module, the dashboard or the
+    offline tools share with a command lives in a library module both import."""
+    cli = ("kernelflow.commands", "kernelflow.cli")
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if not any(module == c or module.startswith(c + ".") for c in cli)
+        for target in targets
+        if target == cli[0] or target.startswith(cli[0] + ".")
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("folder", sorted(LAYERS.values()))
+def test_nothing_imports_a_layer_by_its_folder_name(folder: str) -> None:
+    """The folders install as ``kernelflow.<folder>``; a bare ``import events`` only works
+    from a checkout's root and breaks in an installed wheel."""
+    bare = set(LAYERS.values()) - {"kernelflow"}
+    sources = [p for d in (*LAYERS.values(), "tests", "bench") for p in (REPO / d).rglob("*.py")]
+    wrong = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sources
+        if path.parts[len(REPO.parts)] == folder
+        for name in imported_names("x.y", path)
+        if name.split(".")[0] in bare
+    ]
+    assert wrong == []
+
+
+def test_no_source_module_is_over_700_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+# The backends' modules that belong to no DSL: the seam itself (docs/extending.md,
+# "A new verifier backend (a kernel DSL)"). Any other module of the package belongs to the
+# backend its name starts with; the load_inline extension modules are the cpp backend's.
+BACKENDS = "kernelflow.verification.backends"
+NEUTRAL_BACKEND_MODULES = {BACKENDS, *(f"{BACKENDS}.{m}" for m in ("base", "language", "registry"))}
+
+
+def dsl_of(module: str) -> str | None:
+    """The backend whose DSL a module of the backends package belongs to (None: neutral)."""
+    if module in NEUTRAL_BACKEND_MODULES or not module.startswith(BACKENDS + "."):
+        return None
+    stem = module.removeprefix(BACKENDS + ".")
+    return "cpp" if stem.startswith("extension") else stem.split("_")[0]
+
+
+def test_the_gate_imports_no_backend_s_dsl() -> None:
+    """The gate's walker knows no DSL: it asks the backend (and the kernel languages it
+    hands over) through the neutral seam only."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("kernelflow.verification.gate")
+        for target in targets
+        if dsl_of(target) is not None
+    ]
+    assert wrong == []
+
+
+def test_a_backend_imports_another_s_dsl_only_where_it_borrows_it() -> None:
+    from kernelflow.verification.backends import backend
+
+    wrong = [
+        f"{module} imports {target} ({dsl_of(module)!r} does not borrow {dsl_of(target)!r})"
+        for module, targets in import_graph().items()
+        if (owner := dsl_of(module)) is not None
+        for target in targets
+        if (other := dsl_of(target)) not in (None, owner) and other not in backend(owner).borrows
+    ]
+    assert wrong == []
+
+
+def test_every_backend_module_belongs_to_a_registered_backend_or_to_none() -> None:
+    from kernelflow.verification.backends import backend_names
+
+    owners = {dsl_of(module) for module in modules()} - {None}
+    assert owners <= set(backend_names())
