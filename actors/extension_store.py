@@ -110,7 +110,7 @@ class NatsExtensionStore:
         if self._missing_since is not None and now - self._missing_since < _RELOOK_S:
             return None
         try:
-            self._store = await self.bridge.log.jetstream.object_store(subjects.EXTENSIONS_BUCKET)
+            self._store = await self.bridge.jetstream.object_store(subjects.EXTENSIONS_BUCKET)
         except nats.js.errors.BucketNotFoundError:
             if self._missing_since is None:
                 log.info(

@@ -3,15 +3,18 @@
 ``MemoryServer`` stands for one NATS server: the log's streams (``MemoryStreams``, the
 port's memory adapter) and core publish/subscribe (``LocalBus``). ``MemoryServer.bridge()``
 is a ``Bridge`` on it: the same loop thread, ``call``, ``post`` and ``spawn`` as the NATS
-bridge (inherited), with a ``MemoryEventLog`` as its ``log`` and a ``LocalNats`` as its
-``nc``. Several bridges on one server are several processes on one NATS: they share the
-log, and each remembers its own histories.
+bridge (inherited), with a ``MemoryEventLog`` as its ``log``, a ``MemoryCommandQueue`` as
+its ``commands`` (the ports' memory adapters) and a ``LocalNats`` as its ``nc``. Several
+bridges on one server are several processes on one NATS: they share the log and the
+queue, and each remembers its own histories.
 
-What an actor publishes through ``nc`` (a command's reply, an error) reaches the
-subscriptions of every bridge on the server, and is kept in its ``LocalNats.published``
-for a test to read; a publish on an event subject is stored in the log and one on a
-command subject queued, as a NATS server's streams take them. Events the log stores
-reach the subscriptions on their subjects too.
+What is published through ``nc`` reaches the subscriptions of every bridge on the server,
+and is kept in its ``LocalNats.published`` for a test to read; a publish on an event
+subject is stored in the log and one on a command subject queued, as a NATS server's
+streams take them. Events the log stores, and the answers to commands (a conductor's
+``commands.answer``), reach the subscriptions on their subjects too. (``LocalNats`` goes
+once presence and status queries have a port of their own: docs/architecture.md, "The
+event log and its ports".)
 
 Nothing consumes here: there are no durable consumers, acks, redeliveries or pools. The
 daemon, the read model and whatever else needs JetStream itself run on a NATS server
@@ -27,17 +30,15 @@ import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
 from kernelflow.events.log import AppendConflict, StreamSettings, TaskHistory
-from kernelflow.events.memory import MSG_ID, MemoryEventLog, MemoryStreams
+from kernelflow.events.memory import MSG_ID, MemoryCommandQueue, MemoryEventLog, MemoryStreams
 from kernelflow.events.model import Event
 from kernelflow.events.port import Stored
 
@@ -114,6 +115,7 @@ class LocalBus:
         self._lock = threading.Lock()
         self._subs: list[LocalSubscription] = []
         streams.listen(self._stored)
+        streams.listen_answers(self._answered)
 
     def add(self, sub: LocalSubscription) -> None:
         with self._lock:
@@ -128,6 +130,10 @@ class LocalBus:
             subs = [s for s in self._subs if subjects.matches(s.subject, subject)]
         for sub in subs:
             sub.deliver(make(sub))
+
+    def _answered(self, reply_to: str, body: bytes) -> None:
+        """An answer to a command reaches the subscriptions on its subject."""
+        self.deliver(lambda sub: _msg(sub.nc, reply_to, body), reply_to)
 
     def _stored(self, stored: Stored) -> None:
         """A message the log stored reaches the subscriptions on its subject."""
@@ -215,44 +221,6 @@ class LocalNats:
         self._closed = True
 
 
-@dataclass(frozen=True)
-class _StreamMsg:
-    seq: int
-    subject: str
-
-
-class _CommandGets:
-    """The one JetStream request the conductor may still make itself (``get_msg`` of the
-    oldest pending submit, in ``Conductor.earlier_submits_pending``), answered from the
-    memory log's command queue as the port's ``oldest_command_seq`` answers it. Once the
-    conductor asks the port, this goes."""
-
-    def __init__(self, streams: MemoryStreams) -> None:
-        self._streams = streams
-
-    async def get_msg(
-        self,
-        stream_name: str,
-        seq: int | None = None,
-        subject: str | None = None,
-        next: bool = False,
-    ) -> _StreamMsg:
-        if stream_name != subjects.COMMANDS_STREAM or not next:
-            raise NotImplementedError("the memory log answers only gets of its next command")
-        for command in self._streams.commands(subject or subjects.ALL_COMMANDS):
-            if command.seq >= (seq or 1):
-                return _StreamMsg(command.seq, command.subject)
-        raise nats.js.errors.NotFoundError
-
-
-class BridgedMemoryLog(MemoryEventLog):
-    """A ``MemoryBridge``'s log."""
-
-    @property
-    def jetstream(self) -> _CommandGets:
-        return _CommandGets(self.streams)
-
-
 class MemoryServer:
     """What stands in for one NATS server: the log's streams and core publish/subscribe.
     ``clock``: what the duplicate window is measured on (tests pass one they can move)."""
@@ -284,21 +252,16 @@ class MemoryBridge(Bridge):
         super().__init__("memory:", server.streams.settings, after_append)
         self.server = server
         self._local: LocalNats | None = None
-        self._memory_log: BridgedMemoryLog | None = None
 
     async def _connect(self, timeout_s: float | None) -> None:
         self._local = LocalNats(self.server)
-        self._memory_log = BridgedMemoryLog(self.server.streams, self.streams, self._after_append)
+        self._log = MemoryEventLog(self.server.streams, self.streams, self._after_append)
+        self._commands = MemoryCommandQueue(self.server.streams)
 
     @property
     def nc(self) -> LocalNats:  # type: ignore[override]
         assert self._local is not None, "bridge not started"
         return self._local
-
-    @property
-    def log(self) -> BridgedMemoryLog:  # type: ignore[override]
-        assert self._memory_log is not None, "bridge not started"
-        return self._memory_log
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self._local is not None and not self._local.is_closed and self._thread.is_alive():

@@ -31,8 +31,6 @@ from kernelflow.events import subjects
 
 log = logging.getLogger("kernelflow.health")
 
-HEALTH_SUBJECT = "kf.health.ping"
-
 
 def new_daemon_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -126,7 +124,9 @@ class HealthResponder:
         self._sub: Subscription | None = None
 
     def start(self) -> HealthResponder:
-        self._sub = self.bridge.call(self.bridge.nc.subscribe(HEALTH_SUBJECT, cb=self._on_ping))
+        self._sub = self.bridge.call(
+            self.bridge.nc.subscribe(subjects.HEALTH_PING, cb=self._on_ping)
+        )
         return self
 
     async def _on_ping(self, msg: Msg) -> None:
@@ -168,7 +168,7 @@ async def ping_daemons(nc: NATS, window_s: float) -> list[dict[str, Any]]:
 
     sub = await nc.subscribe(inbox, cb=collect)
     try:
-        await nc.publish(HEALTH_SUBJECT, b"{}", reply=inbox)
+        await nc.publish(subjects.HEALTH_PING, b"{}", reply=inbox)
         await nc.flush()
         await asyncio.sleep(window_s)
     finally:

@@ -63,7 +63,7 @@ from nats.js import api
 from nats.js.object_store import ObjectStore
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel_client import PAGE, QUERY_SUBJECT, StatusQuery, status_row
+from kernelflow.actors.readmodel_client import PAGE, StatusQuery, status_row
 from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from kernelflow.events import subjects
 from kernelflow.events.log import delivery_of
@@ -74,8 +74,6 @@ from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 
 log = logging.getLogger("kernelflow.readmodel")
 
-QUEUE_GROUP = "kf-readmodel"
-BUCKET = "KF_READMODEL"
 # The head's name (not the unpaged ``status-vN`` of earlier versions, which would read a
 # head as a whole state and miss the paged rows).
 SNAPSHOT = f"status-v{FOLD_VERSION}.head"
@@ -177,21 +175,20 @@ class ReadModel:
         return self
 
     async def _start(self) -> None:
-        js = self.bridge.log.jetstream
-        info = await js.stream_info(subjects.EVENTS_STREAM)
-        self._stream_created = str(info.created or "")
+        info = await self.bridge.log.info()
+        self._stream_created = info.created
         if self.persist:
             try:
                 self._store = await self._open_store()
                 self.paged = PagedMetrics(self._stream_created, self.paged.page_rows)
-                await self._restore(int(info.state.last_seq))
+                await self._restore(info.end_seq)
             except Exception as exc:  # run without persistence rather than not at all
                 log.warning("read model: no snapshot store (%r); folding from the start", exc)
                 self._store = None
                 self.paged = PagedMetrics(self._stream_created, seal=False)
                 self.rebuilt_because = f"snapshot store unavailable: {exc!r}"
         self._sub = await self.bridge.nc.subscribe(
-            QUERY_SUBJECT, queue=QUEUE_GROUP, cb=self._on_query
+            subjects.STATUS_QUERY, queue=subjects.READMODEL_GROUP, cb=self._on_query
         )
         self._tasks.append(asyncio.create_task(self._consume(), name="kf-readmodel"))
         if self._store is not None:
@@ -241,21 +238,21 @@ class ReadModel:
             log.warning("read model: final snapshot failed: %r", exc)
         self._stopping = "deleting its consumer"
         with contextlib.suppress(Exception):
-            await self.bridge.log.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
+            await self.bridge.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
 
     # ------------------------------------------------------------------ snapshots
 
     async def _open_store(self) -> ObjectStore:
-        js = self.bridge.log.jetstream
+        js = self.bridge.jetstream
         try:
-            return await js.object_store(BUCKET)
+            return await js.object_store(subjects.READMODEL_BUCKET)
         except nats.js.errors.BucketNotFoundError:
             config = api.ObjectStoreConfig(
                 description="kernelflow read-model snapshots (state + log position)",
                 storage=api.StorageType.FILE,
                 replicas=self.bridge.streams.replicas,
             )
-            return await js.create_object_store(BUCKET, config=config)
+            return await js.create_object_store(subjects.READMODEL_BUCKET, config=config)
 
     async def _restore(self, stream_last_seq: int) -> None:
         assert self._store is not None
@@ -347,7 +344,7 @@ class ReadModel:
             log.info(
                 "read model: removed %d snapshot object(s) older versions left in %s: %s",
                 len(stale),
-                BUCKET,
+                subjects.READMODEL_BUCKET,
                 ", ".join(stale),
             )
 
@@ -376,7 +373,7 @@ class ReadModel:
                 await asyncio.sleep(0.5)
 
     async def _follow(self) -> None:
-        js = self.bridge.log.jetstream
+        js = self.bridge.jetstream
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_consumer(subjects.EVENTS_STREAM, self.durable)
         await js.add_consumer(

@@ -299,7 +299,7 @@ def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
             task_name="relu",
             workflow="conductor_connect_all",
         )
-        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
 
     def designer_done(events: list[Event]) -> bool:
         return bool(events) and isinstance(events[-1], OutputParsed)

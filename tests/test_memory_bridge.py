@@ -57,10 +57,10 @@ def test_what_is_published_is_kept_delivered_and_taken_by_the_streams() -> None:
         assert read.events == () and read.quarantine.count == 1
 
         command = SubmitTask(task_id="t", task_source="x")
-        seq = publisher.call(publisher.log.publish_command(command, subjects.SUBMIT))
-        assert listener.call(listener.log.oldest_command_seq(subjects.SUBMIT)) == seq
+        seq = publisher.call(publisher.commands.publish(command, subjects.SUBMIT))
+        assert listener.call(listener.commands.oldest(subjects.SUBMIT)) == seq
         server.streams.settle_command(seq)
-        assert listener.call(listener.log.oldest_command_seq(subjects.SUBMIT)) is None
+        assert listener.call(listener.commands.oldest(subjects.SUBMIT)) is None
 
 
 def test_a_subscription_for_one_message_answers_next_msg_then_stops() -> None:
