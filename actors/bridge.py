@@ -1,9 +1,10 @@
 """The NATS bridge: one asyncio thread that owns the NATS connection and the event log.
 
-``Bridge.log`` is the log's port (``kernelflow.events.port``) and ``Bridge.commands`` the
-command queue's (``kernelflow.events.queue``): callers ask them, never JetStream
-(docs/architecture.md, "The event log and its ports"); on this bridge they are the
-JetStream adapters, on ``kernelflow.actors.memory_bridge``'s the memory ones.
+``Bridge.log`` is the log's port (``kernelflow.events.port``), ``Bridge.commands`` the
+command queue's (``kernelflow.events.queue``) and ``Bridge.requests`` that of requests
+among processes (``kernelflow.events.requests``): callers ask them, never NATS
+(docs/architecture.md, "The event log and its ports"); on this bridge they are the NATS
+adapters, on ``kernelflow.actors.memory_bridge``'s the memory ones.
 
 Actors are pykka threads. They reach NATS through ``Bridge.call`` (which schedules a
 coroutine on the bridge loop and waits for it on the actor's thread); the loop hands work
@@ -44,8 +45,10 @@ from kernelflow.actors.connection import (
 from kernelflow.events.log import EventLog, EventLogPort, StreamSettings, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.events.nats_queue import JetStreamCommandQueue
+from kernelflow.events.nats_requests import NatsRequests
 from kernelflow.events.pull import cancel_and_wait
 from kernelflow.events.queue import CommandQueuePort
+from kernelflow.events.requests import RequestsPort
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
@@ -158,6 +161,7 @@ class Bridge:
         self._nc: NATS | None = None
         self._log: EventLogPort | None = None
         self._commands: CommandQueuePort | None = None
+        self._requests: RequestsPort | None = None
         self._closing = False
         # Callbacks posted from other threads and not run yet, and whether the loop has
         # been woken to run them.
@@ -320,6 +324,7 @@ class Bridge:
         await event_log.ensure_streams()
         self._log = event_log
         self._commands = JetStreamCommandQueue(self._nc)
+        self._requests = NatsRequests(self._nc)
 
     async def _give_up(self, after_s: float, shown: str) -> None:
         await asyncio.sleep(after_s)
@@ -383,6 +388,17 @@ class Bridge:
     def commands(self) -> CommandQueuePort:
         assert self._commands is not None, "bridge not started"
         return self._commands
+
+    @property
+    def connected(self) -> bool:
+        """Whether NATS is reachable now (False while reconnecting, and once closed)."""
+        return bool(self.nc.is_connected)
+
+    @property
+    def requests(self) -> RequestsPort:
+        """Requests among processes: presence pings, status queries."""
+        assert self._requests is not None, "bridge not started"
+        return self._requests
 
     @property
     def jetstream(self) -> JetStreamContext:

@@ -66,12 +66,12 @@ class NatsExtensionStore:
         self._missing_since: float | None = None
 
     def get(self, key: str) -> bytes | None:
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             return None  # a check does not wait for NATS to build what it needs
         return self.bridge.call(self._get(key), timeout=self.timeout_s + 5)
 
     def put(self, key: str, data: bytes) -> None:
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             raise ConnectionError("NATS is not connected")
         self.bridge.call(self._put(key, data), timeout=self.timeout_s + 5)
 

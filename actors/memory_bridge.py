@@ -4,7 +4,8 @@
 port's memory adapter) and core publish/subscribe (``LocalBus``). ``MemoryServer.bridge()``
 is a ``Bridge`` on it: the same loop thread, ``call``, ``post`` and ``spawn`` as the NATS
 bridge (inherited), with a ``MemoryEventLog`` as its ``log``, a ``MemoryCommandQueue`` as
-its ``commands`` (the ports' memory adapters) and a ``LocalNats`` as its ``nc``. Several
+its ``commands``, a ``MemoryRequests`` as its ``requests`` (the ports' memory adapters) and
+a ``LocalNats`` as its ``nc``. Several
 bridges on one server are several processes on one NATS: they share the log and the
 queue, and each remembers its own histories.
 
@@ -13,8 +14,8 @@ and is kept in its ``LocalNats.published`` for a test to read; a publish on an e
 subject is stored in the log and one on a command subject queued, as a NATS server's
 streams take them. Events the log stores, and the answers to commands (a conductor's
 ``commands.answer``), reach the subscriptions on their subjects too. (``LocalNats`` goes
-once presence and status queries have a port of their own: docs/architecture.md, "The
-event log and its ports".)
+once nothing of kernelflow's asks a bridge's ``nc``: docs/architecture.md, "The event log
+and its ports".)
 
 Nothing consumes here: there are no durable consumers, acks, redeliveries or pools. The
 daemon, the read model and whatever else needs JetStream itself run on a NATS server
@@ -39,6 +40,7 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
 from kernelflow.events.log import AppendConflict, StreamSettings, TaskHistory
 from kernelflow.events.memory import MSG_ID, MemoryCommandQueue, MemoryEventLog, MemoryStreams
+from kernelflow.events.memory_requests import MemoryRequests, RequestBus
 from kernelflow.events.model import Event
 from kernelflow.events.port import Stored
 
@@ -229,6 +231,7 @@ class MemoryServer:
         self, settings: StreamSettings | None = None, *, clock: Callable[[], float] | None = None
     ) -> None:
         self.streams = MemoryStreams(settings, clock=clock)
+        self.requests = RequestBus()
         self.bus = LocalBus(self.streams)
 
     def bridge(
@@ -257,6 +260,7 @@ class MemoryBridge(Bridge):
         self._local = LocalNats(self.server)
         self._log = MemoryEventLog(self.server.streams, self.streams, self._after_append)
         self._commands = MemoryCommandQueue(self.server.streams)
+        self._requests = MemoryRequests(self.server.requests)
 
     @property
     def nc(self) -> LocalNats:  # type: ignore[override]

@@ -58,7 +58,6 @@ from typing import Any
 import msgspec
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import api
 from nats.js.object_store import ObjectStore
 
@@ -70,6 +69,7 @@ from kernelflow.events.log import delivery_of
 from kernelflow.events.model import QuarantinedEvent
 from kernelflow.events.pull import CreditPuller, cancel_and_wait
 from kernelflow.events.quarantine import HistoryCheck
+from kernelflow.events.requests import Request, Serving
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 
 log = logging.getLogger("kernelflow.readmodel")
@@ -144,7 +144,7 @@ class ReadModel:
         self._moved = asyncio.Event()  # set (and replaced) whenever the position moves
         self._tasks: list[asyncio.Task[None]] = []
         self._queries: set[asyncio.Task[None]] = set()
-        self._sub: Subscription | None = None
+        self._serving: Serving | None = None
         self._stopping = ""  # what ``stop`` is doing (said if it runs out of time)
 
     @property
@@ -187,8 +187,8 @@ class ReadModel:
                 self._store = None
                 self.paged = PagedMetrics(self._stream_created, seal=False)
                 self.rebuilt_because = f"snapshot store unavailable: {exc!r}"
-        self._sub = await self.bridge.nc.subscribe(
-            subjects.STATUS_QUERY, queue=subjects.READMODEL_GROUP, cb=self._on_query
+        self._serving = await self.bridge.requests.serve(
+            subjects.STATUS_QUERY, self._on_query, group=subjects.READMODEL_GROUP
         )
         self._tasks.append(asyncio.create_task(self._consume(), name="kf-readmodel"))
         if self._store is not None:
@@ -220,12 +220,12 @@ class ReadModel:
 
     async def _stop(self, save: bool) -> None:
         self._stopping = "leaving the status queries' group"
-        if self._sub is not None:
+        if self._serving is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await self._serving.stop()
         self._stopping = "waiting for its reader and queries to stop"
         await cancel_and_wait([*self._tasks, *self._queries])
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             # Each request would wait out its timeout. The next start catches up from the
             # last snapshot saved; the server drops the idle cursor by itself.
             log.info("read model: NATS unreachable; position %d not saved", self.position)
@@ -447,12 +447,12 @@ class ReadModel:
 
     # ------------------------------------------------------------------ queries
 
-    async def _on_query(self, msg: Msg) -> None:
+    async def _on_query(self, msg: Request) -> None:
         task = asyncio.create_task(self._answer(msg))  # a waiting query blocks no other
         self._queries.add(task)
         task.add_done_callback(self._queries.discard)
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Request) -> None:
         if not _answerable(msg):
             return
         try:
@@ -489,17 +489,17 @@ class ReadModel:
         return reply
 
 
-def _answerable(msg: Msg) -> bool:
+def _answerable(msg: Request) -> bool:
     """Whether a query asks for an answer on an inbox (saying so when it does not)."""
-    if not msg.reply:
+    if not msg.reply_to:
         return False
-    why = subjects.reply_refusal(msg.reply)
+    why = subjects.reply_refusal(msg.reply_to)
     if why is not None:
         log.warning("read model: not answering a status query: %s", why)
     return why is None
 
 
-async def _respond(msg: Msg, body: dict[str, Any]) -> None:
+async def _respond(msg: Request, body: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):
         await msg.respond(json.dumps(body).encode())
 

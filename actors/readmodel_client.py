@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import nats.errors
-from nats.aio.client import Client as NATS
 
 from kernelflow.events import subjects
 from kernelflow.events.port import EventLogPort
+from kernelflow.events.requests import NoResponders, RequestsPort
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 
 PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
@@ -84,7 +83,7 @@ class NoAnswer(Exception):
 
 
 async def query_status(
-    nc: NATS,
+    requests: RequestsPort,
     event_log: EventLogPort,
     wait_s: float = 5.0,
     on_catching_up: Callable[[str, int, int], None] | None = None,
@@ -101,14 +100,14 @@ async def query_status(
     while True:
         query = {"after": after, "wait_s": wait_s, "offset": len(rows), "limit": PAGE}
         try:
-            msg = await nc.request(
-                subjects.STATUS_QUERY, json.dumps(query).encode(), timeout=wait_s + 5.0
+            data = await requests.ask(
+                subjects.STATUS_QUERY, json.dumps(query).encode(), timeout_s=wait_s + 5.0
             )
-        except nats.errors.NoRespondersError:
+        except NoResponders:
             raise NoAnswer("no daemon runs a read model") from None
-        except (nats.errors.TimeoutError, TimeoutError):
+        except TimeoutError:
             raise NoAnswer(f"no read model answered within {wait_s + 5.0:g}s") from None
-        body = json.loads(msg.data)
+        body = json.loads(data)
         if not body.get("ok"):
             raise NoAnswer(f"the read model refused the query: {body.get('error')}")
         if body.get("behind"):

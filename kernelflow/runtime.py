@@ -238,7 +238,7 @@ async def request_reply(
 def no_host(bridge: Bridge, role: str) -> str | None:
     """Why no daemon takes work for ``role``, if the daemons' answers say so (None: a
     daemon hosting it is up, just busy)."""
-    answers = bridge.call(ping_daemons(bridge.nc, 1.0))
+    answers = bridge.call(ping_daemons(bridge.requests, 1.0))
     if any(role in a.get("roles", ()) for a in answers):
         return None
     if not answers:
@@ -525,7 +525,7 @@ def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
 
     answers: list[dict[str, Any] | None] = [None] * len(task_ids)
     why = "no answer"
-    if not bridge.nc.is_connected:  # NATS gone: say what stays unfinished, leave as asked
+    if not bridge.connected:  # NATS gone: say what stays unfinished, leave as asked
         why = "NATS is not connected"
     else:
         with contextlib.suppress(Exception):  # NATS gone meanwhile: the same

@@ -422,7 +422,7 @@ class _LiveGauges(Collector):
         JetStream says of the consumers and the log (requests awaited, never blocking)."""
         loads = self.daemon.pool_loads()
         read_model = self.read_model.describe() if self.read_model is not None else None
-        connected = self.bridge.nc.is_connected
+        connected = self.bridge.connected
         consumers: dict[str, tuple[int, int]] = {}
         log_end = None
         if connected:

@@ -162,7 +162,7 @@ SECOND = [
 
 
 def query(bridge: Bridge) -> list[dict[str, Any]]:
-    return bridge.call(query_status(bridge.nc, bridge.log), timeout=30).rows
+    return bridge.call(query_status(bridge.requests, bridge.log), timeout=30).rows
 
 
 def test_read_model_resumes_from_its_position_after_a_crash(
@@ -345,7 +345,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
     try:
         model = ReadModel(bridge, "catching-up", snapshot_every_s=3600).start()
         seen: list[int] = []
-        asking = query_status(bridge.nc, bridge.log, 0.4, lambda _, at, end: seen.append(at))
+        asking = query_status(bridge.requests, bridge.log, 0.4, lambda _, at, end: seen.append(at))
         answer = bridge.call(asking, timeout=60)
         assert len(seen) >= 2 and seen == sorted(set(seen)), seen
         assert answer.rows == folded_rows(bridge)
@@ -356,7 +356,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
         time.sleep(0.3)
         bridge.call(cancel_and_wait(model._tasks[:1]))  # its reader
         with pytest.raises(NoAnswer, match=r"is catching up but did not move in 0\.1s"):
-            bridge.call(query_status(bridge.nc, bridge.log, 0.1), timeout=60)
+            bridge.call(query_status(bridge.requests, bridge.log, 0.1), timeout=60)
         model.stop(save=False)
     finally:
         bridge.stop()

@@ -138,7 +138,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 print(note, file=sys.stderr)
         else:  # every task: a daemon's read model, or a fold of the log here
             try:
-                asking = query_status(bridge.nc, bridge.log, on_catching_up=say_waiting)
+                asking = query_status(bridge.requests, bridge.log, on_catching_up=say_waiting)
                 rows = bridge.call(asking).rows
             except NoAnswer as exc:
                 print(f"kernelflow: {exc}; folding the log here", file=sys.stderr)

@@ -286,7 +286,7 @@ class _Service:
         where = safe_url(settings.nats_url) if settings.nats_url else "the embedded NATS"
         try:
             bridge = await asyncio.to_thread(self.client.start)
-            pinging = ping_daemons(bridge.nc, _PING_WINDOW_S)
+            pinging = ping_daemons(bridge.requests, _PING_WINDOW_S)
             answers = await asyncio.wrap_future(bridge.spawn(pinging))
         except (NatsUnreachable, TransportError, OSError) as exc:
             return 503, {"ok": False, "error": _one_line(f"NATS at {where}: {exc}")}

@@ -144,7 +144,7 @@ class LogView:
                     return rows
             try:
                 bridge = self.bridge
-                answer = await self._on_bridge(query_status(bridge.nc, bridge.log))
+                answer = await self._on_bridge(query_status(bridge.requests, bridge.log))
                 rows = TaskRows(
                     answer.rows,
                     f"the read model of {answer.instance} (log position {answer.position:,})",
