@@ -1,8 +1,9 @@
 """The NATS bridge: one asyncio thread that owns the NATS connection and the event log.
 
 ``Bridge.log`` is the log's port (``kernelflow.events.port``), ``Bridge.commands`` the
-command queue's (``kernelflow.events.queue``) and ``Bridge.requests`` that of requests
-among processes (``kernelflow.events.requests``): callers ask them, never NATS
+command queue's (``kernelflow.events.queue``), ``Bridge.requests`` that of requests
+among processes (``kernelflow.events.requests``) and ``Bridge.buckets`` the object
+stores' (``kernelflow.events.objects``): callers ask them, never NATS
 (docs/architecture.md, "The event log and its ports"); on this bridge they are the NATS
 adapters, on ``kernelflow.actors.memory_bridge``'s the memory ones.
 
@@ -44,8 +45,10 @@ from kernelflow.actors.connection import (
 )
 from kernelflow.events.log import EventLog, EventLogPort, StreamSettings, TaskHistory
 from kernelflow.events.model import Event
+from kernelflow.events.nats_objects import NatsBuckets
 from kernelflow.events.nats_queue import JetStreamCommandQueue
 from kernelflow.events.nats_requests import NatsRequests
+from kernelflow.events.objects import Buckets
 from kernelflow.events.pull import cancel_and_wait
 from kernelflow.events.queue import CommandQueuePort
 from kernelflow.events.requests import RequestsPort
@@ -162,6 +165,7 @@ class Bridge:
         self._log: EventLogPort | None = None
         self._commands: CommandQueuePort | None = None
         self._requests: RequestsPort | None = None
+        self._buckets: Buckets | None = None
         self._closing = False
         # Callbacks posted from other threads and not run yet, and whether the loop has
         # been woken to run them.
@@ -325,6 +329,7 @@ class Bridge:
         self._log = event_log
         self._commands = JetStreamCommandQueue(self._nc)
         self._requests = NatsRequests(self._nc)
+        self._buckets = NatsBuckets(self._nc.jetstream())
 
     async def _give_up(self, after_s: float, shown: str) -> None:
         await asyncio.sleep(after_s)
@@ -401,10 +406,16 @@ class Bridge:
         return self._requests
 
     @property
+    def buckets(self) -> Buckets:
+        """The object stores: the read model's snapshots, the verifiers' extensions."""
+        assert self._buckets is not None, "bridge not started"
+        return self._buckets
+
+    @property
     def jetstream(self) -> JetStreamContext:
-        """JetStream itself, for what has no port yet: the daemons' durable consumers, the
-        read model's and the verifiers' object stores (``tests/test_architecture.py``
-        names the modules that still ask it)."""
+        """JetStream itself, for what has no port yet: the durable consumers of the
+        daemons and of the read model (``tests/test_architecture.py`` names the modules
+        that still ask it)."""
         return self.nc.jetstream()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

@@ -246,8 +246,8 @@ class Daemon:
         there). Before any verifier starts, and before the daemon says it started."""
         replicas = self.bridge.streams.replicas
         try:
-            jetstream = self.bridge.jetstream
-            if self.bridge.call(ensure_extension_bucket(jetstream, replicas), timeout=15):
+            buckets = self.bridge.buckets
+            if self.bridge.call(ensure_extension_bucket(buckets, replicas), timeout=15):
                 log.info(
                     "created the shared extension store %s (%d replica(s))",
                     subjects.EXTENSIONS_BUCKET,

@@ -2,12 +2,13 @@
 nats-server.
 
 ``MemoryServer`` stands for one NATS server: the log's and the command queue's streams
-(``MemoryStreams``) and who serves which requests (``RequestBus``).
+(``MemoryStreams``), who serves which requests (``RequestBus``) and the object stores.
 ``MemoryServer.bridge()`` is a ``Bridge`` on it: the same loop thread, ``call``, ``post``
 and ``spawn`` as the NATS bridge (inherited), with the ports' memory adapters as its
-``log`` (``MemoryEventLog``), ``commands`` (``MemoryCommandQueue``) and ``requests``
-(``MemoryRequests``). Several bridges on one server are several processes on one NATS:
-they share the log, the queue and the requests, and each remembers its own histories.
+``log`` (``MemoryEventLog``), ``commands`` (``MemoryCommandQueue``), ``requests``
+(``MemoryRequests``) and ``buckets`` (``MemoryBuckets``). Several bridges on one server
+are several processes on one NATS: they share the log, the queue, the requests and the
+buckets, and each remembers its own histories.
 
 There is no NATS connection here (``nc`` and ``jetstream`` say so): everything of
 kernelflow's that is not about NATS asks the ports (docs/architecture.md, "The event log
@@ -25,6 +26,7 @@ from typing import NoReturn
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events.memory import MemoryCommandQueue, MemoryEventLog, MemoryStreams
+from kernelflow.events.memory_objects import MemoryBuckets
 from kernelflow.events.memory_requests import MemoryRequests, RequestBus
 from kernelflow.events.model import Event
 from kernelflow.events.port import StreamSettings, TaskHistory
@@ -43,6 +45,7 @@ class MemoryServer:
     ) -> None:
         self.streams = MemoryStreams(settings, clock=clock)
         self.requests = RequestBus()
+        self.buckets = MemoryBuckets()
 
     def bridge(
         self, after_append: Callable[[Event, TaskHistory], None] | None = None
@@ -66,6 +69,7 @@ class MemoryBridge(Bridge):
         self._log = MemoryEventLog(self.server.streams, self.streams, self._after_append)
         self._commands = MemoryCommandQueue(self.server.streams)
         self._requests = MemoryRequests(self.server.requests)
+        self._buckets = self.server.buckets
 
     @property
     def nc(self) -> NoReturn:

@@ -44,9 +44,7 @@ seq 1) moves the position and is counted (``quarantined`` in ``describe``), noth
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
 import json
 import logging
 import re
@@ -59,7 +57,6 @@ import msgspec
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
-from nats.js.object_store import ObjectStore
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel_client import PAGE, StatusQuery, status_row
@@ -67,6 +64,7 @@ from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, 
 from kernelflow.events import subjects
 from kernelflow.events.log import delivery_of
 from kernelflow.events.model import QuarantinedEvent
+from kernelflow.events.objects import ObjectNotFound, ObjectStore, digest_of
 from kernelflow.events.pull import CreditPuller, cancel_and_wait
 from kernelflow.events.quarantine import HistoryCheck
 from kernelflow.events.requests import Request, Serving
@@ -243,22 +241,21 @@ class ReadModel:
     # ------------------------------------------------------------------ snapshots
 
     async def _open_store(self) -> ObjectStore:
-        js = self.bridge.jetstream
-        try:
-            return await js.object_store(subjects.READMODEL_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            config = api.ObjectStoreConfig(
-                description="kernelflow read-model snapshots (state + log position)",
-                storage=api.StorageType.FILE,
-                replicas=self.bridge.streams.replicas,
-            )
-            return await js.create_object_store(subjects.READMODEL_BUCKET, config=config)
+        buckets = self.bridge.buckets
+        store = await buckets.open(subjects.READMODEL_BUCKET)
+        if store is not None:
+            return store
+        return await buckets.create(
+            subjects.READMODEL_BUCKET,
+            description="kernelflow read-model snapshots (state + log position)",
+            replicas=self.bridge.streams.replicas,
+        )
 
     async def _restore(self, stream_last_seq: int) -> None:
         assert self._store is not None
         try:
-            data = (await asyncio.wait_for(self._store.get(SNAPSHOT), 30.0)).data
-        except nats.js.errors.NotFoundError:
+            data = await asyncio.wait_for(self._store.get(SNAPSHOT), 30.0)
+        except ObjectNotFound:
             self.rebuilt_because = "no snapshot yet"
             return
         except Exception as exc:  # damaged, half-replaced, timed out: refold
@@ -283,7 +280,7 @@ class ReadModel:
         for index in range(snap.pages):
             name = page_name(SNAPSHOT, snap.page_rows, index)
             try:
-                page = (await asyncio.wait_for(self._store.get(name), 30.0)).data
+                page = await asyncio.wait_for(self._store.get(name), 30.0)
                 pages.append(msgspec.json.decode(page or b"", type=Page))
             except Exception as exc:  # missing, damaged, timed out: refold
                 self.rebuilt_because = f"snapshot page {name} unreadable: {exc!r}"
@@ -302,7 +299,7 @@ class ReadModel:
             return False
         await self._store_pages()  # whoever stores the head, they are the log's pages
         with contextlib.suppress(Exception):
-            stored = await self._store.get_info(SNAPSHOT)
+            stored = await self._store.info(SNAPSHOT)
             if _position_of(stored.description) >= self.position:
                 self.saved_position = self.position  # another daemon got as far
                 return False
@@ -310,8 +307,7 @@ class ReadModel:
         # Nothing awaits from the check that every page is stored to this encode.
         position = self.position
         data = msgspec.json.encode(self.paged.head(time.time()))
-        meta = api.ObjectMeta(name=SNAPSHOT, description=f"position {position}")
-        await self._store.put(SNAPSHOT, data, meta=meta)
+        await self._store.put(SNAPSHOT, data, description=f"position {position}")
         self.saved_position = position
         return True
 
@@ -321,23 +317,19 @@ class ReadModel:
         while unstored:
             index, data = unstored[0]
             name = page_name(SNAPSHOT, self.paged.page_rows, index)
-            digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
             try:
-                stored = (await self._store.get_info(name)).digest == digest
-            except nats.js.errors.NotFoundError:
+                stored = (await self._store.info(name)).digest == digest_of(data)
+            except ObjectNotFound:
                 stored = False
             if not stored:  # another daemon of this log may have stored it: the same bytes
-                await self._store.put(name, data, meta=api.ObjectMeta(name=name))
+                await self._store.put(name, data)
             unstored.pop(0)
 
     async def _remove_stale_objects(self) -> None:
         assert self._store is not None
-        try:
-            objects = await self._store.list(ignore_deletes=True)
-        except nats.js.errors.NotFoundError:  # nothing stored yet
-            return
+        objects = await self._store.list()
         now = time.time()
-        stale = stale_objects(((o.name, o.mtime or "") for o in objects), now, self.stale_after_s)
+        stale = stale_objects(((o.name, o.mtime) for o in objects), now, self.stale_after_s)
         for name in stale:
             await self._store.delete(name)
         if stale:
