@@ -1,4 +1,11 @@
-"""The NATS bridge: one asyncio thread that owns the NATS connection and the EventLog.
+"""The NATS bridge: one asyncio thread that owns the NATS connection and the event log.
+
+``Bridge.log`` is the log's port (``kernelflow.events.port``), ``Bridge.commands`` the
+command queue's (``kernelflow.events.queue``), ``Bridge.requests`` that of requests
+among processes (``kernelflow.events.requests``) and ``Bridge.buckets`` the object
+stores' (``kernelflow.events.objects``): callers ask them, never NATS
+(docs/architecture.md, "The event log and its ports"); on this bridge they are the NATS
+adapters, on ``kernelflow.actors.memory_bridge``'s the memory ones.
 
 Actors are pykka threads. They reach NATS through ``Bridge.call`` (which schedules a
 coroutine on the bridge loop and waits for it on the actor's thread); the loop hands work
@@ -26,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 
 from kernelflow.actors.connection import (
     ClientAuth,
@@ -35,9 +43,15 @@ from kernelflow.actors.connection import (
     safe_url,
     server_urls,
 )
-from kernelflow.events.log import EventLog, StreamSettings, TaskHistory
+from kernelflow.events.log import EventLog, EventLogPort, StreamSettings, TaskHistory
 from kernelflow.events.model import Event
+from kernelflow.events.nats_objects import NatsBuckets
+from kernelflow.events.nats_queue import JetStreamCommandQueue
+from kernelflow.events.nats_requests import NatsRequests
+from kernelflow.events.objects import Buckets
 from kernelflow.events.pull import cancel_and_wait
+from kernelflow.events.queue import CommandQueuePort
+from kernelflow.events.requests import RequestsPort
 
 T = TypeVar("T")
 log = logging.getLogger("kernelflow.bridge")
@@ -148,7 +162,10 @@ class Bridge:
         self.loop = _new_loop()
         self._thread = threading.Thread(target=self._run, name="kf-nats-bridge", daemon=True)
         self._nc: NATS | None = None
-        self._log: EventLog | None = None
+        self._log: EventLogPort | None = None
+        self._commands: CommandQueuePort | None = None
+        self._requests: RequestsPort | None = None
+        self._buckets: Buckets | None = None
         self._closing = False
         # Callbacks posted from other threads and not run yet, and whether the loop has
         # been woken to run them.
@@ -307,8 +324,12 @@ class Bridge:
             self._closing = True
             await self._nc.close()
             raise
-        self._log = EventLog(self._nc, self.streams, self._after_append)
-        await self._log.ensure_streams()
+        event_log = EventLog(self._nc, self.streams, self._after_append)
+        await event_log.ensure_streams()
+        self._log = event_log
+        self._commands = JetStreamCommandQueue(self._nc)
+        self._requests = NatsRequests(self._nc)
+        self._buckets = NatsBuckets(self._nc.jetstream())
 
     async def _give_up(self, after_s: float, shown: str) -> None:
         await asyncio.sleep(after_s)
@@ -364,9 +385,38 @@ class Bridge:
         return self._nc
 
     @property
-    def log(self) -> EventLog:
+    def log(self) -> EventLogPort:
         assert self._log is not None, "bridge not started"
         return self._log
+
+    @property
+    def commands(self) -> CommandQueuePort:
+        assert self._commands is not None, "bridge not started"
+        return self._commands
+
+    @property
+    def connected(self) -> bool:
+        """Whether NATS is reachable now (False while reconnecting, and once closed)."""
+        return bool(self.nc.is_connected)
+
+    @property
+    def requests(self) -> RequestsPort:
+        """Requests among processes: presence pings, status queries."""
+        assert self._requests is not None, "bridge not started"
+        return self._requests
+
+    @property
+    def buckets(self) -> Buckets:
+        """The object stores: the read model's snapshots, the verifiers' extensions."""
+        assert self._buckets is not None, "bridge not started"
+        return self._buckets
+
+    @property
+    def jetstream(self) -> JetStreamContext:
+        """JetStream itself, for what has no port yet: the durable consumers of the
+        daemons and of the read model (``tests/unit/test_architecture.py`` names the modules
+        that still ask it)."""
+        return self.nc.jetstream()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the bridge loop and wait for its result (never from the loop).

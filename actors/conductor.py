@@ -298,7 +298,7 @@ class Conductor(Worker):
             prior_kernels=command.prior_kernels,
             verify_limits=command.verify_limits,
         )
-        size, limit = len(encode(submitted)), self.bridge.nc.max_payload - _HEADROOM_BYTES
+        size, limit = len(encode(submitted)), self.bridge.log.max_payload - _HEADROOM_BYTES
         if size > limit:  # the server would refuse to record it, on every delivery
             raise ValueError(f"{name}: the task takes {size} bytes; an event holds {limit}")
         return submitted
@@ -346,7 +346,7 @@ class Conductor(Worker):
         task a cancel is for: waiting on every earlier command instead, a flood of cancels
         of tasks that never existed held each other up for all of their deliveries. (The
         daemon role may read the command stream's messages for this: docs/security.md.)"""
-        seq = self.bridge.call(self.bridge.log.oldest_command_seq(subjects.SUBMIT))
+        seq = self.bridge.call(self.bridge.commands.oldest(subjects.SUBMIT))
         return seq is not None and seq < job.stream_seq
 
     def reply(self, job: Job, body: dict[str, object], *, also_errors: bool = False) -> None:
@@ -358,7 +358,7 @@ class Conductor(Worker):
         if also_errors:
             targets.append(subjects.ERRORS)
         for target in targets:
-            self.bridge.call(self.bridge.nc.publish(target, payload))
+            self.bridge.call(self.bridge.commands.answer(target, payload))
 
     # ------------------------------------------------------------------ routing
 

@@ -206,6 +206,18 @@ class Daemon:
             if (pool := self._pools.get(feed.durable)) is not None
         ]
 
+    async def backlog(self, load: PoolLoad) -> tuple[int, int]:
+        """What a feed's durable consumer holds (``pool_loads``' ``load``): messages
+        waiting to be delivered, and delivered but not settled. On the bridge loop."""
+        info = await self.bridge.jetstream.consumer_info(load.stream, load.consumer)
+        return info.num_pending or 0, info.num_ack_pending or 0
+
+    def remove_consumer(self, role: str) -> None:
+        """Delete the durable consumer of agent ``role`` (a role that dies with its
+        process: its consumer would outlive it in NATS)."""
+        js = self.bridge.jetstream
+        self.bridge.call(js.delete_consumer(subjects.EVENTS_STREAM, agent_durable(role)))
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Daemon:
@@ -234,8 +246,8 @@ class Daemon:
         there). Before any verifier starts, and before the daemon says it started."""
         replicas = self.bridge.streams.replicas
         try:
-            jetstream = self.bridge.log.jetstream
-            if self.bridge.call(ensure_extension_bucket(jetstream, replicas), timeout=15):
+            buckets = self.bridge.buckets
+            if self.bridge.call(ensure_extension_bucket(buckets, replicas), timeout=15):
                 log.info(
                     "created the shared extension store %s (%d replica(s))",
                     subjects.EXTENSIONS_BUCKET,
@@ -310,7 +322,7 @@ class Daemon:
             await self._pump(pool, feed)
 
     async def _pump(self, pool: _Pool, feed: _Feed) -> None:
-        js = self.bridge.log.jetstream
+        js = self.bridge.jetstream
         await js.add_consumer(
             feed.stream,
             api.ConsumerConfig(

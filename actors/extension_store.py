@@ -1,5 +1,6 @@
 """The verifiers' shared extension store on NATS: JetStream's object store
-``KF_EXTENSIONS`` (``subjects.EXTENSIONS_BUCKET``), as the engine's ``ExtensionStore``
+``KF_EXTENSIONS`` (``subjects.EXTENSIONS_BUCKET``; reached through the bridge's object
+stores, ``kernelflow.events.objects``), as the engine's ``ExtensionStore``
 (``kernelflow.verification.extension_store`` says what an entry holds and when it is
 used). A daemon creates the bucket as it starts, with the streams' replicas; the
 verifier actor hands the engine a :class:`NatsExtensionStore`, whose calls run on the
@@ -17,12 +18,9 @@ import dataclasses
 import logging
 import time
 
-import nats.js.errors
-from nats.js import JetStreamContext, api
-from nats.js.object_store import ObjectStore
-
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
+from kernelflow.events.objects import Buckets, ObjectNotFound, ObjectStore
 from kernelflow.verification.engine import VerifierConfig
 
 __all__ = ["NatsExtensionStore", "ensure_extension_bucket", "with_shared_extensions"]
@@ -35,21 +33,17 @@ CALL_TIMEOUT_S = 60.0
 _RELOOK_S = 30.0
 
 
-async def ensure_extension_bucket(js: JetStreamContext, replicas: int) -> bool:
+async def ensure_extension_bucket(buckets: Buckets, replicas: int) -> bool:
     """Create the bucket with ``replicas`` (the streams', ``KF_REPLICAS``) unless it is
     there; whether this call created it. Raises what the server answers (a role that may
     not create it: the request's timeout, a permissions violation on the connection)."""
-    try:
-        await js.object_store(subjects.EXTENSIONS_BUCKET)
+    if await buckets.open(subjects.EXTENSIONS_BUCKET) is not None:
         return False
-    except nats.js.errors.BucketNotFoundError:
-        pass
-    config = api.ObjectStoreConfig(
+    await buckets.create(
+        subjects.EXTENSIONS_BUCKET,
         description="kernelflow: C++/CUDA extensions the verifiers built, shared",
-        storage=api.StorageType.FILE,
         replicas=replicas,
     )
-    await js.create_object_store(subjects.EXTENSIONS_BUCKET, config=config)
     return True
 
 
@@ -66,12 +60,12 @@ class NatsExtensionStore:
         self._missing_since: float | None = None
 
     def get(self, key: str) -> bytes | None:
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             return None  # a check does not wait for NATS to build what it needs
         return self.bridge.call(self._get(key), timeout=self.timeout_s + 5)
 
     def put(self, key: str, data: bytes) -> None:
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             raise ConnectionError("NATS is not connected")
         self.bridge.call(self._put(key, data), timeout=self.timeout_s + 5)
 
@@ -80,10 +74,10 @@ class NatsExtensionStore:
         if store is None:
             return None
         try:
-            info = await store.get_info(key)
-        except nats.js.errors.NotFoundError:  # ObjectNotFoundError too
+            info = await store.info(key)
+        except ObjectNotFound:
             return None
-        if (info.size or 0) > self.max_bytes:
+        if info.size > self.max_bytes:
             log.info(
                 "shared extension store: %s is %d bytes, over %d: not fetched",
                 key[:16],
@@ -94,8 +88,7 @@ class NatsExtensionStore:
         # The object store checks its own digest (DigestMismatchError); the entry's
         # own check is the engine's. Bounded on the loop too: an entry whose chunks are
         # gone would be waited for forever.
-        result = await asyncio.wait_for(store.get(key), self.timeout_s)
-        return bytes(result.data or b"")
+        return await asyncio.wait_for(store.get(key), self.timeout_s)
 
     async def _put(self, key: str, data: bytes) -> None:
         store = await self._bucket()
@@ -109,9 +102,8 @@ class NatsExtensionStore:
         now = time.monotonic()
         if self._missing_since is not None and now - self._missing_since < _RELOOK_S:
             return None
-        try:
-            self._store = await self.bridge.log.jetstream.object_store(subjects.EXTENSIONS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
+        self._store = await self.bridge.buckets.open(subjects.EXTENSIONS_BUCKET)
+        if self._store is None:
             if self._missing_since is None:
                 log.info(
                     "shared extension store: no bucket %s on this NATS yet (a daemon with "

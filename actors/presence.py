@@ -9,7 +9,6 @@ provider and, per LLM agent, provider spec and model — never a key) and ``read
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -21,17 +20,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.connection import safe_url
 from kernelflow.events import subjects
+from kernelflow.events.requests import Request, RequestsPort, Serving
 
 log = logging.getLogger("kernelflow.health")
-
-HEALTH_SUBJECT = "kf.health.ping"
 
 
 def new_daemon_id() -> str:
@@ -123,16 +117,18 @@ class HealthResponder:
         self.bridge = bridge
         self._describe = describe
         self._started = time.time()
-        self._sub: Subscription | None = None
+        self._serving: Serving | None = None
 
     def start(self) -> HealthResponder:
-        self._sub = self.bridge.call(self.bridge.nc.subscribe(HEALTH_SUBJECT, cb=self._on_ping))
+        self._serving = self.bridge.call(
+            self.bridge.requests.serve(subjects.HEALTH_PING, self._on_ping)
+        )
         return self
 
-    async def _on_ping(self, msg: Msg) -> None:
-        if not msg.reply:
+    async def _on_ping(self, msg: Request) -> None:
+        if not msg.reply_to:
             return
-        if (why := subjects.reply_refusal(msg.reply)) is not None:
+        if (why := subjects.reply_refusal(msg.reply_to)) is not None:
             # An answer there could land in the log, or be taken for an API request.
             log.warning("not answering a health ping: %s", why)
             return
@@ -145,33 +141,20 @@ class HealthResponder:
             await msg.respond(json.dumps(body, default=str).encode())
 
     def stop(self) -> None:
-        if self._sub is not None:
+        if self._serving is not None:
             with contextlib.suppress(Exception):
-                self.bridge.call(self._sub.unsubscribe(), timeout=5)
+                self.bridge.call(self._serving.stop(), timeout=5)
 
 
-async def ping_daemons(nc: NATS, window_s: float) -> list[dict[str, Any]]:
+async def ping_daemons(requests: RequestsPort, window_s: float) -> list[dict[str, Any]]:
     """Every daemon's answer that arrives within ``window_s``."""
     answers: list[dict[str, Any]] = []
-    inbox = nc.new_inbox()
-
-    async def collect(msg: Msg) -> None:
-        if not msg.data:  # a status message (e.g. 503: nobody listens), not an answer
-            return
+    for data in await requests.gather(subjects.HEALTH_PING, b"{}", window_s):
         try:
-            body = json.loads(msg.data)
+            body = json.loads(data)
         except ValueError:
-            log.warning("unreadable health answer on %s", msg.subject)
-            return
+            log.warning("unreadable health answer")
+            continue
         if isinstance(body, dict):
             answers.append(body)
-
-    sub = await nc.subscribe(inbox, cb=collect)
-    try:
-        await nc.publish(HEALTH_SUBJECT, b"{}", reply=inbox)
-        await nc.flush()
-        await asyncio.sleep(window_s)
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
     return sorted(answers, key=lambda a: str(a.get("daemon_id", "")))

@@ -44,9 +44,7 @@ seq 1) moves the position and is counted (``quarantined`` in ``describe``), noth
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
 import json
 import logging
 import re
@@ -58,24 +56,22 @@ from typing import Any
 import msgspec
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import api
-from nats.js.object_store import ObjectStore
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel_client import PAGE, QUERY_SUBJECT, StatusQuery, status_row
+from kernelflow.actors.readmodel_client import PAGE, StatusQuery, status_row
 from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from kernelflow.events import subjects
 from kernelflow.events.log import delivery_of
 from kernelflow.events.model import QuarantinedEvent
+from kernelflow.events.objects import ObjectNotFound, ObjectStore, digest_of
 from kernelflow.events.pull import CreditPuller, cancel_and_wait
 from kernelflow.events.quarantine import HistoryCheck
+from kernelflow.events.requests import Request, Serving
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
 
 log = logging.getLogger("kernelflow.readmodel")
 
-QUEUE_GROUP = "kf-readmodel"
-BUCKET = "KF_READMODEL"
 # The head's name (not the unpaged ``status-vN`` of earlier versions, which would read a
 # head as a whole state and miss the paged rows).
 SNAPSHOT = f"status-v{FOLD_VERSION}.head"
@@ -146,7 +142,7 @@ class ReadModel:
         self._moved = asyncio.Event()  # set (and replaced) whenever the position moves
         self._tasks: list[asyncio.Task[None]] = []
         self._queries: set[asyncio.Task[None]] = set()
-        self._sub: Subscription | None = None
+        self._serving: Serving | None = None
         self._stopping = ""  # what ``stop`` is doing (said if it runs out of time)
 
     @property
@@ -177,21 +173,20 @@ class ReadModel:
         return self
 
     async def _start(self) -> None:
-        js = self.bridge.log.jetstream
-        info = await js.stream_info(subjects.EVENTS_STREAM)
-        self._stream_created = str(info.created or "")
+        info = await self.bridge.log.info()
+        self._stream_created = info.created
         if self.persist:
             try:
                 self._store = await self._open_store()
                 self.paged = PagedMetrics(self._stream_created, self.paged.page_rows)
-                await self._restore(int(info.state.last_seq))
+                await self._restore(info.end_seq)
             except Exception as exc:  # run without persistence rather than not at all
                 log.warning("read model: no snapshot store (%r); folding from the start", exc)
                 self._store = None
                 self.paged = PagedMetrics(self._stream_created, seal=False)
                 self.rebuilt_because = f"snapshot store unavailable: {exc!r}"
-        self._sub = await self.bridge.nc.subscribe(
-            QUERY_SUBJECT, queue=QUEUE_GROUP, cb=self._on_query
+        self._serving = await self.bridge.requests.serve(
+            subjects.STATUS_QUERY, self._on_query, group=subjects.READMODEL_GROUP
         )
         self._tasks.append(asyncio.create_task(self._consume(), name="kf-readmodel"))
         if self._store is not None:
@@ -223,12 +218,12 @@ class ReadModel:
 
     async def _stop(self, save: bool) -> None:
         self._stopping = "leaving the status queries' group"
-        if self._sub is not None:
+        if self._serving is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await self._serving.stop()
         self._stopping = "waiting for its reader and queries to stop"
         await cancel_and_wait([*self._tasks, *self._queries])
-        if not self.bridge.nc.is_connected:
+        if not self.bridge.connected:
             # Each request would wait out its timeout. The next start catches up from the
             # last snapshot saved; the server drops the idle cursor by itself.
             log.info("read model: NATS unreachable; position %d not saved", self.position)
@@ -241,27 +236,26 @@ class ReadModel:
             log.warning("read model: final snapshot failed: %r", exc)
         self._stopping = "deleting its consumer"
         with contextlib.suppress(Exception):
-            await self.bridge.log.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
+            await self.bridge.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
 
     # ------------------------------------------------------------------ snapshots
 
     async def _open_store(self) -> ObjectStore:
-        js = self.bridge.log.jetstream
-        try:
-            return await js.object_store(BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            config = api.ObjectStoreConfig(
-                description="kernelflow read-model snapshots (state + log position)",
-                storage=api.StorageType.FILE,
-                replicas=self.bridge.streams.replicas,
-            )
-            return await js.create_object_store(BUCKET, config=config)
+        buckets = self.bridge.buckets
+        store = await buckets.open(subjects.READMODEL_BUCKET)
+        if store is not None:
+            return store
+        return await buckets.create(
+            subjects.READMODEL_BUCKET,
+            description="kernelflow read-model snapshots (state + log position)",
+            replicas=self.bridge.streams.replicas,
+        )
 
     async def _restore(self, stream_last_seq: int) -> None:
         assert self._store is not None
         try:
-            data = (await asyncio.wait_for(self._store.get(SNAPSHOT), 30.0)).data
-        except nats.js.errors.NotFoundError:
+            data = await asyncio.wait_for(self._store.get(SNAPSHOT), 30.0)
+        except ObjectNotFound:
             self.rebuilt_because = "no snapshot yet"
             return
         except Exception as exc:  # damaged, half-replaced, timed out: refold
@@ -286,7 +280,7 @@ class ReadModel:
         for index in range(snap.pages):
             name = page_name(SNAPSHOT, snap.page_rows, index)
             try:
-                page = (await asyncio.wait_for(self._store.get(name), 30.0)).data
+                page = await asyncio.wait_for(self._store.get(name), 30.0)
                 pages.append(msgspec.json.decode(page or b"", type=Page))
             except Exception as exc:  # missing, damaged, timed out: refold
                 self.rebuilt_because = f"snapshot page {name} unreadable: {exc!r}"
@@ -305,7 +299,7 @@ class ReadModel:
             return False
         await self._store_pages()  # whoever stores the head, they are the log's pages
         with contextlib.suppress(Exception):
-            stored = await self._store.get_info(SNAPSHOT)
+            stored = await self._store.info(SNAPSHOT)
             if _position_of(stored.description) >= self.position:
                 self.saved_position = self.position  # another daemon got as far
                 return False
@@ -313,8 +307,7 @@ class ReadModel:
         # Nothing awaits from the check that every page is stored to this encode.
         position = self.position
         data = msgspec.json.encode(self.paged.head(time.time()))
-        meta = api.ObjectMeta(name=SNAPSHOT, description=f"position {position}")
-        await self._store.put(SNAPSHOT, data, meta=meta)
+        await self._store.put(SNAPSHOT, data, description=f"position {position}")
         self.saved_position = position
         return True
 
@@ -324,30 +317,26 @@ class ReadModel:
         while unstored:
             index, data = unstored[0]
             name = page_name(SNAPSHOT, self.paged.page_rows, index)
-            digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
             try:
-                stored = (await self._store.get_info(name)).digest == digest
-            except nats.js.errors.NotFoundError:
+                stored = (await self._store.info(name)).digest == digest_of(data)
+            except ObjectNotFound:
                 stored = False
             if not stored:  # another daemon of this log may have stored it: the same bytes
-                await self._store.put(name, data, meta=api.ObjectMeta(name=name))
+                await self._store.put(name, data)
             unstored.pop(0)
 
     async def _remove_stale_objects(self) -> None:
         assert self._store is not None
-        try:
-            objects = await self._store.list(ignore_deletes=True)
-        except nats.js.errors.NotFoundError:  # nothing stored yet
-            return
+        objects = await self._store.list()
         now = time.time()
-        stale = stale_objects(((o.name, o.mtime or "") for o in objects), now, self.stale_after_s)
+        stale = stale_objects(((o.name, o.mtime) for o in objects), now, self.stale_after_s)
         for name in stale:
             await self._store.delete(name)
         if stale:
             log.info(
                 "read model: removed %d snapshot object(s) older versions left in %s: %s",
                 len(stale),
-                BUCKET,
+                subjects.READMODEL_BUCKET,
                 ", ".join(stale),
             )
 
@@ -376,7 +365,7 @@ class ReadModel:
                 await asyncio.sleep(0.5)
 
     async def _follow(self) -> None:
-        js = self.bridge.log.jetstream
+        js = self.bridge.jetstream
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_consumer(subjects.EVENTS_STREAM, self.durable)
         await js.add_consumer(
@@ -450,12 +439,12 @@ class ReadModel:
 
     # ------------------------------------------------------------------ queries
 
-    async def _on_query(self, msg: Msg) -> None:
+    async def _on_query(self, msg: Request) -> None:
         task = asyncio.create_task(self._answer(msg))  # a waiting query blocks no other
         self._queries.add(task)
         task.add_done_callback(self._queries.discard)
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Request) -> None:
         if not _answerable(msg):
             return
         try:
@@ -492,17 +481,17 @@ class ReadModel:
         return reply
 
 
-def _answerable(msg: Msg) -> bool:
+def _answerable(msg: Request) -> bool:
     """Whether a query asks for an answer on an inbox (saying so when it does not)."""
-    if not msg.reply:
+    if not msg.reply_to:
         return False
-    why = subjects.reply_refusal(msg.reply)
+    why = subjects.reply_refusal(msg.reply_to)
     if why is not None:
         log.warning("read model: not answering a status query: %s", why)
     return why is None
 
 
-async def _respond(msg: Msg, body: dict[str, Any]) -> None:
+async def _respond(msg: Request, body: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):
         await msg.respond(json.dumps(body).encode())
 

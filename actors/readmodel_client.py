@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import nats.errors
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 
 from kernelflow.events import subjects
+from kernelflow.events.port import EventLogPort
+from kernelflow.events.requests import NoResponders, RequestsPort
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 
-QUERY_SUBJECT = "kf.query.status"
 PAGE = 1000  # rows per reply: well under the 1 MiB NATS message limit
 MAX_REASON = 300
 
@@ -85,8 +83,8 @@ class NoAnswer(Exception):
 
 
 async def query_status(
-    nc: NATS,
-    js: JetStreamContext,
+    requests: RequestsPort,
+    event_log: EventLogPort,
     wait_s: float = 5.0,
     on_catching_up: Callable[[str, int, int], None] | None = None,
 ) -> StatusAnswer:
@@ -95,20 +93,21 @@ async def query_status(
     grew) is waited for as long as it moves, ``wait_s`` at a time: reading the log here
     instead would start from its first event. ``on_catching_up(instance, position,
     end)`` hears of each wait. Raises NoAnswer."""
-    stream = await js.stream_info(subjects.EVENTS_STREAM)
-    after = int(stream.state.last_seq)
+    after = await event_log.end_seq()
     rows: list[dict[str, Any]] = []
     instance, position = "", 0
     behind_at: dict[str, int] = {}  # instance → where it was when last found behind
     while True:
         query = {"after": after, "wait_s": wait_s, "offset": len(rows), "limit": PAGE}
         try:
-            msg = await nc.request(QUERY_SUBJECT, json.dumps(query).encode(), timeout=wait_s + 5.0)
-        except nats.errors.NoRespondersError:
+            data = await requests.ask(
+                subjects.STATUS_QUERY, json.dumps(query).encode(), timeout_s=wait_s + 5.0
+            )
+        except NoResponders:
             raise NoAnswer("no daemon runs a read model") from None
-        except (nats.errors.TimeoutError, TimeoutError):
+        except TimeoutError:
             raise NoAnswer(f"no read model answered within {wait_s + 5.0:g}s") from None
-        body = json.loads(msg.data)
+        body = json.loads(data)
         if not body.get("ok"):
             raise NoAnswer(f"the read model refused the query: {body.get('error')}")
         if body.get("behind"):

@@ -215,7 +215,7 @@ def one_round(tasks: int, delay: float, workdir: Path, metrics: bool = False) ->
             scraping(port, stop_scraping)
         for task_id in ids:
             command = SubmitTask(task_id=task_id, task_source=task_source, task_name="relu")
-            bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+            bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
         for _ in ids:
             assert finished.acquire(timeout=300), "tasks did not finish"
         total = time.perf_counter() - started

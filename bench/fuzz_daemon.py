@@ -37,8 +37,6 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
-from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import OutputParsed, TaskCancelled
@@ -128,13 +126,15 @@ def _command(rng: random.Random, n: int) -> Probe:
 def _query(rng: random.Random, n: int) -> Probe:
     if rng.random() < 0.3:
         valid = rng.choice([{}, {"task_id": f"fz-{n}"}, {"after": 10**12, "wait_s": 0.2}])
-        return Probe("query", QUERY_SUBJECT, json.dumps(valid).encode(), "valid", refused=False)
+        return Probe(
+            "query", subjects.STATUS_QUERY, json.dumps(valid).encode(), "valid", refused=False
+        )
     data, how = _mangled(rng, {"after": 1, "wait_s": 1.0, "offset": 0, "limit": 10})
-    return Probe("query", QUERY_SUBJECT, data, how, refused=how != "nested 100")
+    return Probe("query", subjects.STATUS_QUERY, data, how, refused=how != "nested 100")
 
 
 def _ping(rng: random.Random, n: int) -> Probe:
-    return Probe("ping", HEALTH_SUBJECT, rng.randbytes(rng.randrange(0, 200)), "ping", False)
+    return Probe("ping", subjects.HEALTH_PING, rng.randbytes(rng.randrange(0, 200)), "ping", False)
 
 
 def _event(rng: random.Random, n: int) -> Probe:
@@ -289,7 +289,7 @@ async def _until_pinged(url: str, timeout_s: float = 60.0) -> None:
     try:
         while True:
             try:
-                await nc.request(HEALTH_SUBJECT, b"{}", timeout=1)
+                await nc.request(subjects.HEALTH_PING, b"{}", timeout=1)
                 return
             except nats.errors.Error:
                 if time.monotonic() > deadline:

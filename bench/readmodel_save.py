@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_speed import task_events
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
+from kernelflow.actors.readmodel import SNAPSHOT, ReadModel, Snapshot
 from kernelflow.actors.readmodel_snapshot import page_name
 from kernelflow.events import subjects
 from kernelflow.nats_server import EmbeddedNats
@@ -68,11 +68,11 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
     print(f"  {model.paged.pages} pages sealed and stored", flush=True)
 
     async def store_info(name: str) -> int:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         return int((await store.get_info(name)).size)
 
     async def save_whole() -> int:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         doc = Snapshot(
             fold_version=FOLD_VERSION,
             stream_created="bench",
@@ -107,7 +107,7 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
         await bridge.log.jetstream.purge_stream(subjects.EVENTS_STREAM, seq=position + 1)
 
     async def load_whole() -> int:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         data = (await store.get("bench-whole-state")).data or b""
         return len(msgspec.json.decode(data, type=Snapshot).state.tasks)
 

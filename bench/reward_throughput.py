@@ -288,7 +288,7 @@ def wait_for_verifiers(daemons: int) -> None:
     bridge = shared_client().start()
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        answers = bridge.call(ping_daemons(bridge.nc, 0.5))
+        answers = bridge.call(ping_daemons(bridge.requests, 0.5))
         ready = [
             a
             for a in answers

@@ -3,7 +3,8 @@
 This is the JetStream adapter of the log's port (``kernelflow.events.port``: the
 interface, and what both adapters build on stored messages); the in-memory adapter is
 ``kernelflow.events.memory``. The names callers import from here (``TaskHistory``,
-``AppendConflict``...) are the port's.
+``AppendConflict``...) are the port's. The command stream beside it has a port of its
+own (``kernelflow.events.queue``; on JetStream, ``kernelflow.events.nats_queue``).
 
 Invariants (what every caller may rely on):
 - one gap-free sequence per task: event ``seq`` n+1 is only recorded on top of event n;
@@ -35,14 +36,12 @@ publishes under load.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
-import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -50,15 +49,14 @@ from nats.js import api
 
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
-from kernelflow.events.model import Command, Event
+from kernelflow.events.model import Event
 from kernelflow.events.port import AppendConflict as AppendConflict
 from kernelflow.events.port import EventLogPort as EventLogPort
+from kernelflow.events.port import LogInfo, StopWatching, StoredEventLog
 from kernelflow.events.port import RecentIds as RecentIds
-from kernelflow.events.port import StoredEventLog
 from kernelflow.events.port import StreamSettings as StreamSettings
 from kernelflow.events.port import TaskHistory as TaskHistory
 from kernelflow.events.port import numbered_after as numbered_after
-from kernelflow.events.pull import wait_until_set
 from kernelflow.events.replies import STATUS, Replies
 from kernelflow.events.scan import Scanner, Stored
 
@@ -94,6 +92,8 @@ class EventLog(StoredEventLog):
 
     @property
     def jetstream(self) -> nats.js.JetStreamContext:
+        """JetStream itself: for this adapter, and for tests and benches about NATS (the
+        package asks the port: ``tests/unit/test_architecture.py``)."""
         return self._js
 
     # ------------------------------------------------------------------ streams
@@ -187,62 +187,44 @@ class EventLog(StoredEventLog):
             functools.partial(_stored_at, event, after_stream_seq),
         )
 
-    async def publish_command(
-        self, command: Command, subject: str, headers: dict[str, str] | None = None
-    ) -> int:
-        """Publish a command to its stream; its stream sequence."""
-        return await self._replies.request(subject, encode(command), headers or {}, _command_seq)
-
     async def publish_raw(self, subject: str, data: bytes) -> int:
         """Publish ``data`` on ``subject`` of the events stream with no headers, as any
         publisher allowed on ``kf.ev.>`` can; its stream sequence."""
         return (await self._js.publish(subject, data)).seq
 
-    async def oldest_command_seq(self, subject: str) -> int | None:
-        first = self._js.get_msg(subjects.COMMANDS_STREAM, 1, subject, next=True)
-        try:
-            return (await first).seq
-        except nats.js.errors.NotFoundError:
-            return None
+    @property
+    def max_payload(self) -> int:
+        return int(self._nc.max_payload)
 
     # ------------------------------------------------------------------ reading
 
     async def end_seq(self) -> int:
         return int((await self._js.stream_info(subjects.EVENTS_STREAM)).state.last_seq)
 
+    async def info(self) -> LogInfo:
+        info = await self._js.stream_info(subjects.EVENTS_STREAM)
+        return LogInfo(int(info.state.last_seq), str(info.created or ""))
+
+    async def first_seq_at(self, at: float, subject: str = subjects.ALL_EVENTS) -> int | None:
+        return await self.scanner.first_seq_at(at, subject)
+
     async def _fetch(self, seq: int, subject: str, *, leader: bool) -> list[Stored]:
         return await self.scanner.all(seq, subject, size=_FETCH_BATCH, leader=leader)
 
     def _batches(
-        self, seq: int, subject: str, *, through: int
+        self, seq: int, subject: str, *, through: int | None
     ) -> AsyncGenerator[list[Stored], None]:
         return self.scanner.batches(seq, subject, size=_READ_BATCH, through=through)
 
-    async def _following(
-        self, seq: int, subject: str, idle_timeout: float
-    ) -> AsyncGenerator[list[Stored], None]:
-        """``read``'s batches with ``follow``: those from ``seq`` on, then those recorded
-        later, looked for when one is published (a subscription to ``subject``, which only
-        wakes the read: the messages are fetched by sequence) or every ``idle_timeout``
-        (one published while reconnecting is not seen)."""
-        woken = asyncio.Event()
+    async def watch(self, subject: str, wake: Callable[[], None]) -> StopWatching:
+        """A plain subscription to ``subject``: no consumer, and the messages it hears of
+        are not read."""
 
-        async def wake(_: Msg) -> None:
-            woken.set()
+        async def woken(_: Msg) -> None:
+            wake()
 
-        sub = await self._nc.subscribe(subject, cb=wake)
-        try:
-            while True:
-                woken.clear()
-                reading = self.scanner.batches(seq, subject, size=_READ_BATCH)
-                async with contextlib.aclosing(reading):
-                    async for batch in reading:
-                        seq = batch[-1][0] + 1
-                        yield batch
-                await wait_until_set(woken, idle_timeout)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        sub = await self._nc.subscribe(subject, cb=woken)
+        return sub.unsubscribe
 
 
 class DeliveryInfo(NamedTuple):
@@ -309,5 +291,7 @@ def _stored_at(event: Event, after_stream_seq: int, ack: Msg) -> int:
     return answer.seq
 
 
-def _command_seq(reply: Msg) -> int:
+def published_seq(reply: Msg) -> int:
+    """The stream sequence of a message published with no expected sequence (a command),
+    from the server's answer; the error it stands for otherwise."""
     return _pub_ack(reply, "", 0).seq

@@ -20,12 +20,16 @@ them is the port's shared code, the same as on JetStream:
   itself): reads quarantine what is not an event of its task exactly as on JetStream (the
   same ``HistoryCheck`` over the same bytes);
 - reads go by stream sequence; a following read is woken by each new message on its
-  subject (and looks again every ``idle_timeout`` anyway);
-- commands wait in their work queue until settled (``settle_command``).
+  subject (and looks again every ``idle_timeout`` anyway); each message keeps the time
+  it was stored (``first_seq_at``);
+- commands wait in their work queue until settled (``settle_command``); answers to them
+  (``MemoryCommandQueue.answer``) reach whoever listens on their inbox
+  (``listen_answers``): the command queue's port (``kernelflow.events.queue``) on these
+  streams is ``MemoryCommandQueue``.
 
 Not modelled: ``max_age_s`` (nothing expires), replicas (one copy: a read from the leader
-is the same read), payload limits, and consumers (nothing is delivered; whoever runs
-actors on this log hands them their jobs).
+is the same read), payload limits (``max_payload`` is said, not enforced), and consumers
+(nothing is delivered; whoever runs actors on this log hands them their jobs).
 
 Nothing here imports NATS.
 """
@@ -37,25 +41,34 @@ import bisect
 import contextlib
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import Command, Event
 from kernelflow.events.port import (
     AppendConflict,
+    LogInfo,
+    StopWatching,
     Stored,
     StoredEventLog,
     StreamSettings,
     TaskHistory,
 )
+from kernelflow.events.queue import CommandQueuePort
 
 _READ_BATCH = 512  # messages a read takes at a time (it lets the loop run in between)
 # The window JetStream applies when a stream's is 0.
 _DEFAULT_WINDOW_S = 120.0
+# nats-server's default largest message.
+MAX_PAYLOAD = 1024 * 1024
 MSG_ID = "Nats-Msg-Id"
 T = TypeVar("T")
 
@@ -79,20 +92,29 @@ class MemoryStreams:
     """The events stream and the command stream, in memory. Safe from any thread."""
 
     def __init__(
-        self, settings: StreamSettings | None = None, *, clock: Callable[[], float] | None = None
+        self,
+        settings: StreamSettings | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        max_payload: int = MAX_PAYLOAD,
     ) -> None:
         self.settings = settings or StreamSettings()
+        self.max_payload = max_payload
+        # When the stream was made (``LogInfo.created``).
+        self.created = datetime.now(UTC).isoformat()
         self._window_s = self.settings.duplicate_window_s or _DEFAULT_WINDOW_S
         # What the dedup window is measured on (seconds); tests pass one they can move.
         self._clock = clock or time.monotonic
         self._lock = threading.Lock()
         self._events: list[Stored] = []  # the message at stream sequence n is [n - 1]
+        self._times: list[float] = []  # when each was stored (seconds since the epoch)
         self._by_task: dict[str, list[int]] = {}  # stream sequences on kf.ev.<task>.>
         self._event_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._commands: OrderedDict[int, StoredCommand] = OrderedDict()
         self._command_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._last_command = 0
         self._listeners: list[Callable[[Stored], None]] = []
+        self._answer_listeners: list[Callable[[str, bytes], None]] = []
 
     # ------------------------------------------------------------------ events
 
@@ -124,6 +146,7 @@ class MemoryStreams:
                     )
             stored = (len(self._events) + 1, subject, bytes(data))
             self._events.append(stored)
+            self._times.append(max(time.time(), self._times[-1] if self._times else 0.0))
             if (task := _task_of_subject(subject)) is not None:
                 self._by_task.setdefault(task, []).append(stored[0])
             if msg_id is not None:
@@ -157,6 +180,14 @@ class MemoryStreams:
     def last_seq(self) -> int:
         """The stream sequence of the newest message (0: none yet)."""
         return len(self._events)
+
+    def first_seq_at(self, at: float, pattern: str) -> int | None:
+        """The stream sequence of the first message on ``pattern`` stored at or after the
+        time ``at`` (seconds since the epoch); None for none."""
+        with self._lock:
+            start = bisect.bisect_left(self._times, at) + 1
+        found = self.messages(start, pattern, limit=1)
+        return found[0][0] if found else None
 
     def listen(self, listener: Callable[[Stored], None]) -> Callable[[], None]:
         """Call ``listener`` with each message stored from now on (on the thread that
@@ -221,6 +252,77 @@ class MemoryStreams:
         with self._lock:
             self._commands.pop(seq, None)
 
+    def answer(self, reply_to: str, body: bytes) -> None:
+        """An answer published on ``reply_to`` (a command's inbox, ``kf.errors``): it
+        reaches the listeners of that moment (no stream keeps it)."""
+        with self._lock:
+            listeners = list(self._answer_listeners)
+        for listener in listeners:
+            listener(reply_to, body)
+
+    def listen_answers(self, listener: Callable[[str, bytes], None]) -> Callable[[], None]:
+        """Call ``listener`` with each answer from now on (on the thread that answers);
+        what is returned stops that."""
+        with self._lock:
+            self._answer_listeners.append(listener)
+
+        def stop() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._answer_listeners.remove(listener)
+
+        return stop
+
+
+class MemoryCommandQueue(CommandQueuePort):
+    """The command queue on ``MemoryStreams`` (``kernelflow.events.queue``'s port)."""
+
+    def __init__(self, streams: MemoryStreams) -> None:
+        self.streams = streams
+
+    async def publish(
+        self, command: Command, subject: str, headers: dict[str, str] | None = None
+    ) -> int:
+        return self.streams.publish_command(subject, encode(command), headers).seq
+
+    async def request(
+        self, command: Command, subject: str, timeout_s: float
+    ) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[bytes] = loop.create_future()
+        inbox = f"_INBOX.{uuid.uuid4().hex}"
+
+        def on_answer(reply_to: str, body: bytes) -> None:  # on the answering thread
+            if reply_to == inbox:
+                with contextlib.suppress(RuntimeError):  # the asker's loop is closed
+                    loop.call_soon_threadsafe(_settle, answered, body)
+
+        stop = self.streams.listen_answers(on_answer)
+        try:
+            await self.publish(command, subject, {subjects.REPLY_HEADER: inbox})
+            try:
+                body = await asyncio.wait_for(answered, timeout_s)
+            except TimeoutError:
+                return None
+            answer: dict[str, Any] = msgspec.json.decode(body)
+            return answer
+        finally:
+            stop()
+
+    async def waiting(self, subject: str) -> int:
+        return len(self.streams.commands(subject))
+
+    async def oldest(self, subject: str) -> int | None:
+        pending = self.streams.commands(subject)
+        return pending[0].seq if pending else None
+
+    async def answer(self, reply_to: str, body: bytes) -> None:
+        self.streams.answer(reply_to, body)
+
+
+def _settle(future: asyncio.Future[bytes], body: bytes) -> None:
+    if not future.done():
+        future.set_result(body)
+
 
 class MemoryEventLog(StoredEventLog):
     """The log on ``MemoryStreams``: one process's view (the histories it remembers) of
@@ -263,19 +365,20 @@ class MemoryEventLog(StoredEventLog):
     async def publish_raw(self, subject: str, data: bytes) -> int:
         return self.streams.publish(subject, data).seq
 
-    async def publish_command(
-        self, command: Command, subject: str, headers: dict[str, str] | None = None
-    ) -> int:
-        return self.streams.publish_command(subject, encode(command), headers).seq
-
-    async def oldest_command_seq(self, subject: str) -> int | None:
-        pending = self.streams.commands(subject)
-        return pending[0].seq if pending else None
+    @property
+    def max_payload(self) -> int:
+        return self.streams.max_payload
 
     # ------------------------------------------------------------------ reading
 
     async def end_seq(self) -> int:
         return self.streams.last_seq
+
+    async def info(self) -> LogInfo:
+        return LogInfo(self.streams.last_seq, self.streams.created)
+
+    async def first_seq_at(self, at: float, subject: str = subjects.ALL_EVENTS) -> int | None:
+        return self.streams.first_seq_at(at, subject)
 
     async def _fetch(self, seq: int, subject: str, *, leader: bool) -> list[Stored]:
         return self.streams.messages(seq, subject)
@@ -291,35 +394,20 @@ class MemoryEventLog(StoredEventLog):
             yield batch
             seq = batch[-1][0] + 1
 
-    async def _following(
-        self, seq: int, subject: str, idle_timeout: float
-    ) -> AsyncGenerator[list[Stored], None]:
-        """``read``'s batches with ``follow``: those from ``seq`` on, then those stored
-        later, looked for when one is stored on ``subject`` or every ``idle_timeout``."""
+    async def watch(self, subject: str, wake: Callable[[], None]) -> StopWatching:
         loop = asyncio.get_running_loop()
-        woken = asyncio.Event()
 
-        def wake(stored: Stored) -> None:
+        def heard(stored: Stored) -> None:  # on the thread that stored it
             if subjects.matches(subject, stored[1]):
-                with contextlib.suppress(RuntimeError):  # the reader's loop is closed
-                    loop.call_soon_threadsafe(woken.set)
+                with contextlib.suppress(RuntimeError):  # the watcher's loop is closed
+                    loop.call_soon_threadsafe(wake)
 
-        stop = self.streams.listen(wake)
-        try:
-            while True:
-                woken.clear()
-                reading = self._batches(seq, subject, through=None)
-                async with contextlib.aclosing(reading):
-                    async for batch in reading:
-                        seq = batch[-1][0] + 1
-                        yield batch
-                timer = loop.call_later(idle_timeout, woken.set)
-                try:
-                    await woken.wait()
-                finally:
-                    timer.cancel()
-        finally:
+        stop = self.streams.listen(heard)
+
+        async def stopping() -> None:
             stop()
+
+        return stopping
 
 
 def _task_of_subject(subject: str) -> str | None:

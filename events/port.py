@@ -17,6 +17,12 @@ remembered, reading a task through ``HistoryCheck``'s quarantine, whole-log and 
 reads) is ``StoredEventLog``'s, shared by both adapters; each adapter provides only its
 few primitives. ``tests/integration/test_eventlog_contract.py`` runs one contract against both.
 
+The log is one of the ports a bridge holds (``kernelflow.actors.bridge``): beside it are
+the command queue (``kernelflow.events.queue``), the durable consumers
+(``kernelflow.events.consumers``), the object stores (``kernelflow.events.objects``) and
+requests among processes (``kernelflow.events.requests``). Nothing outside ``events/``
+(and the bridge, and the host's connection code) reaches NATS but through them.
+
 Nothing here imports NATS.
 """
 
@@ -30,18 +36,20 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from kernelflow.events import subjects
-from kernelflow.events.model import Command, Event, QuarantinedEvent, ends_task
+from kernelflow.events.model import Event, QuarantinedEvent, ends_task
 from kernelflow.events.quarantine import HistoryCheck, Quarantine, describe
 
 # A message as stored: (stream sequence, subject, data).
 Stored = tuple[int, str, bytes]
+# What stops a ``watch``: awaited on the log's loop.
+StopWatching = Callable[[], Coroutine[Any, Any, None]]
 # Quarantined messages this process said it met (by stream sequence), to say it once.
 _REPORTED_QUARANTINED = 10_000
 _logger = logging.getLogger("kernelflow.eventlog")
@@ -98,6 +106,17 @@ class RecentIds(Generic[K]):
 
 
 @dataclass(frozen=True)
+class LogInfo:
+    """Where the log stands."""
+
+    # The stream sequence of the newest message (0: none yet).
+    end_seq: int
+    # When the log's stream was made: a log deleted and made again tells itself apart by
+    # it (what was folded from the old one does not hold for the new one).
+    created: str
+
+
+@dataclass(frozen=True)
 class StreamSettings:
     """What the streams promise (the README's Configuration section says what each buys).
 
@@ -145,16 +164,11 @@ class EventLogPort(ABC):
         ``kf.ev.>`` can, with no check at all; its stream sequence. For tests and tools
         that need a message that is not an event: reads quarantine it."""
 
+    @property
     @abstractmethod
-    async def publish_command(
-        self, command: Command, subject: str, headers: dict[str, str] | None = None
-    ) -> int:
-        """Publish a command to its stream; its stream sequence."""
-
-    @abstractmethod
-    async def oldest_command_seq(self, subject: str) -> int | None:
-        """The stream sequence of the oldest command on ``subject`` not settled yet (the
-        command stream is a work queue: a settled command leaves it); None for none."""
+    def max_payload(self) -> int:
+        """The largest message the log takes, in bytes (the server's limit): an event
+        larger than this can never be recorded. Safe from any thread."""
 
     # ------------------------------------------------------------------ reading
 
@@ -190,6 +204,30 @@ class EventLogPort(ABC):
         """The stream sequence of the newest message of the log (0: none yet)."""
 
     @abstractmethod
+    async def info(self) -> LogInfo:
+        """Where the log ends, and when its stream was made."""
+
+    @abstractmethod
+    async def first_seq_at(self, at: float, subject: str = subjects.ALL_EVENTS) -> int | None:
+        """The stream sequence of the first message on ``subject`` stored at or after the
+        time ``at`` (seconds since the epoch); None when there is none."""
+
+    @abstractmethod
+    def read_stored(
+        self, start_seq: int = 1, subject: str = subjects.ALL_EVENTS, *, through: int | None = None
+    ) -> AsyncGenerator[list[Stored], None]:
+        """The messages on ``subject`` as stored (stream sequence, subject, bytes: nothing
+        decoded or checked), from ``start_seq`` through stream sequence ``through`` (None:
+        to the end of the log), a batch at a time: for folds that place them themselves."""
+
+    @abstractmethod
+    async def watch(self, subject: str, wake: Callable[[], None]) -> StopWatching:
+        """Call ``wake`` (on this log's loop, with nothing: the messages are read by
+        sequence) whenever a message is stored on ``subject`` from now on, until what is
+        returned is awaited. A wake-up may be missed (NATS reconnecting): whoever waits
+        on one looks again now and then anyway."""
+
+    @abstractmethod
     def read(
         self,
         start_seq: int = 1,
@@ -208,9 +246,9 @@ class EventLogPort(ABC):
 class StoredEventLog(EventLogPort):
     """The port over a stream of stored messages: what both adapters share. An adapter
     provides ``_record`` (store one event only on top of a stream sequence, and only
-    once), ``_fetch`` (a subject's messages from a sequence on), ``_batches`` and
-    ``_following`` (the same, a batch at a time, and then waiting for more), and
-    ``end_seq``."""
+    once), ``_fetch`` (a subject's messages from a sequence on), ``_batches`` (the same,
+    a batch at a time), ``watch`` (a wake-up when one is stored), and what the log says
+    of itself (``end_seq``, ``info``, ``first_seq_at``, ``max_payload``)."""
 
     def __init__(
         self,
@@ -241,17 +279,10 @@ class StoredEventLog(EventLogPort):
 
     @abstractmethod
     def _batches(
-        self, seq: int, subject: str, *, through: int
+        self, seq: int, subject: str, *, through: int | None
     ) -> AsyncGenerator[list[Stored], None]:
-        """The messages on ``subject`` from ``seq`` through stream sequence ``through``, a
-        batch at a time."""
-
-    @abstractmethod
-    def _following(
-        self, seq: int, subject: str, idle_timeout: float
-    ) -> AsyncGenerator[list[Stored], None]:
-        """The messages on ``subject`` from ``seq`` on, a batch at a time, then those
-        recorded later as they come (looked for at least every ``idle_timeout``)."""
+        """The messages on ``subject`` from ``seq`` through stream sequence ``through``
+        (None: to the end of the log), a batch at a time."""
 
     # ------------------------------------------------------------------ writing
 
@@ -384,6 +415,40 @@ class StoredEventLog(EventLogPort):
             async for batch in reading:
                 for stream_seq, msg_subject, data in batch:
                     yield stream_seq, check.place(msg_subject, data, stream_seq)
+
+    def read_stored(
+        self, start_seq: int = 1, subject: str = subjects.ALL_EVENTS, *, through: int | None = None
+    ) -> AsyncGenerator[list[Stored], None]:
+        return self._batches(start_seq, subject, through=through)
+
+    async def _following(
+        self, seq: int, subject: str, idle_timeout: float
+    ) -> AsyncGenerator[list[Stored], None]:
+        """``read``'s batches with ``follow``: those from ``seq`` on, then those stored
+        later, looked for when one is stored on ``subject`` (``watch``: it only wakes the
+        read, the messages are fetched by sequence) or every ``idle_timeout`` (one stored
+        while NATS reconnects is not heard of)."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        stop = await self.watch(subject, woken.set)
+        try:
+            while True:
+                woken.clear()
+                reading = self._batches(seq, subject, through=None)
+                async with contextlib.aclosing(reading):
+                    async for batch in reading:
+                        seq = batch[-1][0] + 1
+                        yield batch
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
+                # arrives as the wait ends.
+                timer = loop.call_later(idle_timeout, woken.set)
+                try:
+                    await woken.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            with contextlib.suppress(Exception):
+                await stop()
 
 
 def _ended(events: Sequence[Event]) -> bool:

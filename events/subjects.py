@@ -3,7 +3,15 @@
 ``kf.ev.<task_id>.<kind>``                 most events
 ``kf.ev.<task_id>.agent_dispatched.<agent>`` work for one agent role (agents filter on it)
 ``kf.cmd.submit`` / ``kf.cmd.cancel``         commands from publishers (work-queue stream)
+``kf.errors``                               refusals of commands (core NATS)
+``kf.query.status``                         status queries a daemon's read model answers
+``kf.health.ping``                          health pings every daemon answers
+``$O.KF_READMODEL.>``                       the read model's snapshots (an object store)
 ``$O.KF_EXTENSIONS.>``                      the verifiers' shared extensions (an object store)
+
+Every subject, stream and bucket name kernelflow uses is here, and only here
+(``tests/unit/test_architecture.py`` holds the code to it): what names another is built from
+these.
 
 Answers (to a command's ``KF-Reply``, a status query's or a ping's reply subject) go only
 to an inbox: see ``reply_refusal``.
@@ -21,6 +29,10 @@ COMMANDS_STREAM = "KF_CMD"
 EXTENSIONS_BUCKET = "KF_EXTENSIONS"
 EXTENSIONS_STREAM = f"OBJ_{EXTENSIONS_BUCKET}"
 EXTENSIONS_SUBJECTS = f"$O.{EXTENSIONS_BUCKET}.>"
+# The read model's snapshots (``kernelflow.actors.readmodel``): the same, for its store.
+READMODEL_BUCKET = "KF_READMODEL"
+READMODEL_STREAM = f"OBJ_{READMODEL_BUCKET}"
+READMODEL_SUBJECTS = f"$O.{READMODEL_BUCKET}.>"
 
 EVENTS_ROOT = "kf.ev"
 ALL_EVENTS = f"{EVENTS_ROOT}.>"
@@ -32,6 +44,13 @@ CANCEL = f"{COMMANDS_ROOT}.cancel"
 # this header; refusals of unparseable commands are also published on ERRORS.
 REPLY_HEADER = "KF-Reply"
 ERRORS = "kf.errors"
+# Requests among processes, on core NATS (no stream): the status queries a daemon's read
+# model answers (``kernelflow.actors.readmodel_client``; one read model of the queue group
+# ``READMODEL_GROUP`` answers each), the pings every daemon answers
+# (``kernelflow.actors.presence``).
+STATUS_QUERY = "kf.query.status"
+READMODEL_GROUP = "kf-readmodel"
+HEALTH_PING = "kf.health.ping"
 _MAX_REPLY_CHARS = 255
 
 
@@ -93,5 +112,10 @@ def dispatches_for(agent: str) -> str:
     return f"{EVENTS_ROOT}.*.agent_dispatched.{agent}"
 
 
+def of_kind(kind: type[Event]) -> str:
+    """Every task's events of ``kind`` (an event type)."""
+    return f"{EVENTS_ROOT}.*.{kind.__struct_config__.tag}"
+
+
 def decision_triggers() -> list[str]:
-    return [f"{EVENTS_ROOT}.*.{t.__struct_config__.tag}" for t in DECISION_TRIGGERS]
+    return [of_kind(t) for t in DECISION_TRIGGERS]

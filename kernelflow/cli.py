@@ -181,12 +181,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     # What the command's errors are (imported with the command, which needs them anyway).
-    import nats.errors
-    import nats.js.errors
-
     from kernelflow.actors.bridge import NatsUnreachable
     from kernelflow.actors.connection import CredentialsError, NatsAccessRefused
     from kernelflow.commands.options import apply_agent_flags
+    from kernelflow.events.errors import JetStreamUnavailable, TransportError
     from kernelflow.llm import EndpointUnreachable
     from kernelflow.nats_server import NatsServerError
     from kernelflow.settings import SettingsError
@@ -210,14 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     except (NatsUnreachable, CommandFailed) as exc:
         print(f"kernelflow: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except nats.js.errors.ServiceUnavailableError:
+    except JetStreamUnavailable:
         print(
             "kernelflow: JetStream is not available on this NATS server (kernelflow keeps its "
             "log there: start nats-server with JetStream, e.g. `nats-server -js`)",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    except nats.errors.Error as exc:
+    except TransportError as exc:
         # The server went away or stopped answering mid-command: one line, not a traceback.
         print(f"kernelflow: NATS failed before the command finished: {exc}", file=sys.stderr)
         return EXIT_FAILED

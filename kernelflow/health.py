@@ -43,6 +43,7 @@ from kernelflow.actors.connection import (
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.presence import llm_description, ping_daemons, safe_spec
 from kernelflow.events import subjects
+from kernelflow.events.nats_requests import NatsRequests
 from kernelflow.llm import (
     EndpointUnreachable,
     ProviderRouter,
@@ -299,7 +300,7 @@ async def check_streams(js: Any, report: Report, replicas: int) -> int:
 
 async def check_daemons(nc: Any, report: Report, daemons: DaemonsWanted, last_seq: int) -> set[str]:
     """Ping the daemons; return the roles they host."""
-    answers = await ping_daemons(nc, daemons.wait_s)
+    answers = await ping_daemons(NatsRequests(nc), daemons.wait_s)
     report.sections["daemons"] = answers
     hosted: set[str] = set()
     for a in answers:

@@ -40,18 +40,15 @@ import nkeys
 
 from kernelflow.actors.connection import inbox_prefix, public_key_of
 from kernelflow.actors.daemon import agent_durable
-from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel import BUCKET
-from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
-from kernelflow.events.model import AgentFailed, Event, VerificationCompleted
+from kernelflow.events.model import AgentFailed, VerificationCompleted
 from kernelflow.workflows.model import VERIFIER
 
 # The role of kernelflow's own processes on the embedded server: ``run`` hosts a daemon and
 # submits to it.
 OWNER_ROLE = "daemon"
 _EVENTS, _COMMANDS = subjects.EVENTS_STREAM, subjects.COMMANDS_STREAM
-_SNAPSHOTS = f"OBJ_{BUCKET}"  # the stream of the read model's object store
+_SNAPSHOTS = subjects.READMODEL_STREAM  # the stream of the read model's object store
 
 
 def _api(*tokens: str) -> str:
@@ -62,11 +59,6 @@ def _acks(stream: str, consumer: str = "*") -> tuple[str, ...]:
     """Acknowledging (ack, nak, in progress) what ``consumer`` delivered, in both forms of
     the subject a server may use (the newer one adds a domain and an account hash)."""
     return (f"$JS.ACK.{stream}.{consumer}.>", f"$JS.ACK.*.*.{stream}.{consumer}.>")
-
-
-def _recording(kind: type[Event]) -> str:
-    """Appending events of ``kind`` (an event type) to any task."""
-    return f"{subjects.EVENTS_ROOT}.*.{kind.__struct_config__.tag}"
 
 
 # What every role does: look at the streams (each connection checks them) and their
@@ -81,8 +73,8 @@ _READING = (
     # another (docs/security.md).
     _api("DIRECT.GET", _EVENTS),
     _api("STREAM.MSG.GET", _EVENTS),
-    QUERY_SUBJECT,
-    HEALTH_SUBJECT,
+    subjects.STATUS_QUERY,
+    subjects.HEALTH_PING,
 )
 _COMMANDING = (subjects.SUBMIT, subjects.CANCEL)
 # Events as they are recorded, and refused commands: what one may read anyway, live.
@@ -91,7 +83,7 @@ _WATCHING = (subjects.ALL_EVENTS, subjects.ERRORS)
 # object's metadata read by a message get, its chunks through an ordered consumer that
 # expires by itself; an object is replaced by purging its old chunks).
 _SNAPSHOTTING = (
-    f"$O.{BUCKET}.>",
+    subjects.READMODEL_SUBJECTS,
     *(_api(verb, _SNAPSHOTS) for verb in ("STREAM.INFO", "STREAM.CREATE", "STREAM.PURGE")),
     _api("STREAM.MSG.GET", _SNAPSHOTS),
     _api("STREAM.NAMES"),  # an ordered consumer looks its stream up by subject
@@ -162,22 +154,22 @@ ROLES = {
                 *(s for s in _SHARING_EXTENSIONS if s not in _SNAPSHOTTING),
                 _api("STREAM.CREATE", _EXTENSIONS),
             ),
-            subscribe=(*_WATCHING, QUERY_SUBJECT, HEALTH_SUBJECT),
+            subscribe=(*_WATCHING, subjects.STATUS_QUERY, subjects.HEALTH_PING),
         ),
         Role(
             VERIFIER,
             "a verifier-only daemon: record verification results and nothing else",
             (
                 *_READING,
-                _recording(VerificationCompleted),
-                _recording(AgentFailed),  # giving up on a candidate that keeps failing
+                subjects.of_kind(VerificationCompleted),
+                subjects.of_kind(AgentFailed),  # giving up on a candidate that keeps failing
                 _api("CONSUMER.DURABLE.CREATE", _EVENTS, agent_durable(VERIFIER)),
                 _api("CONSUMER.MSG.NEXT", _EVENTS, agent_durable(VERIFIER)),
                 *_acks(_EVENTS, agent_durable(VERIFIER)),
                 "_INBOX.>",  # answers to health pings
                 *_SHARING_EXTENSIONS,
             ),
-            subscribe=(HEALTH_SUBJECT,),
+            subscribe=(subjects.HEALTH_PING,),
         ),
     )
 }

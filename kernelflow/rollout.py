@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import nats.errors
 import yaml
 
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from kernelflow.actors.kinds import agent_kind
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
+from kernelflow.events.errors import TransportError
 from kernelflow.events.model import Event, SubmitTask
 from kernelflow.llm import make_provider
 from kernelflow.llm.config import AgentLLM, load_config
@@ -278,7 +278,7 @@ class Rollout:
         states = {t: TaskState(t) for t in ours}
         events: dict[str, list[Event]] = {t: [] for t in ours}
         inbox: queue.Queue[Event] = queue.Queue()
-        start = bridge.call(bridge.log.jetstream.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+        start = bridge.call(bridge.log.end_seq())
 
         async def tail() -> None:
             position = start + 1
@@ -290,7 +290,7 @@ class Rollout:
                             position = seq + 1
                             if event.task_id in ours:
                                 inbox.put(event)
-                except (nats.errors.Error, TimeoutError):
+                except (TransportError, TimeoutError):
                     continue  # a slow or restarting server: resume where we were
 
         pump = bridge.spawn(tail())
@@ -300,7 +300,7 @@ class Rollout:
         try:
             while len(finished) < len(commands):
                 while waiting and progress.running < pool:
-                    bridge.call(bridge.log.publish_command(waiting.pop(), subjects.SUBMIT))
+                    bridge.call(bridge.commands.publish(waiting.pop(), subjects.SUBMIT))
                     progress.running += 1
                 try:
                     event = inbox.get(timeout=0.5)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -20,14 +19,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-import nats.errors
-
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from kernelflow.actors.presence import ping_daemons
 from kernelflow.actors.worker import Job, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
+from kernelflow.events.errors import TransportError
 from kernelflow.events.log import StreamSettings, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
 from kernelflow.faults import ENV as FAULT_ENV
@@ -229,21 +227,9 @@ def warn_unseen_gpus(config: DaemonConfig) -> None:
 async def request_reply(
     bridge: Bridge, command: Command, subject: str, timeout_s: float = 30.0
 ) -> dict[str, Any] | None:
-    """Publish a command and wait for the daemon's answer on a private inbox."""
-    inbox = bridge.nc.new_inbox()
-    replies = await bridge.nc.subscribe(inbox, max_msgs=1)
-    try:
-        await bridge.log.publish_command(command, subject, {subjects.REPLY_HEADER: inbox})
-        try:
-            message = await replies.next_msg(timeout=timeout_s)
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError):
-            # Closed: the caller stopped waiting (nats-py turns the cancellation into this).
-            return None
-        answer: dict[str, Any] = json.loads(message.data)
-        return answer
-    finally:
-        with contextlib.suppress(Exception):
-            await replies.unsubscribe()
+    """Publish a command and wait for the daemon's answer on a private inbox (None: none
+    came within ``timeout_s``)."""
+    return await bridge.commands.request(command, subject, timeout_s)
 
 
 # --------------------------------------------------------------------------- following
@@ -252,7 +238,7 @@ async def request_reply(
 def no_host(bridge: Bridge, role: str) -> str | None:
     """Why no daemon takes work for ``role``, if the daemons' answers say so (None: a
     daemon hosting it is up, just busy)."""
-    answers = bridge.call(ping_daemons(bridge.nc, 1.0))
+    answers = bridge.call(ping_daemons(bridge.requests, 1.0))
     if any(role in a.get("roles", ()) for a in answers):
         return None
     if not answers:
@@ -373,7 +359,7 @@ async def _tail(bridge: Bridge, task_id: str, inbox: queue.Queue[Event]) -> None
             return
         except TimeoutError:
             continue  # a busy machine answered a request late: pick up where we were
-        except nats.errors.Error as exc:
+        except TransportError as exc:
             # A restarting server: pick up again where we were.
             log.warning("following %s: %r", task_id, exc)
             await asyncio.sleep(0.5)
@@ -539,7 +525,7 @@ def cancel_abandoned(bridge: Bridge, task_ids: list[str], reason: str) -> None:
 
     answers: list[dict[str, Any] | None] = [None] * len(task_ids)
     why = "no answer"
-    if not bridge.nc.is_connected:  # NATS gone: say what stays unfinished, leave as asked
+    if not bridge.connected:  # NATS gone: say what stays unfinished, leave as asked
         why = "NATS is not connected"
     else:
         with contextlib.suppress(Exception):  # NATS gone meanwhile: the same

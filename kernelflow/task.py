@@ -227,7 +227,7 @@ class Task:
                     own = noting_other_tasks(bridge, {task_id}, f"Task {self.op_name}")
                     daemon = start_daemon(bridge, self.settings, roles_for(command), {}, own)
                     hosting.enter_context(stopped_after(daemon))
-                bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+                bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
                 try:
                     state = follow_task(
                         bridge, task_id, lambda _: None, self.timeout_s, explain_waits=False

@@ -422,24 +422,26 @@ class _LiveGauges(Collector):
         JetStream says of the consumers and the log (requests awaited, never blocking)."""
         loads = self.daemon.pool_loads()
         read_model = self.read_model.describe() if self.read_model is not None else None
-        connected = self.bridge.nc.is_connected
+        connected = self.bridge.connected
         consumers: dict[str, tuple[int, int]] = {}
         log_end = None
         if connected:
-            js = self.bridge.log.jetstream
-            asked = [js.consumer_info(load.stream, load.consumer) for load in loads]
+            asked = [self.daemon.backlog(load) for load in loads]
             with contextlib.suppress(TimeoutError):
-                *infos, stream = await asyncio.wait_for(
+                backlogs, end = await asyncio.wait_for(
                     asyncio.gather(
-                        *asked, js.stream_info(subjects.EVENTS_STREAM), return_exceptions=True
+                        asyncio.gather(*asked, return_exceptions=True),
+                        self.bridge.log.end_seq(),
+                        return_exceptions=True,
                     ),
                     SCRAPE_TIMEOUT_S,
                 )
-                for info in infos:
-                    if not isinstance(info, BaseException):
-                        consumers[info.name] = (info.num_pending or 0, info.num_ack_pending or 0)
-                if not isinstance(stream, BaseException):
-                    log_end = stream.state.last_seq
+                if not isinstance(backlogs, BaseException):
+                    for load, backlog in zip(loads, backlogs, strict=True):
+                        if not isinstance(backlog, BaseException):
+                            consumers[load.consumer] = backlog
+                if not isinstance(end, BaseException):
+                    log_end = end
         return _Snapshot(connected, loads, consumers, log_end, read_model)
 
 

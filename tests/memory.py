@@ -17,7 +17,10 @@ nats-server needed. A module's fixtures build on them::
 from __future__ import annotations
 
 import contextlib
+import json
+import queue
 from collections.abc import Iterator
+from typing import Any
 
 from kernelflow.actors.memory_bridge import MemoryBridge, MemoryServer
 
@@ -33,6 +36,19 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def answers_to(server: MemoryServer, inbox: str) -> queue.Queue[Any]:
+    """The answers published on ``inbox`` (a command's reply subject) from now on, decoded
+    from JSON: what a publisher waiting there would get."""
+    got: queue.Queue[Any] = queue.Queue()
+
+    def on_answer(reply_to: str, body: bytes) -> None:
+        if reply_to == inbox:
+            got.put(json.loads(body))
+
+    server.streams.listen_answers(on_answer)
+    return got
 
 
 @contextlib.contextmanager

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import nats.errors
-
 from kernelflow.commands.options import add_connection_options, add_source_options
+from kernelflow.events.errors import TransportError
 from kernelflow.offline.files import verify_file
 from kernelflow.offline.log_export import export_log
 from kernelflow.offline.log_import import ImportConflict, import_file
@@ -62,7 +61,7 @@ def cmd_log_import(args: argparse.Namespace, settings: Settings) -> int:
             result = bridge.call(import_file(bridge.log, path, summary, progress))
         except ImportConflict as exc:
             raise UsageError(str(exc)) from exc
-        except nats.errors.Error as exc:
+        except TransportError as exc:
             raise CommandFailed(
                 f"NATS failed during the import ({exc}); the events it acknowledged are "
                 "kept: import again to continue"

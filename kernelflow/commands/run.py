@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 # now, before an LLM call is spent (its warm worker is this check's too).
                 refuse_broken_reference(command, settings.data_dir, own_verifier=True)
             try:
-                bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+                bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
                 if not args.json:
                     print(f"task {command.task_id}: {args.task} ({command.workflow} workflow)")
                 # This process's own daemon hosts every role the workflow names.

@@ -144,7 +144,7 @@ def refuse_unoffered_backend(bridge: Bridge, command: SubmitTask) -> None:
     in the queue for a verifier that can take it."""
     if command.prompt is not None:
         return
-    answers = bridge.call(ping_daemons(bridge.nc, _PING_WINDOW_S))
+    answers = bridge.call(ping_daemons(bridge.requests, _PING_WINDOW_S))
     verifiers = [v for a in answers for v in (a.get("verifier") or {}).values()]
     if not verifiers or any("backends" not in v for v in verifiers):
         return

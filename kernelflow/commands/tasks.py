@@ -85,7 +85,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     with interruptible(), connected(settings) as bridge:
         refuse_unoffered_backend(bridge, command)
         for c in commands:
-            bridge.call(bridge.log.publish_command(c, subjects.SUBMIT))
+            bridge.call(bridge.commands.publish(c, subjects.SUBMIT))
             print(c.task_id, flush=True)
         if not args.wait:
             return EXIT_OK
@@ -138,7 +138,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 print(note, file=sys.stderr)
         else:  # every task: a daemon's read model, or a fold of the log here
             try:
-                asking = query_status(bridge.nc, bridge.log.jetstream, on_catching_up=say_waiting)
+                asking = query_status(bridge.requests, bridge.log, on_catching_up=say_waiting)
                 rows = bridge.call(asking).rows
             except NoAnswer as exc:
                 print(f"kernelflow: {exc}; folding the log here", file=sys.stderr)
@@ -178,8 +178,7 @@ def not_in_the_log(bridge: Bridge, task_id: str) -> Exception:
     """What ``status`` says of a task with no events: queued, maybe, when submits wait in
     the command stream (a work queue that a publisher may count but not read: which
     submits wait there is not known here)."""
-    info = bridge.call(bridge.log.jetstream.stream_info(subjects.COMMANDS_STREAM, subjects.SUBMIT))
-    queued = (info.state.subjects or {}).get(subjects.SUBMIT, 0)
+    queued = bridge.call(bridge.commands.waiting(subjects.SUBMIT))
     if not queued:
         return UsageError(f"no task {task_id}: not in the log, and no submit waits in the queue")
     why = no_host(bridge, CONDUCTOR_ROLE) or "a daemon is up: it takes them in turn"

@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
 import yaml
 
 # verl (and its omegaconf) are not kernelflow dependencies: type-checked where installed.
@@ -52,9 +51,10 @@ from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not
 from verl.utils.profiler import simple_timer  # type: ignore[import-not-found,unused-ignore]
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig, agent_durable
+from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
+from kernelflow.events.errors import TransportError
 from kernelflow.events.model import (
     CancelTask,
     ChatMessage,
@@ -134,8 +134,7 @@ class _Host:
         self.daemon.stop()
         # The role dies with the process: its durable consumer would outlive it in NATS.
         with contextlib.suppress(Exception):
-            js = self.bridge.log.jetstream
-            self.bridge.call(js.delete_consumer(subjects.EVENTS_STREAM, agent_durable(self.role)))
+            self.daemon.remove_consumer(self.role)
         self.exit.close()
 
 
@@ -315,12 +314,12 @@ class KernelflowAgentLoop(AgentLoopBase):
         started = time.monotonic()
         try:
             await asyncio.wrap_future(
-                bridge.spawn(bridge.log.publish_command(command, subjects.SUBMIT))
+                bridge.spawn(bridge.commands.publish(command, subjects.SUBMIT))
             )
             state = await asyncio.wrap_future(bridge.spawn(_rewarded(bridge, task_id)))
         except asyncio.CancelledError:  # verl gave up on the sample: so does kernelflow
             cancel = CancelTask(task_id=task_id, reason=f"{AGENT_LOOP_NAME}: rollout stopped")
-            bridge.spawn(bridge.log.publish_command(cancel, subjects.CANCEL))
+            bridge.spawn(bridge.commands.publish(cancel, subjects.CANCEL))
             raise
         finally:
             host.provider.detach(task_id, host.role)
@@ -431,7 +430,7 @@ async def _rewarded(bridge: Bridge, task_id: str) -> TaskState:
                     apply(state, event)
                     if rollout_complete(state):
                         return state
-        except (nats.errors.Error, TimeoutError):
+        except (TransportError, TimeoutError):
             await asyncio.sleep(0.5)  # a slow or restarting server: go on where we were
 
 

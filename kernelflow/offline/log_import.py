@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelflow.events.codec import encode
-from kernelflow.events.log import AppendConflict, EventLog
 from kernelflow.events.model import QuarantinedEvent
+from kernelflow.events.port import AppendConflict, EventLogPort
 from kernelflow.offline.files import open_lines
 from kernelflow.progress import ProgressLine, phase_of
 from kernelflow.projections import logfile
@@ -37,7 +37,10 @@ class ImportResult:
 
 
 async def import_file(
-    log: EventLog, path: Path, summary: logfile.FileSummary, progress: ProgressLine | None = None
+    log: EventLogPort,
+    path: Path,
+    summary: logfile.FileSummary,
+    progress: ProgressLine | None = None,
 ) -> ImportResult:
     """Append the file's events to ``log`` in file order. A task already in the target is
     compared event by event with the file: a matching prefix is skipped (so importing

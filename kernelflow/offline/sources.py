@@ -18,8 +18,8 @@ from typing import Any
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
-from kernelflow.events.log import EventLog
 from kernelflow.events.model import Event, QuarantinedEvent, TaskSubmitted
+from kernelflow.events.port import EventLogPort
 from kernelflow.events.quarantine import Quarantine
 from kernelflow.offline.files import file_events, open_blocks, refusing_corrupt
 from kernelflow.offline.since import BadTime, iso_utc, parse_since
@@ -196,7 +196,7 @@ class FileSource(Source):
 
 
 async def live_events(
-    log: EventLog, flt: EventFilter, end: int | None = None
+    log: EventLogPort, flt: EventFilter, end: int | None = None
 ) -> AsyncGenerator[tuple[int, Event], None]:
     tasks: set[str] | None = None
     if flt.by_submission:
@@ -209,7 +209,7 @@ async def live_events(
     subject = subjects.task_events(flt.task) if flt.task else subjects.ALL_EVENTS
     start = flt.start_seq
     if flt.since is not None:
-        first = await log.scanner.first_seq_at(flt.since, subjects.ALL_EVENTS)
+        first = await log.first_seq_at(flt.since, subjects.ALL_EVENTS)
         if first is None:
             return  # nothing was recorded since
         start = max(start, first)
@@ -251,9 +251,7 @@ class LiveSource(Source):
         return last
 
     def last_position(self) -> int:
-        js = self.bridge.log.jetstream
-        info = self.bridge.call(js.stream_info(subjects.EVENTS_STREAM))
-        return int(info.state.last_seq)
+        return self.bridge.call(self.bridge.log.end_seq())
 
 
 @contextlib.contextmanager

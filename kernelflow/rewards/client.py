@@ -168,7 +168,7 @@ class RewardClient:
         where = safe_url(self.settings.nats_url) if self.settings.nats_url else "the embedded NATS"
         answers: list[dict[str, Any]] = []
         for _ in range(_PING_ROUNDS):
-            answers = await ping_daemons(bridge.nc, _PING_WINDOW_S)
+            answers = await ping_daemons(bridge.requests, _PING_WINDOW_S)
             if answers:
                 break
         if not answers:

@@ -36,7 +36,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import nats.errors
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -48,6 +47,7 @@ from kernelflow.actors.bridge import NatsUnreachable
 from kernelflow.actors.connection import safe_url
 from kernelflow.actors.presence import ping_daemons
 from kernelflow.common.suggest import did_you_mean
+from kernelflow.events.errors import TransportError
 from kernelflow.projections.rewards import KERNEL_REWARDS, RewardFn, RewardInput
 from kernelflow.rewards.client import NoVerifierPool, RewardClient, RewardTimeout
 
@@ -286,9 +286,9 @@ class _Service:
         where = safe_url(settings.nats_url) if settings.nats_url else "the embedded NATS"
         try:
             bridge = await asyncio.to_thread(self.client.start)
-            pinging = ping_daemons(bridge.nc, _PING_WINDOW_S)
+            pinging = ping_daemons(bridge.requests, _PING_WINDOW_S)
             answers = await asyncio.wrap_future(bridge.spawn(pinging))
-        except (NatsUnreachable, nats.errors.Error, OSError) as exc:
+        except (NatsUnreachable, TransportError, OSError) as exc:
             return 503, {"ok": False, "error": _one_line(f"NATS at {where}: {exc}")}
         roles = sorted({str(r) for a in answers for r in a.get("roles") or ()})
         # Each daemon's verifiers, by device (warming up: no backends yet).
@@ -508,7 +508,7 @@ def _failure(exc: BaseException) -> tuple[int, str]:
         return 422, _one_line(str(exc))
     if isinstance(exc, asyncio.CancelledError):  # the client closing: the server stops
         return 503, "the reward server is stopping: ask again"
-    if isinstance(exc, NatsUnreachable | nats.errors.Error | ConnectionError):
+    if isinstance(exc, NatsUnreachable | TransportError | ConnectionError):
         return 503, _one_line(f"NATS failed before the reward was read: {exc}")
     log.error("a reward request failed", exc_info=exc)
     return 500, "internal error (the server's log says what)"

@@ -21,10 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
-
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
+from kernelflow.events.errors import TransportError
 from kernelflow.events.model import CancelTask, Event, PriorKernel, SubmitTask
 from kernelflow.projections.search import (
     CANDIDATE,
@@ -169,9 +168,7 @@ class SearchRunner:
 
     def run(self) -> dict[str, SearchDatabase]:
         """Run every search to its end; their databases, by search id."""
-        end = self.bridge.call(
-            self.bridge.log.jetstream.stream_info(subjects.EVENTS_STREAM)
-        ).state.last_seq
+        end = self.bridge.call(self.bridge.log.end_seq())
         pump = self.bridge.spawn(self._tail(end))
         try:
             self._catch_up(pump)
@@ -210,7 +207,7 @@ class SearchRunner:
                         if not told and seq >= caught_up_at:
                             told = True
                             self._inbox.put(seq)
-            except (nats.errors.Error, TimeoutError):
+            except (TransportError, TimeoutError):
                 await asyncio.sleep(0.2)  # a slow or restarting server: resume where we were
 
     def _catch_up(self, pump: Any) -> None:
@@ -348,7 +345,7 @@ class SearchRunner:
                 SETTINGS: task.settings.to_json(),
             },
         )
-        self.bridge.call(self.bridge.log.publish_command(command, subjects.SUBMIT))
+        self.bridge.call(self.bridge.commands.publish(command, subjects.SUBMIT))
         search.published.add(spec.index)
 
     def _cancel_running(self, search: _Search, reason: str) -> None:

@@ -2,7 +2,7 @@
 
 - The task list: a daemon's read model (``query_status``, as ``kernelflow status`` asks
   it), or, when none answers, the fold kept here (``LocalFold``).
-- A task's page: the task's events (``EventLog.read_task``; a task still running is
+- A task's page: the task's events (``EventLogPort.read_task``; a task still running is
   remembered, so reading it again fetches only its new events).
 - Group, search and run pages: ``LocalFold``, the whole log folded in this process and
   moved on from where it stopped whenever such a page is asked for: every task's metrics,
@@ -25,12 +25,9 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nats.aio.msg import Msg
-
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel_client import NoAnswer, query_status, status_rows
 from kernelflow.events import subjects
-from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import (
     TERMINAL_EVENTS,
     AgentDispatched,
@@ -39,6 +36,7 @@ from kernelflow.events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
+from kernelflow.events.port import EventLogPort, TaskHistory
 from kernelflow.events.quarantine import HistoryCheck
 from kernelflow.offline.sources import BENCH_RUN
 from kernelflow.projections.benchmark import PROBLEM
@@ -48,23 +46,18 @@ from kernelflow.projections.search import SEARCH, SearchDatabase
 
 T = TypeVar("T")
 
-_READ_BATCH = 512  # events asked for at a time while folding the log
 # A task list this young is shared by every page that asks (a read-model query each time
 # a page is rendered would be one per viewer and change), unless a page heard of an event
 # since it was asked for.
 _ROWS_FRESH_S = 0.5
 
 
-def _subject_of(kind: type[Event]) -> str:
-    return f"{subjects.EVENTS_ROOT}.*.{kind.__struct_config__.tag}"
-
-
 # The events that change a task's row in the list (its status, steps, verdicts, rewards):
 # what the list, group, run and bench pages wait for.
 ROW_SUBJECTS = (
-    *(_subject_of(kind) for kind in (TaskSubmitted, VerificationCompleted, RewardAssigned)),
-    *(_subject_of(kind) for kind in TERMINAL_EVENTS),
-    _subject_of(AgentDispatched) + ".*",  # kf.ev.<task>.agent_dispatched.<agent>
+    *(subjects.of_kind(kind) for kind in (TaskSubmitted, VerificationCompleted, RewardAssigned)),
+    *(subjects.of_kind(kind) for kind in TERMINAL_EVENTS),
+    subjects.of_kind(AgentDispatched) + ".*",  # kf.ev.<task>.agent_dispatched.<agent>
 )
 
 
@@ -110,17 +103,14 @@ class LocalFold:
         elif (candidate_of := self._search_of.get(event.task_id)) is not None:
             candidate_of.apply(position, event)
 
-    async def catch_up(self, log: EventLog) -> None:
+    async def catch_up(self, log: EventLogPort) -> None:
         """Fold what was recorded since the last call (messages that are not events of
         their task are quarantined, as every read of the log does)."""
-        info = await log.jetstream.stream_info(subjects.EVENTS_STREAM)
-        end = int(info.state.last_seq)
+        end = await log.end_seq()
         if end <= self.through:
             return
         check = HistoryCheck(self._last_seq)
-        reading = log.scanner.batches(
-            self.through + 1, subjects.ALL_EVENTS, size=_READ_BATCH, through=end
-        )
+        reading = log.read_stored(self.through + 1, subjects.ALL_EVENTS, through=end)
         async with contextlib.aclosing(reading):
             async for batch in reading:
                 for stream_seq, subject, data in batch:
@@ -154,7 +144,7 @@ class LogView:
                     return rows
             try:
                 bridge = self.bridge
-                answer = await self._on_bridge(query_status(bridge.nc, bridge.log.jetstream))
+                answer = await self._on_bridge(query_status(bridge.requests, bridge.log))
                 rows = TaskRows(
                     answer.rows,
                     f"the read model of {answer.instance} (log position {answer.position:,})",
@@ -190,15 +180,15 @@ class LogView:
             self._heard += 1
             moved.set()
 
-        async def wake(_: Msg) -> None:
+        def wake() -> None:  # on the bridge's loop
             loop.call_soon_threadsafe(heard)
 
-        nc = self.bridge.nc
-        subscriptions = [await self._on_bridge(nc.subscribe(s, cb=wake)) for s in watched]
+        log = self.bridge.log
+        stops = [await self._on_bridge(log.watch(s, wake)) for s in watched]
         try:
             yield moved
         finally:
             # Not awaited: a stream is also left this way when its request was cancelled.
-            for sub in subscriptions:
+            for stop in stops:
                 with contextlib.suppress(RuntimeError):  # the bridge is already stopped
-                    self.bridge.spawn(sub.unsubscribe())
+                    self.bridge.spawn(stop())

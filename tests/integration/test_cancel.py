@@ -116,7 +116,7 @@ def _queued(
     bridge: Bridge, command: SubmitTask | CancelTask, subject: str, reply_to: str = ""
 ) -> Job:
     """Publish ``command`` to the queue; the job a conductor would get for it."""
-    seq = bridge.call(bridge.log.publish_command(command, subject))
+    seq = bridge.call(bridge.commands.publish(command, subject))
     return Job(
         source="command",
         subject=subject,

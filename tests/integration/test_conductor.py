@@ -7,8 +7,6 @@ The conductor's logic (handed its jobs directly) runs on the in-memory log
 from __future__ import annotations
 
 import asyncio
-import json
-import queue
 import time
 import uuid
 from collections.abc import Iterator
@@ -52,7 +50,7 @@ from tests.daemons import (
     wait_for,
     wait_until_over,
 )
-from tests.memory import running_bridge
+from tests.memory import answers_to, running_bridge
 
 
 @pytest.fixture
@@ -121,13 +119,8 @@ def test_a_redelivered_submit_takes_up_a_task_recorded_but_not_advanced(bridge: 
     command = SubmitTask(task_id=task_id, task_source=source, task_name="relu")
     recorded = msgspec.structs.replace(submitted_on_default(task_id), cause="cmd:7")
     bridge.call(bridge.log.append(TaskHistory(task_id), [recorded]))
-    replies: queue.Queue[dict[str, object]] = queue.Queue()
-
-    async def on_reply(msg) -> None:  # type: ignore[no-untyped-def]
-        replies.put(json.loads(msg.data))
-
-    inbox = bridge.nc.new_inbox()
-    bridge.call(bridge.nc.subscribe(inbox, cb=on_reply))
+    inbox = "_INBOX.test"
+    replies = answers_to(bridge.server, inbox)
     conductor = Conductor(bridge, llm=None)
     for stream_seq in (7, 8):  # the redelivered command, then another one for that id
         job = Job(
@@ -299,7 +292,7 @@ def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
             task_name="relu",
             workflow="conductor_connect_all",
         )
-        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
 
     def designer_done(events: list[Event]) -> bool:
         return bool(events) and isinstance(events[-1], OutputParsed)

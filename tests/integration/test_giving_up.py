@@ -90,7 +90,7 @@ def run_task(bridge: Bridge, url: str, provider: BuggyProvider, **workflow: obje
             workflow="giving-up",
             workflow_yaml=yaml.safe_dump({**WORKFLOW, **workflow}),
         )
-        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
         events = wait_until_settled(url, "t1", timeout_s=60)
     finally:
         daemon.stop()

@@ -102,7 +102,7 @@ def test_errors_recorded_for_good_are_scrubbed_of_credentials(private_nats: str)
     try:
         for task_id in ("provider-error", "given-up"):
             command = SubmitTask(task_id=task_id, task_source=RELU)
-            bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+            bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
         histories = {t: wait_until_settled(private_nats, t) for t in ("provider-error", "given-up")}
     finally:
         daemon.stop()

@@ -33,8 +33,6 @@ import yaml
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.connection import ClientAuth
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.presence import HEALTH_SUBJECT
-from kernelflow.actors.readmodel_client import QUERY_SUBJECT
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
@@ -91,7 +89,7 @@ async def until_pinged(url: str, process: subprocess.Popen[bytes], timeout_s: fl
             assert process.poll() is None, "the daemon exited"
             assert time.monotonic() < deadline, "the daemon never answered a ping"
             with contextlib.suppress(nats.errors.Error):
-                await nc.request(HEALTH_SUBJECT, b"{}", timeout=1)
+                await nc.request(subjects.HEALTH_PING, b"{}", timeout=1)
                 return
             await asyncio.sleep(0.2)
     finally:
@@ -203,10 +201,10 @@ async def answer_attacks(url: str) -> tuple[list[str], dict[str, Any]]:
         command = SubmitTask(task_id=f"attacker-{n}", task_source=RELU)
         await js.publish(subjects.SUBMIT, encode(command), headers={subjects.REPLY_HEADER: target})
         refusals.append(json.loads((await errors.next_msg(timeout=30)).data)["error"])
-    await nc.publish(QUERY_SUBJECT, b"{}", reply="kf.ev.victim.task_finished")
-    answered = json.loads((await nc.request(QUERY_SUBJECT, b"{}", timeout=30)).data)
-    await nc.publish(HEALTH_SUBJECT, b"", reply="kf.ev.victim.task_finished")
-    assert json.loads((await nc.request(HEALTH_SUBJECT, b"", timeout=30)).data)["daemon_id"]
+    await nc.publish(subjects.STATUS_QUERY, b"{}", reply="kf.ev.victim.task_finished")
+    answered = json.loads((await nc.request(subjects.STATUS_QUERY, b"{}", timeout=30)).data)
+    await nc.publish(subjects.HEALTH_PING, b"", reply="kf.ev.victim.task_finished")
+    assert json.loads((await nc.request(subjects.HEALTH_PING, b"", timeout=30)).data)["daemon_id"]
     victim = await EventLog(nc).read_task("victim")
     assert victim.last_stream_seq == 0  # nothing was ever published on its subjects
     assert (await EventLog(nc).read_task("bystander")).events == bystander.events  # not purged
@@ -321,7 +319,7 @@ def test_giving_up_on_an_agent_is_recorded_whatever_its_tasks_history_holds(
     daemon = Daemon(bridge, config).start()
     try:
         command = SubmitTask(task_id="gives-up", task_source=RELU)
-        bridge.call(bridge.log.publish_command(command, subjects.SUBMIT))
+        bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
         wait_for(private_nats, "gives-up", _dispatched("designer"), timeout_s=30)
         inject(private_nats, "gives-up")
         events = wait_until_settled(private_nats, "gives-up", timeout_s=60)
@@ -414,7 +412,7 @@ async def poison(url: str) -> tuple[dict[str, list[dict[str, Any]]], float, int]
     for name, (subject, data, _) in POISON_COMMANDS.items():
         await js.publish(subject, data, headers={subjects.REPLY_HEADER: inboxes[name]})
     for name, (data, _) in POISON_QUERIES.items():
-        await nc.publish(QUERY_SUBJECT, data, reply=inboxes[f"query {name}"])
+        await nc.publish(subjects.STATUS_QUERY, data, reply=inboxes[f"query {name}"])
     while len(answers) < len(names) and time.monotonic() - started < 60:
         await asyncio.sleep(0.05)
     waited = time.monotonic() - started

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.task_state import fold
 from tests.conftest import as_user, connect
 from tests.integration.test_export_log import cli, second_nats  # noqa: F401  (a fixture)
+from tests.unit.test_eventlog_contract import LogUnderTest, in_memory, on_jetstream
 from tests.unit.test_projections_props import TaskSpec, make_task
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -144,38 +146,54 @@ def test_a_quarantine_tally_keeps_the_first_few_and_counts_the_rest() -> None:
 # --------------------------------------------------------------------------- the log
 
 
-def publish(log: EventLog, subject: str, data: bytes) -> int:
-    ack = log.run(log.jetstream.publish(subject, data))
-    return int(ack.seq)
+@pytest.fixture(params=["jetstream", "memory"])
+def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogUnderTest]:
+    """The log under the contract's harness (tests/unit/test_eventlog_contract.py): on a
+    JetStream server of the test's own, and in memory."""
+    if request.param == "memory":
+        yield from in_memory()
+    else:
+        yield from on_jetstream(tmp_path / "nats")
+
+
+# On both of the log's adapters (``adapter``: the JetStream log on a server of the test's
+# own, and the memory log), as the contract's clauses are.
+
+
+def publish(t: LogUnderTest, subject: str, data: bytes) -> int:
+    """What anyone allowed on ``kf.ev.>`` can store there: no check at all."""
+    return int(t.run(t.log.publish_raw(subject, data)))
 
 
 def test_garbage_in_a_history_is_read_past_and_the_next_append_goes_on_top_of_it(
-    event_log: EventLog,
+    adapter: LogUnderTest,
 ) -> None:
+    t = adapter
     task = new_task()
-    first = event_log.run(
-        event_log.append(TaskHistory(task), [TaskRejected(task_id=task, reason="a")])
-    )
-    garbage_at = publish(event_log, f"kf.ev.{task}.x", b"garbage")
+    first = t.run(t.log.append(TaskHistory(task), [TaskRejected(task_id=task, reason="a")]))
+    garbage_at = publish(t, f"kf.ev.{task}.x", b"garbage")
     # This process remembers the history before the garbage: its append is refused, and
     # the history read then holds the garbage's position, not the garbage.
     with pytest.raises(AppendConflict):
-        event_log.run(event_log.append(first, [cancelled(task, 0)]))
-    read = event_log.run(event_log.read_task(task))
+        t.run(t.log.append(first, [cancelled(task, 0)]))
+    read = t.run(t.log.read_task(task))
     assert read.events == first.events and read.next_seq == 2
     assert read.last_stream_seq == garbage_at
     assert read.quarantine.count == 1 and read.quarantine.first[0].stream_seq == garbage_at
-    after = event_log.run(event_log.append(read, [cancelled(task, 0)]))
+    after = t.run(t.log.append(read, [cancelled(task, 0)]))
     assert [e.seq for e in after.events] == [1, 2]
     assert after.quarantine == read.quarantine
     # Another process (nothing remembered) reads the same.
-    again = event_log.run(EventLog(event_log._nc).read_task(task))
+    again = t.run(t.other().read_task(task))
     assert again.events == after.events and again.quarantine.count == 1
 
 
-def test_forged_events_are_quarantined_in_a_tasks_history(event_log: EventLog) -> None:
+def test_forged_events_are_quarantined_in_a_tasks_history(
+    adapter: LogUnderTest,
+) -> None:
+    t = adapter
     task, other = new_task(), new_task()
-    history = event_log.run(event_log.append(TaskHistory(task), [cancelled(task, 0, "first")]))
+    history = t.run(t.log.append(TaskHistory(task), [cancelled(task, 0, "first")]))
     forged = [
         (f"kf.ev.{task}.task_cancelled", encode(cancelled(other, 2))),  # another task's
         (f"kf.ev.{task}.task_cancelled", encode(cancelled(task, 1, "again"))),  # a repeat
@@ -183,34 +201,40 @@ def test_forged_events_are_quarantined_in_a_tasks_history(event_log: EventLog) -
         (f"kf.ev.{task}.task_finished", encode(cancelled(task, 2))),  # on another kind
     ]
     for subject, data in forged:
-        publish(event_log, subject, data)
-    read = event_log.run(EventLog(event_log._nc).read_task(task))
+        publish(t, subject, data)
+    read = t.run(t.other().read_task(task))
     assert read.events == history.events and read.quarantine.count == len(forged)
-    appended = event_log.run(event_log.append(read, [cancelled(task, 0, "second")]))
+    appended = t.run(t.log.append(read, [cancelled(task, 0, "second")]))
     assert [(e.seq, e.reason) for e in appended.events] == [(1, "first"), (2, "second")]
 
 
-def test_a_task_whose_subjects_hold_only_garbage_can_still_begin(event_log: EventLog) -> None:
+def test_a_task_whose_subjects_hold_only_garbage_can_still_begin(
+    adapter: LogUnderTest,
+) -> None:
     """Garbage published before a task exists (its id guessed) does not keep it out."""
+    t = adapter
     task = new_task()
-    publish(event_log, f"kf.ev.{task}.task_submitted", b"\xff\xfe")
-    read = event_log.run(event_log.read_task(task))
+    publish(t, f"kf.ev.{task}.task_submitted", b"\xff\xfe")
+    read = t.run(t.log.read_task(task))
     assert read.events == () and read.last_stream_seq > 0 and read.next_seq == 1
-    appended = event_log.run(event_log.append(read, [cancelled(task, 0)]))
+    appended = t.run(t.log.append(read, [cancelled(task, 0)]))
     assert [e.seq for e in appended.events] == [1]
 
 
-def test_a_whole_log_read_yields_placeholders_in_place(event_log: EventLog) -> None:
+def test_a_whole_log_read_yields_placeholders_in_place(
+    adapter: LogUnderTest,
+) -> None:
+    t = adapter
     task = new_task()
-    event_log.run(event_log.append(TaskHistory(task), [cancelled(task, 0)]))
-    garbage_at = publish(event_log, f"kf.ev.{task}.x", b"garbage")
-    history = event_log.run(event_log.read_task(task))
-    event_log.run(event_log.append(history, [cancelled(task, 0)]))
+    t.run(t.log.append(TaskHistory(task), [cancelled(task, 0)]))
+    garbage_at = publish(t, f"kf.ev.{task}.x", b"garbage")
+    history = t.run(t.log.read_task(task))
+    t.run(t.log.append(history, [cancelled(task, 0)]))
 
     async def read() -> list[tuple[int, Event]]:
-        return [item async for item in event_log.read(subject=subjects.task_events(task))]
+        return [item async for item in t.log.read(subject=subjects.task_events(task))]
 
-    kinds = [(seq, type(e).__name__) for seq, e in event_log.run(read())]
+    kinds = [(seq, type(e).__name__) for seq, e in t.run(read())]
     assert [k for _, k in kinds] == ["TaskCancelled", "QuarantinedEvent", "TaskCancelled"]
     assert kinds[1][0] == garbage_at
 

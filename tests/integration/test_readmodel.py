@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.readmodel import BUCKET, SNAPSHOT, ReadModel, Snapshot
+from kernelflow.actors.readmodel import SNAPSHOT, ReadModel, Snapshot
 from kernelflow.actors.readmodel_client import NoAnswer, query_status, status_row, status_rows
 from kernelflow.actors.readmodel_snapshot import Page, PagedMetrics
 from kernelflow.events import subjects
@@ -159,7 +159,7 @@ SECOND = [
 
 
 def query(bridge: Bridge) -> list[dict[str, Any]]:
-    return bridge.call(query_status(bridge.nc, bridge.log.jetstream), timeout=30).rows
+    return bridge.call(query_status(bridge.requests, bridge.log), timeout=30).rows
 
 
 def test_read_model_resumes_from_its_position_after_a_crash(
@@ -193,7 +193,7 @@ def test_read_model_resumes_from_its_position_after_a_crash(
 
     # A snapshot this code cannot trust (another fold version) is refolded from the start.
     async def plant_old_snapshot() -> None:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         stale = msgspec.json.decode((await store.get(SNAPSHOT)).data, type=Snapshot)
         stale.fold_version = FOLD_VERSION - 1
         await store.put(SNAPSHOT, msgspec.json.encode(stale))
@@ -223,14 +223,14 @@ def test_saves_write_each_page_once_and_a_restart_resumes_from_the_pages(
 
     def stored() -> dict[str, str]:
         async def go() -> dict[str, str]:
-            store = await bridge.log.jetstream.object_store(BUCKET)
+            store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
             return {info.name: info.nuid for info in await store.list(ignore_deletes=True)}
 
         return bridge.call(go())
 
     def head() -> Snapshot:
         async def go() -> bytes:
-            store = await bridge.log.jetstream.object_store(BUCKET)
+            store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
             return (await store.get(SNAPSHOT)).data or b""
 
         return msgspec.json.decode(bridge.call(go()), type=Snapshot)
@@ -258,7 +258,7 @@ def test_saves_write_each_page_once_and_a_restart_resumes_from_the_pages(
 
     # A page gone (or damaged): the read model folds the log from the start, saying why.
     async def lose_page() -> None:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         await store.delete(page[1])
 
     bridge.call(lose_page())
@@ -295,7 +295,7 @@ def test_read_models_of_one_log_share_its_pages_and_resume_from_each_others_head
 
     def pages() -> dict[str, str]:
         async def go() -> dict[str, str]:
-            store = await bridge.log.jetstream.object_store(BUCKET)
+            store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
             infos = await store.list(ignore_deletes=True)
             return {i.name: i.nuid for i in infos if i.name != SNAPSHOT}
 
@@ -342,9 +342,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
     try:
         model = ReadModel(bridge, "catching-up", snapshot_every_s=3600).start()
         seen: list[int] = []
-        asking = query_status(
-            bridge.nc, bridge.log.jetstream, 0.4, lambda _, at, end: seen.append(at)
-        )
+        asking = query_status(bridge.requests, bridge.log, 0.4, lambda _, at, end: seen.append(at))
         answer = bridge.call(asking, timeout=60)
         assert len(seen) >= 2 and seen == sorted(set(seen)), seen
         assert answer.rows == folded_rows(bridge)
@@ -355,7 +353,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
         time.sleep(0.3)
         bridge.call(cancel_and_wait(model._tasks[:1]))  # its reader
         with pytest.raises(NoAnswer, match=r"is catching up but did not move in 0\.1s"):
-            bridge.call(query_status(bridge.nc, bridge.log.jetstream, 0.1), timeout=60)
+            bridge.call(query_status(bridge.requests, bridge.log, 0.1), timeout=60)
         model.stop(save=False)
     finally:
         bridge.stop()
@@ -369,14 +367,14 @@ def test_a_start_removes_the_snapshots_older_versions_left(
     async def put(*names: str) -> None:
         js = bridge.log.jetstream
         try:
-            store = await js.object_store(BUCKET)
+            store = await js.object_store(subjects.READMODEL_BUCKET)
         except nats.js.errors.BucketNotFoundError:
-            store = await js.create_object_store(BUCKET)
+            store = await js.create_object_store(subjects.READMODEL_BUCKET)
         for name in names:
             await store.put(name, b"{}")
 
     async def names() -> set[str]:
-        store = await bridge.log.jetstream.object_store(BUCKET)
+        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
         return {info.name for info in await store.list(ignore_deletes=True)}
 
     left = [
@@ -398,7 +396,10 @@ def test_a_start_removes_the_snapshots_older_versions_left(
                 time.sleep(0.1)
             assert bridge.call(names()) == {*kept, recent}
             model.stop(save=False)
-        assert f"removed 3 snapshot object(s) older versions left in {BUCKET}" in caplog.text
+        assert (
+            f"removed 3 snapshot object(s) older versions left in {subjects.READMODEL_BUCKET}"
+            in caplog.text
+        )
     finally:
         bridge.stop()
 

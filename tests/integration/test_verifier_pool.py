@@ -296,8 +296,8 @@ def test_one_node_s_build_is_another_s_fetch_and_a_damaged_entry_is_ignored(
 ) -> None:
     daemon, verifier = _bridge(private_nats, "daemon"), _bridge(private_nats, "verifier")
     try:
-        assert daemon.call(ensure_extension_bucket(daemon.log.jetstream, 1)) is True
-        assert daemon.call(ensure_extension_bucket(daemon.log.jetstream, 1)) is False
+        assert daemon.call(ensure_extension_bucket(daemon.buckets, 1)) is True
+        assert daemon.call(ensure_extension_bucket(daemon.buckets, 1)) is False
         shared = NatsExtensionStore(verifier, DEFAULT_MAX_BYTES)
         # Node A built it (its build stored in its cache) and shares it.
         built = _built(tmp_path, "a", b"\x7fELF node A's build")
@@ -338,12 +338,12 @@ def test_the_bucket_is_the_daemon_role_s_to_make_and_no_user_s_to_write(
         shared = NatsExtensionStore(verifier, DEFAULT_MAX_BYTES)
         assert shared.get("k") is None  # no bucket yet: a miss, the check builds
         with pytest.raises(Exception, match=r"refused|timeout"):
-            verifier.call(ensure_extension_bucket(verifier.log.jetstream, 1), timeout=30)
+            verifier.call(ensure_extension_bucket(verifier.buckets, 1), timeout=30)
     finally:
         verifier.stop()
     daemon = _bridge(private_nats, "daemon")
     try:
-        assert daemon.call(ensure_extension_bucket(daemon.log.jetstream, 1))
+        assert daemon.call(ensure_extension_bucket(daemon.buckets, 1))
         info = daemon.call(daemon.log.jetstream.stream_info(subjects.EXTENSIONS_STREAM))
         assert info.config.num_replicas == 1  # the streams' (KF_REPLICAS)
     finally:
@@ -452,7 +452,7 @@ def test_a_cluster_compiles_a_candidate_once_and_rebuilds_a_damaged_entry(
 
     monkeypatch.setattr(engine, "_run_job", counted)
     try:
-        daemon.call(ensure_extension_bucket(daemon.log.jetstream, 1))
+        daemon.call(ensure_extension_bucket(daemon.buckets, 1))
         shared = NatsExtensionStore(bridge, DEFAULT_MAX_BYTES)
         node_a = VerifierConfig(
             extension_cache=str(tmp_path / "a"),

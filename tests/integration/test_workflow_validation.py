@@ -44,7 +44,7 @@ from kernelflow.workflows.validate import (
 )
 from tests.conftest import REPO, as_user, run_cli
 from tests.daemons import task_events
-from tests.memory import running_bridge
+from tests.memory import answers_to, running_bridge
 
 RELU = "examples/tasks/relu.py"
 NOWHERE = "nats://127.0.0.1:9"  # refused before anything is published: never reached
@@ -425,13 +425,8 @@ def test_a_submit_command_with_a_bad_workflow_is_rejected_at_its_first_delivery(
         workflow=workflow,
         workflow_yaml=workflow_yaml,
     )
-    replies: queue.Queue[dict[str, Any]] = queue.Queue()
-
-    async def on_reply(msg) -> None:  # type: ignore[no-untyped-def]
-        replies.put(json.loads(msg.data))
-
-    inbox = bridge.nc.new_inbox()
-    bridge.call(bridge.nc.subscribe(inbox, cb=on_reply))
+    inbox = "_INBOX.test"
+    replies = answers_to(bridge.server, inbox)
     job = Job(
         source="command",
         subject=subjects.SUBMIT,

@@ -4,6 +4,7 @@ no import cycles (imports inside functions count), no module too long to read.""
 from __future__ import annotations
 
 import ast
+import typing
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,125 @@ def test_every_backend_module_belongs_to_a_registered_backend_or_to_none() -> No
 
     owners = {dsl_of(module) for module in modules()} - {None}
     assert owners <= set(backend_names())
+
+
+# ---------------------------------------------------------------------- one door to NATS
+# (issue 48, item 1; docs/architecture.md, "The event log and its ports")
+
+# The module that names every subject, stream and bucket of kernelflow's NATS.
+SUBJECTS = "kernelflow.events.subjects"
+# Streams and buckets, by the names JetStream knows them by.
+_STREAMS_AND_BUCKETS = ("KF_EVENTS", "KF_CMD", "KF_EXTENSIONS", "KF_READMODEL")
+
+
+def spelled_names(path: Path) -> list[str]:
+    """The string literals of a module (docstrings left out) that spell a subject of
+    kernelflow's (``kf.``), an object store's (``$O.``, ``OBJ_``) or a stream or bucket
+    name, with their lines."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (
+            node.value.startswith(("kf.", "$O.", "OBJ_"))
+            or node.value.split(".")[0] in _STREAMS_AND_BUCKETS
+        )
+    ]
+
+
+def test_the_spelling_rule_finds_names_but_not_docstrings(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""kf.ev.x is here"""\nA = "kf.query.x"\nB = f"$O.{A}"\nC = "KF_CMD"\nD = "KF_LLM"\n'
+    )
+    assert sorted(spelled_names(source)) == [
+        "m.py:2: 'kf.query.x'",
+        "m.py:3: '$O.'",
+        "m.py:4: 'KF_CMD'",
+    ]
+
+
+def test_every_subject_stream_and_bucket_is_named_in_events_subjects() -> None:
+    """Only ``events/subjects.py`` spells kernelflow's subjects, streams and buckets:
+    what names one (a role's permissions, a consumer's filter, a test) takes it from
+    there."""
+    wrong = [
+        f"{path.parent.name}/{line}"
+        for name, path in modules().items()
+        if name != SUBJECTS
+        for line in spelled_names(path)
+    ]
+    assert wrong == []
+
+
+# Who may import the NATS client, and why: the adapters of the ports (``events/``), the
+# bridge that owns the connection, the connection's own code (URLs, credentials, TLS), and
+# ``kernelflow health``, whose job is to diagnose the NATS server itself (its own short
+# connection: JetStream's account, the streams' configurations, the consumers).
+MAY_IMPORT_NATS = {
+    "kernelflow.actors.bridge",
+    "kernelflow.actors.connection",
+    "kernelflow.health",
+}
+# Who may ask JetStream itself (``.jetstream``): the adapters and the bridge (which hands
+# it out), and ``kernelflow health`` (its own connection, above).
+MAY_ASK_JETSTREAM = {"kernelflow.actors.bridge", "kernelflow.health"}
+# Not moved behind a port yet (issue 48, item 1, step 4: the durable consumers, of the
+# daemons' pools and of the read model, behind an interface in ``events/``). A ratchet: a
+# module leaves these lists when it stops going around the ports, and none may join them.
+NOT_YET_OFF_NATS = {"kernelflow.actors.daemon", "kernelflow.actors.readmodel"}
+NOT_YET_OFF_JETSTREAM = {"kernelflow.actors.daemon", "kernelflow.actors.readmodel"}
+
+
+def _outside_the_adapters() -> dict[str, Path]:
+    return {
+        name: path
+        for name, path in modules().items()
+        if not (name == "kernelflow.events" or name.startswith("kernelflow.events."))
+    }
+
+
+def test_only_the_adapters_the_bridge_and_the_connection_import_nats() -> None:
+    importers = {
+        name
+        for name, path in _outside_the_adapters().items()
+        if any(n == "nats" or n.startswith("nats.") for n in imported_names(name, path))
+    }
+    assert importers - MAY_IMPORT_NATS == NOT_YET_OFF_NATS
+
+
+def test_only_the_adapters_and_the_bridge_ask_jetstream_itself() -> None:
+    askers = {
+        name
+        for name, path in _outside_the_adapters().items()
+        if any(
+            isinstance(node, ast.Attribute) and node.attr == "jetstream"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        )
+    }
+    assert askers - MAY_ASK_JETSTREAM == NOT_YET_OFF_JETSTREAM
+
+
+def test_the_bridge_s_log_is_the_port() -> None:
+    from kernelflow.actors.bridge import Bridge
+    from kernelflow.events.port import EventLogPort
+
+    assert typing.get_type_hints(Bridge.log.fget)["return"] is EventLogPort
+
+
+def test_the_memory_bridge_fakes_no_nats() -> None:
+    """``MemoryBridge`` runs actors on the ports' memory adapters: no stand-in for a NATS
+    connection, and nothing that silences the type checker about one."""
+    path = modules()["kernelflow.actors.memory_bridge"]
+    assert "type: ignore" not in path.read_text()
+    assert not any(n.startswith("nats") for n in imported_names("x.y", path))

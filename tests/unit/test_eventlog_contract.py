@@ -1,5 +1,6 @@
-"""One contract for the event log's port (``kernelflow.events.port``), run against both of
-its adapters: the JetStream log on a real nats-server and the memory log. And the proof
+"""One contract for the event log's port (``kernelflow.events.port``) and the command
+queue's beside it (``kernelflow.events.queue``), run against both of their adapters: the
+JetStream log and queue on a real nats-server, and the memory ones. And the proof
 that the contract can fail: a memory log that skips the conflict check (or the duplicate
 check) must fail the clauses that are about it, and only those.
 
@@ -26,7 +27,7 @@ import pytest
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog
-from kernelflow.events.memory import MemoryEventLog, MemoryStreams
+from kernelflow.events.memory import MemoryCommandQueue, MemoryEventLog, MemoryStreams
 from kernelflow.events.model import (
     AgentDispatched,
     Event,
@@ -34,7 +35,9 @@ from kernelflow.events.model import (
     TaskCancelled,
     TaskRejected,
 )
+from kernelflow.events.nats_queue import JetStreamCommandQueue
 from kernelflow.events.port import AppendConflict, EventLogPort, StreamSettings, TaskHistory
+from kernelflow.events.queue import CommandQueuePort
 from tests.conftest import connect, keyed_nats
 from tests.memory import FakeClock
 
@@ -52,6 +55,12 @@ class LogUnderTest:
     other: Callable[[], EventLogPort]
     # Lets the duplicate window pass: message ids stored before are forgotten.
     outlive_window: Callable[[], None]
+    # The command queue beside the log, and another process's.
+    commands: CommandQueuePort
+    other_commands: Callable[[], CommandQueuePort]
+    # Where the answer to the queued command at a sequence goes (its ``KF-Reply``): what a
+    # conductor reads off the command it takes.
+    reply_to_of: Callable[[int], Coroutine[Any, Any, str]]
 
 
 def new_task() -> str:
@@ -338,27 +347,71 @@ def a_task_is_known_to_have_ended_once_its_end_is_recorded_or_read(t: LogUnderTe
 
 @clause
 def commands_wait_in_their_queue_in_order(t: LogUnderTest) -> None:
-    assert t.run(t.log.oldest_command_seq(subjects.SUBMIT)) is None
+    assert t.run(t.commands.oldest(subjects.SUBMIT)) is None
+    assert t.run(t.commands.waiting(subjects.SUBMIT)) == 0
     first, second = (SubmitTask(task_id=new_task(), task_source="x") for _ in range(2))
-    at = [t.run(t.log.publish_command(c, subjects.SUBMIT)) for c in (first, second)]
+    at = [t.run(t.commands.publish(c, subjects.SUBMIT)) for c in (first, second)]
     assert at[0] < at[1]
-    assert t.run(t.log.oldest_command_seq(subjects.SUBMIT)) == at[0]
-    assert t.run(t.log.oldest_command_seq(subjects.CANCEL)) is None
+    assert t.run(t.commands.oldest(subjects.SUBMIT)) == at[0]
+    assert t.run(t.other_commands().oldest(subjects.SUBMIT)) == at[0]
+    assert t.run(t.commands.oldest(subjects.CANCEL)) is None
+    assert t.run(t.other_commands().waiting(subjects.SUBMIT)) == 2
+    assert t.run(t.commands.waiting(subjects.CANCEL)) == 0
+
+
+@clause
+def a_command_sent_again_under_its_id_is_queued_once(t: LogUnderTest) -> None:
+    command = SubmitTask(task_id=new_task(), task_source="x")
+    again = {"Nats-Msg-Id": f"submit-{command.task_id}"}
+    first = t.run(t.commands.publish(command, subjects.SUBMIT, again))
+    assert t.run(t.other_commands().publish(command, subjects.SUBMIT, again)) == first
+    assert t.run(t.commands.waiting(subjects.SUBMIT)) == 1
+
+
+@clause
+def a_request_is_answered_on_its_own_inbox(t: LogUnderTest) -> None:
+    command = SubmitTask(task_id=new_task(), task_source="x")
+
+    async def ask_and_answer() -> Any:
+        asking = asyncio.ensure_future(t.commands.request(command, subjects.SUBMIT, 10.0))
+        while (seq := await t.commands.oldest(subjects.SUBMIT)) is None:
+            await asyncio.sleep(0.01)
+        reply_to = await t.reply_to_of(seq)
+        assert subjects.reply_refusal(reply_to) is None  # an inbox
+        await t.other_commands().answer(reply_to, b'{"ok": true, "task_id": "x"}')
+        return await asking
+
+    assert t.run(ask_and_answer()) == {"ok": True, "task_id": "x"}
+
+
+@clause
+def a_request_nobody_answers_comes_back_empty(t: LogUnderTest) -> None:
+    command = SubmitTask(task_id=new_task(), task_source="x")
+    assert t.run(t.commands.request(command, subjects.SUBMIT, 0.2)) is None
+    assert t.run(t.commands.waiting(subjects.SUBMIT)) == 1  # still queued
 
 
 # --------------------------------------------------------------------------- the adapters
 
 
-def _memory(log_class: type[MemoryEventLog] = MemoryEventLog) -> Iterator[LogUnderTest]:
+def in_memory(log_class: type[MemoryEventLog] = MemoryEventLog) -> Iterator[LogUnderTest]:
     clock = FakeClock()
     streams = MemoryStreams(SETTINGS, clock=clock)
     loop = asyncio.new_event_loop()
+
+    async def reply_to_of(seq: int) -> str:
+        (command,) = [c for c in streams.commands() if c.seq == seq]
+        return command.headers[subjects.REPLY_HEADER]
+
     try:
         yield LogUnderTest(
             log_class(streams),
             loop.run_until_complete,
             lambda: log_class(streams),
             lambda: clock.advance(WINDOW_S * 2),
+            MemoryCommandQueue(streams),
+            lambda: MemoryCommandQueue(streams),
+            reply_to_of,
         )
     finally:
         loop.close()
@@ -372,10 +425,21 @@ def on_jetstream(store: Path) -> Iterator[LogUnderTest]:
         nc = loop.run_until_complete(connect(url, "daemon"))
         log = EventLog(nc, SETTINGS)
         loop.run_until_complete(log.ensure_streams())
+
+        async def reply_to_of(seq: int) -> str:
+            stored = await nc.jetstream().get_msg(subjects.COMMANDS_STREAM, seq)
+            return str((stored.headers or {})[subjects.REPLY_HEADER])
+
         try:
             # JetStream forgets ids on a timer: wait a little past the window.
             yield LogUnderTest(
-                log, loop.run_until_complete, lambda: EventLog(nc, SETTINGS), _sleep(WINDOW_S * 2.5)
+                log,
+                loop.run_until_complete,
+                lambda: EventLog(nc, SETTINGS),
+                _sleep(WINDOW_S * 2.5),
+                JetStreamCommandQueue(nc),
+                lambda: JetStreamCommandQueue(nc),
+                reply_to_of,
             )
         finally:
             loop.run_until_complete(nc.close())
@@ -390,7 +454,7 @@ def _sleep(seconds: float) -> Callable[[], None]:
 # tests/integration/test_eventlog_contract_jetstream.py.
 @pytest.mark.parametrize("check", CONTRACT, ids=[c.__name__ for c in CONTRACT])
 def test_the_contract_in_memory(check: Callable[[LogUnderTest], None]) -> None:
-    with contextlib.contextmanager(_memory)() as t:
+    with contextlib.contextmanager(in_memory)() as t:
         check(t)
 
 
@@ -440,7 +504,7 @@ def test_a_broken_log_fails_the_clauses_about_what_it_breaks(
 ) -> None:
     failed = set()
     for check in CONTRACT:
-        with contextlib.contextmanager(_memory)(broken) as t:
+        with contextlib.contextmanager(in_memory)(broken) as t:
             try:
                 check(t)
             except (AssertionError, pytest.fail.Exception):

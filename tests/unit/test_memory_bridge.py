@@ -1,20 +1,16 @@
 """The memory bridge (``kernelflow.actors.memory_bridge``), what tests of actors' logic run
-on instead of a nats-server: bridges on one ``MemoryServer`` share the log and core
-publish/subscribe, as processes on one NATS do, and each remembers its own histories."""
+on instead of a nats-server: bridges on one ``MemoryServer`` share the log, the command
+queue and requests, as processes on one NATS do, and each remembers its own histories."""
 
 from __future__ import annotations
 
-import queue
-
-import nats.errors
 import pytest
-from nats.aio.msg import Msg
 
-from kernelflow.actors.memory_bridge import MemoryServer
+from kernelflow.actors.memory_bridge import MemoryServer, NoNats
 from kernelflow.events import subjects
 from kernelflow.events.log import AppendConflict, TaskHistory
 from kernelflow.events.model import AgentDispatched, SubmitTask
-from tests.memory import running_bridge
+from tests.memory import answers_to, running_bridge
 
 
 def dispatch(task: str, n: int) -> AgentDispatched:
@@ -33,47 +29,30 @@ def test_bridges_on_one_server_share_the_log_not_what_they_remember() -> None:
             mine.call(mine.log.append(history, [dispatch("t", 2)]))
 
 
-def test_what_is_published_is_kept_delivered_and_taken_by_the_streams() -> None:
-    """A reply reaches a subscriber on another bridge and is kept for the test to read;
-    a publish on an event subject lands in the log (and reaches that subject's
-    subscribers), one on a command subject in the command queue."""
+def test_bridges_on_one_server_share_the_queue_and_its_answers() -> None:
+    """A command one bridge queues, another sees waiting; an answer one publishes reaches
+    whoever listens on its inbox; a message that is no event is quarantined by reads."""
     server = MemoryServer()
-    got: queue.Queue[Msg] = queue.Queue()
-
-    async def on_msg(msg: Msg) -> None:
-        got.put(msg)
-
     with running_bridge(server) as publisher, running_bridge(server) as listener:
-        inbox = listener.nc.new_inbox()
-        listener.call(listener.nc.subscribe(inbox, cb=on_msg))
-        listener.call(listener.nc.subscribe(subjects.task_events("t"), cb=on_msg))
-        publisher.call(publisher.nc.publish(inbox, b'{"ok": true}'))
-        assert got.get(timeout=5).data == b'{"ok": true}'
-        assert [m.data for m in publisher.nc.published_on("_INBOX.>")] == [b'{"ok": true}']
+        command = SubmitTask(task_id="t", task_source="x")
+        seq = publisher.call(publisher.commands.publish(command, subjects.SUBMIT))
+        assert listener.call(listener.commands.oldest(subjects.SUBMIT)) == seq
+        server.streams.settle_command(seq)
+        assert listener.call(listener.commands.oldest(subjects.SUBMIT)) is None
 
-        publisher.call(publisher.nc.publish("kf.ev.t.task_submitted", b"garbage"))
-        assert got.get(timeout=5).subject == "kf.ev.t.task_submitted"
+        answers = answers_to(server, "_INBOX.test")
+        publisher.call(publisher.commands.answer("_INBOX.test", b'{"ok": true}'))
+        assert answers.get(timeout=5) == {"ok": True}
+
+        publisher.call(publisher.log.publish_raw("kf.ev.t.task_submitted", b"garbage"))
         read = listener.call(listener.log.read_task("t"))
         assert read.events == () and read.quarantine.count == 1
 
-        command = SubmitTask(task_id="t", task_source="x")
-        seq = publisher.call(publisher.log.publish_command(command, subjects.SUBMIT))
-        assert listener.call(listener.log.oldest_command_seq(subjects.SUBMIT)) == seq
-        server.streams.settle_command(seq)
-        assert listener.call(listener.log.oldest_command_seq(subjects.SUBMIT)) is None
 
-
-def test_a_subscription_for_one_message_answers_next_msg_then_stops() -> None:
+def test_a_memory_bridge_has_no_nats() -> None:
     with running_bridge() as bridge:
-
-        async def ask() -> bytes:
-            inbox = bridge.nc.new_inbox()
-            sub = await bridge.nc.subscribe(inbox, max_msgs=1)
-            await bridge.nc.publish(inbox, b"one")
-            await bridge.nc.publish(inbox, b"two")
-            first = await sub.next_msg(timeout=5)
-            with pytest.raises(nats.errors.TimeoutError):  # as nats-py's
-                await sub.next_msg(timeout=0.1)
-            return first.data
-
-        assert bridge.call(ask()) == b"one"
+        assert bridge.connected
+        with pytest.raises(NoNats):
+            bridge.nc  # noqa: B018
+        with pytest.raises(NoNats):
+            bridge.jetstream  # noqa: B018
