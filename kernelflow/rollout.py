@@ -52,6 +52,7 @@ from kernelflow.runtime import (
     cancel_abandoned,
     connected,
     noting_other_tasks,
+    own_work,
     reach_llm,
     stopped_after,
 )
@@ -223,6 +224,7 @@ class Rollout:
         agents = self._agents(commands)
         provider = self._provider(agents)
         pool = max(1, self.config.max_concurrency)
+        ours = {c.task_id or "" for c in commands}
         with connected(self.settings) as bridge:
             reach_llm(bridge, provider, [SOLVER, CONDUCTOR_ROLE])
             daemon = Daemon(
@@ -232,9 +234,8 @@ class Rollout:
                     pool_sizes={**dict.fromkeys(agents, pool), CONDUCTOR_ROLE: min(pool, 8)},
                     ack_wait_s=self.settings.ack_wait_s,
                     llm=provider,
-                    on_job=noting_other_tasks(
-                        bridge, {c.task_id or "" for c in commands}, "this rollout"
-                    ),
+                    on_job=noting_other_tasks(bridge, ours, "this rollout", serving=False),
+                    serves=own_work(ours),
                 ),
             ).start()
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves

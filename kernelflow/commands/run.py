@@ -33,6 +33,7 @@ from kernelflow.runtime import (
     follow_task,
     interruptible,
     noting_other_tasks,
+    own_work,
     start_daemon,
     stopped_after,
 )
@@ -51,6 +52,11 @@ def register(subparsers: Any) -> None:
     run.add_argument("--llm", help=LLM_HELP)
     add_agent_llm_options(run)
     add_devices_option(run)
+    run.add_argument(
+        "--serve-others",
+        action="store_true",
+        help="also work on tasks others left queued in the store (default: this task only)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument(
         "--out",
@@ -69,8 +75,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"[{time.monotonic() - started:6.1f}s] {describe(event)}", flush=True)
 
     with interruptible(), connected(settings) as bridge:
-        own = noting_other_tasks(bridge, {command.task_id or ""}, "this run")
-        daemon = start_daemon(bridge, settings, roles_for(command), {}, own)
+        ours = {command.task_id or ""}
+        serving = args.serve_others
+        own = noting_other_tasks(bridge, ours, "this run", serving=serving)
+        serves = None if serving else own_work(ours)
+        daemon = start_daemon(bridge, settings, roles_for(command), {}, own, serves=serves)
         with stopped_after(daemon):
             if args.reference_check and VERIFIER in roles_for(command):
                 # This run's own verifier checks the task: what it cannot check is refused
