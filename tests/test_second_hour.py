@@ -9,15 +9,24 @@ file with a syntax error (tests/test_e2e.py); every documented snippet
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.events.log import TaskHistory
-from tests.conftest import as_user, role_auth, run_cli
+from kernelflow.events.log import EventLog, TaskHistory
+from kernelflow.events.model import TaskCancelled
+from kernelflow.projections.search import INTERRUPTED
+from tests.conftest import EXAMPLES, as_user, cli_env, connect, role_auth, run_cli
 from tests.daemons import submitted_on_default
+from tests.test_bench import bench_process, evolve_script, search_of
 
 # Starts servers and CLI processes: not in `make test-fast`.
 pytestmark = pytest.mark.integration
@@ -38,3 +47,78 @@ def test_a_task_no_daemon_advances_shows_as_queued_not_running(private_nats: str
     assert every.returncode == 0, every.stderr
     (line,) = [line for line in every.stdout.splitlines() if line.startswith("left ")]
     assert line.split()[1] == "queued"
+
+
+def interrupted_tasks(nats_url: str, prefix: str) -> list[str]:
+    """The tasks of the log whose ids start with ``prefix`` that Ctrl-C cancelled."""
+
+    async def read() -> list[str]:
+        nc = await connect(nats_url, "reader")
+        found = []
+        async for _, event in EventLog(nc).read():
+            if (
+                isinstance(event, TaskCancelled)
+                and event.task_id.startswith(prefix)
+                and event.reason == INTERRUPTED
+            ):
+                found.append(event.task_id)
+        await nc.close()
+        return found
+
+    return asyncio.run(read())
+
+
+def test_a_bench_resumed_after_ctrl_c_redoes_what_it_cut_off_and_reports_as_if_never_cut(
+    tmp_path: Path, private_nats: str
+) -> None:
+    """Ctrl-C cancels the candidates in flight; the same command again submits them anew
+    and its report is the one of a run never interrupted (before: they stayed cancelled,
+    and their problem's line said so)."""
+    script = yaml.safe_load(evolve_script(tmp_path).read_text())
+    for entry in script["coder"]:  # every coder answer a while away: Ctrl-C lands mid-call
+        for choice in entry["choices"]:
+            choice["latency_s"] = 1.5
+    slow = tmp_path / "slow_evolve.yaml"
+    slow.write_text(yaml.safe_dump(script))
+    env = cli_env(KF_ACK_WAIT="1")
+    common = [
+        "bench", str(EXAMPLES / "tasks" / "relu.py"), "--strategy", "evolve",
+        "--islands", "2", "--samples", "1", "--generations", "2", "--seed", "7",
+        "--workflow", "coder_only", "--llm", f"scripted:{slow}",
+        *as_user("daemon", private_nats), "--json",
+    ]  # fmt: skip
+    whole = run_cli(*common, "--run", "whole", env=env)
+    assert whole.returncode == 0, whole.stderr
+
+    first = bench_process([*common, "--run", "cut"], env, tmp_path / "first.out")
+    deadline = time.monotonic() + 120
+    while not [c for c in search_of(private_nats, "cut-relu").candidates.values() if c.llm_calls]:
+        assert first.poll() is None and time.monotonic() < deadline, (
+            tmp_path / "first.out"
+        ).read_text()
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it
+    assert first.wait(timeout=60) == 130, (tmp_path / "first.out").read_text()
+    cut = interrupted_tasks(private_nats, "cut-relu-")
+    assert cut, (tmp_path / "first.out").read_text()  # a candidate was cut off mid-run
+
+    resumed = run_cli(*common, "--run", "cut", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    report, whole_report = json.loads(resumed.stdout), json.loads(whole.stdout)
+    for key in ("fast_p", "solved", "correctness", "problem_count"):
+        assert report[key] == whole_report[key], key
+    assert named_alike(report["problems"], "cut") == named_alike(whole_report["problems"], "whole")
+    assert all(p["candidates"] == 4 for p in report["problems"])
+
+    def lineage(run: str) -> str:
+        return named_alike(search_of(private_nats, f"{run}-relu").lineage(), run)
+
+    assert lineage("cut") == lineage("whole")
+    assert "cancelled" not in lineage("cut")
+
+
+def named_alike(data: object, run: str) -> str:
+    """``data`` as JSON, the run's name left out and a redone candidate's task id read as
+    its first's (``<search>-r<attempt>-<n>`` as ``<search>-<n>``)."""
+    text = re.sub(r"-r\d+(-\d+)", r"\1", json.dumps(data, sort_keys=True))
+    return text.replace(f"{run}-relu", "RUN-relu")
