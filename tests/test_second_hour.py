@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,8 +26,17 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import TaskCancelled
 from kernelflow.projections.search import INTERRUPTED
-from tests.conftest import EXAMPLES, as_user, cli_env, connect, role_auth, run_cli
-from tests.daemons import submitted_on_default
+from tests.conftest import (
+    EXAMPLES,
+    KERNELFLOW,
+    REPO,
+    as_user,
+    cli_env,
+    connect,
+    role_auth,
+    run_cli,
+)
+from tests.daemons import slow_script, submitted_on_default
 from tests.test_bench import bench_process, evolve_script, search_of
 
 # Starts servers and CLI processes: not in `make test-fast`.
@@ -122,3 +133,62 @@ def named_alike(data: object, run: str) -> str:
     its first's (``<search>-r<attempt>-<n>`` as ``<search>-<n>``)."""
     text = re.sub(r"-r\d+(-\d+)", r"\1", json.dumps(data, sort_keys=True))
     return text.replace(f"{run}-relu", "RUN-relu")
+
+
+def on_a_terminal(*args: str, env: dict[str, str], out: Path) -> tuple[int, str]:
+    """Run the CLI with its stderr on a terminal (a pseudo-terminal), as a user sees it;
+    stdout goes to ``out``. The exit status and all stderr said."""
+    master, slave = pty.openpty()
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [*KERNELFLOW, *args], cwd=REPO, env=env, stdout=stdout, stderr=slave
+        )
+    os.close(slave)
+    said = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal's other end closed: the command is over
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.close(master)
+    return process.wait(timeout=120), said.decode()
+
+
+def ticks(said: str, label: str) -> set[int]:
+    """The elapsed seconds a terminal's status line showed while waiting on ``label``."""
+    return {int(s) for s in re.findall(re.escape(label) + r"… (\d+)s", said)}
+
+
+def test_a_run_says_what_it_prepares_and_its_line_ticks_while_a_step_works(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    env = cli_env(KF_DATA_DIR=str(data))
+    slow = slow_script(tmp_path, 5, "coder")  # each coder answer five seconds away
+    args = ["run", str(EXAMPLES / "tasks" / "relu.py"), "--llm", f"scripted:{slow}"]
+    code, said = on_a_terminal(*args, "--out", str(tmp_path / "o"), env=env, out=tmp_path / "1")
+    assert code == 0, said
+    # A fresh data dir: what the first seconds go to is said, not silent.
+    assert f"starting the embedded NATS server (first use of {data})… 0s" in said
+    assert "checking that the task's reference runs here… " in said
+    # While the coder's call takes five seconds, the line counts them.
+    assert len(ticks(said, "step 2: coder at work") - {0}) >= 2, said
+    # The status line is the terminal's only: stdout holds the run's own lines.
+    printed = (tmp_path / "1").read_text()
+    assert "\x1b" not in printed and "status:   success" in printed
+
+
+def test_a_benchs_progress_line_ticks_while_no_candidate_ends(tmp_path: Path) -> None:
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"))
+    slow = slow_script(tmp_path, 5, "coder")
+    args = [
+        "bench", str(EXAMPLES / "tasks" / "relu.py"), "--samples", "1",
+        "--workflow", "coder_only", "--llm", f"scripted:{slow}",
+    ]  # fmt: skip
+    code, said = on_a_terminal(*args, env=env, out=tmp_path / "report")
+    assert code == 0, said
+    waiting = re.findall(r"0/1 searched, 0 solved; 0 candidates done, 1 running, (\d+)s", said)
+    assert len(set(waiting)) >= 3, said  # redrawn every second, not only at an event

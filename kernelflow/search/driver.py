@@ -134,6 +134,7 @@ class SearchProgress:
     solved: int = 0
     started: float = field(default_factory=time.monotonic)
     printed_at: int = 0  # searches finished when a line was last written to a log
+    told_at: float = 0.0  # when ``on_progress`` was last called
 
     def line(self) -> str:
         width = 24
@@ -400,12 +401,15 @@ class SearchRunner:
         )
 
     def _report(self) -> None:
+        """Tell ``on_progress`` what changed, and at least every second (a terminal's
+        line then shows the time going on while candidates take long)."""
         p = self.progress
         candidates = [c for s in self.searches.values() for c in s.db.candidates.values()]
         done = sum(1 for c in candidates if c.ended)
         running = len(candidates) - done
-        if (done, running) != (p.candidates_done, p.running) or self.on_progress is None:
-            p.candidates_done, p.running = done, running
+        now = time.monotonic()
+        if (done, running) != (p.candidates_done, p.running) or now - p.told_at >= 1.0:
+            p.candidates_done, p.running, p.told_at = done, running, now
             if self.on_progress is not None:
                 self.on_progress(p)
 
