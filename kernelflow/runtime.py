@@ -410,21 +410,22 @@ def _explain_waits(
 # --------------------------------------------------------------------------- giving up
 
 
-def own_work(ours: set[str]) -> Callable[[Job], bool]:
-    """A command's own daemon's ``DaemonConfig.serves``: the work of ``ours`` only, and
-    cancels (they call for no LLM, and whoever asked wants them applied now). Everything
-    else stays queued for a daemon of its own: a task submitted for another model must
-    not be answered by this command's."""
+def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Job], bool]:
+    """A command's own daemon's ``DaemonConfig.serves``: the work of ``ours`` only (task
+    ids, or whether a task id is one), and cancels (they call for no LLM, and whoever
+    asked wants them applied now). Everything else stays queued for a daemon of its own:
+    a task submitted for another model must not be answered by this command's."""
+    is_ours = ours.__contains__ if isinstance(ours, set) else ours
 
     def serves(job: Job) -> bool:
         if job.source == "event":
-            return task_of(job.subject) in ours
+            return is_ours(task_of(job.subject))
         try:
             command = decode_command(job.data)
         except MalformedMessage:
             return True  # answered as malformed, as any daemon does
         if isinstance(command, SubmitTask):
-            return command.task_id in ours
+            return command.task_id is not None and is_ours(command.task_id)
         return True
 
     return serves

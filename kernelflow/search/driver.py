@@ -269,6 +269,10 @@ class SearchRunner:
         after = search.db.candidates.get(event.task_id)
         return running and after is not None and after.ended
 
+    def owns(self, task_id: str) -> bool:
+        """Whether ``task_id`` is a candidate of one of these searches."""
+        return self._search_of(task_id) is not None
+
     def _search_of(self, task_id: str) -> _Search | None:
         prefix, _, index = task_id.rpartition("-")
         if not index.isdigit():
