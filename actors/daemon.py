@@ -63,6 +63,11 @@ DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
 _DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
 # When a message settled "soon" is delivered again.
 SOON_S = 0.5
+# When work a daemon did not serve (``DaemonConfig.serves``) is delivered again once it
+# gave it back as it stopped: after its pull requests expired (``CreditPuller``'s
+# ``expires_s``, 5 s), which the server would otherwise hand it to, unheard, for
+# ``ack_wait_s``.
+_GIVEN_BACK_AFTER_S = 6.0
 # Triggers the loop may hold at once beyond what idle conductor actors can take.
 _LOOP_ROOM = 64
 
@@ -471,7 +476,7 @@ class Daemon:
         parked, self._parked = self._parked, []
         for msg in parked:
             with contextlib.suppress(Exception):
-                await msg.nak()
+                await msg.nak(delay=_GIVEN_BACK_AFTER_S)
 
     def stop(self, wait_s: float | None = None) -> None:
         """Stop taking work, let actors finish what they hold (for up to ``wait_s``,

@@ -16,6 +16,7 @@ import pty
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from tests.conftest import (
     role_auth,
     run_cli,
 )
-from tests.daemons import slow_script, submitted_on_default
+from tests.daemons import RELU_SCRIPT, slow_script, submitted_on_default
 from tests.test_bench import bench_process, evolve_script, search_of
 
 # Starts servers and CLI processes: not in `make test-fast`.
@@ -192,3 +193,59 @@ def test_a_benchs_progress_line_ticks_while_no_candidate_ends(tmp_path: Path) ->
     assert code == 0, said
     waiting = re.findall(r"0/1 searched, 0 solved; 0 candidates done, 1 running, (\d+)s", said)
     assert len(set(waiting)) >= 3, said  # redrawn every second, not only at an event
+
+
+def test_verify_says_it_builds_a_cpp_extension_once_and_not_when_built(tmp_path: Path) -> None:
+    """A first C++ build takes a minute, which ``verify`` says as it begins; the same
+    source checked again is found built, and nothing is said."""
+    env = cli_env(
+        KF_DATA_DIR=str(tmp_path / "data"),
+        KF_EXTENSION_CACHE=str(tmp_path / "extensions"),  # nothing built yet
+        KF_VERIFY_THREADS="1",
+    )
+    args = (
+        "verify", "--backend", "cpp", "--trials", "1",
+        "--task", str(EXAMPLES / "kernelbench" / "level1" / "12_tanh_gelu.py"),
+        "--candidate", str(EXAMPLES / "candidates" / "cpp" / "tanh_gelu_scalar.py"),
+    )  # fmt: skip
+    first = run_cli(*args, env=env, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stderr.startswith(
+        "kernelflow verify: building the extension tanh_gelu_scalar (the first build here: 30 to "
+        "60 s of compiling torch's headers; a source built once is not built again)…\n"
+    ), first.stderr
+    again = run_cli(*args, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "building" not in again.stderr
+
+
+def test_a_task_of_the_python_api_leaves_others_queued_tasks_to_their_daemon(
+    tmp_path: Path,
+) -> None:
+    """``Task`` hosts a daemon for its own task only: a submit left in the store (for
+    another model, say) is said once and stays queued; ``serve_others=True`` does it."""
+    env = cli_env(KF_DATA_DIR=str(tmp_path / "data"), KF_LLM=f"scripted:{RELU_SCRIPT}")
+    relu = str(EXAMPLES / "tasks" / "relu.py")
+    assert run_cli("submit", relu, "--task-id", "earlier", env=env).returncode == 0
+    program = (
+        "import sys\nfrom kernelflow import Task\n"
+        f"task = Task(op_name='relu', task_desc=open({relu!r}).read(), "
+        "serve_others=sys.argv[1] == 'yes')\n"
+        "print(task.run_sync().success)\n"
+    )
+    # Given back as the first stops, the submit is taken again some seconds later
+    # (actors/daemon.py): the second's own task takes longer than that.
+    slow = f"scripted:{slow_script(tmp_path, 10, 'designer')}"
+    for serve_others, note, llm in (
+        ("no", "note: task earlier (conductor) waits in the queue", env["KF_LLM"]),
+        ("yes", "note: Task relu's daemon also works on task earlier (conductor)", slow),
+    ):
+        ran = subprocess.run(
+            [sys.executable, "-c", program, serve_others],
+            capture_output=True, text=True, env=env | {"KF_LLM": llm}, cwd=REPO, timeout=240,
+        )  # fmt: skip
+        assert (ran.returncode, ran.stdout) == (0, "True\n"), ran.stderr
+        assert [line for line in ran.stderr.splitlines() if line.startswith(note)], ran.stderr
+        status = run_cli("status", "earlier", env=env)
+        # Left alone: still a submit in the queue (exit 3); served: a task in the log.
+        assert status.returncode == (3 if serve_others == "no" else 0), status.stderr

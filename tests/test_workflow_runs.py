@@ -376,7 +376,10 @@ def test_a_run_leaves_tasks_others_queued_to_their_daemon_unless_asked(
     assert status.returncode == 3, status.stderr  # still queued: not in the log yet
     assert "task earlier is not in the log yet" in status.stderr
 
-    served = run_cli("run", *args, "--serve-others")
+    # Given back as the first run stopped, the submit is taken again some seconds later
+    # (actors/daemon.py): this run's own task takes longer than that.
+    slow = slow_script(tmp_path, 10, "designer")
+    served = run_cli("run", *args, "--serve-others", "--llm", f"scripted:{slow}")
     assert served.returncode == 0, served.stderr
     notes = [line for line in served.stderr.splitlines() if line.startswith("note:")]
     assert notes == [
