@@ -63,6 +63,11 @@ DEFAULT_ROLES = (CONDUCTOR_ROLE, "designer", "coder", VERIFIER)
 _DEFAULT_POOLS = {VERIFIER: 1, CONDUCTOR_ROLE: 16}
 # When a message settled "soon" is delivered again.
 SOON_S = 0.5
+# When work a daemon did not serve (``DaemonConfig.serves``) is delivered again once it
+# gave it back as it stopped: after its pull requests expired (``CreditPuller``'s
+# ``expires_s``, 5 s), which the server would otherwise hand it to, unheard, for
+# ``ack_wait_s``.
+_GIVEN_BACK_AFTER_S = 6.0
 # Triggers the loop may hold at once beyond what idle conductor actors can take.
 _LOOP_ROOM = 64
 
@@ -99,6 +104,11 @@ class DaemonConfig:
     # Called on the bridge loop with the role as each job is taken up: a command
     # that runs its own daemon (``kernelflow run``) says through it what else it works on.
     on_job: Callable[[str, Job], None] | None = None
+    # Which jobs this daemon does (None: every one). A job it does not serve stays queued
+    # for another daemon: taken, kept "in progress" untouched while this daemon runs, and
+    # given back as it stops (a command's own daemon that works only on its own tasks:
+    # ``kernelflow run`` without ``--serve-others``, README.md "CLI").
+    serves: Callable[[Job], bool] | None = None
 
     def pool_size(self, role: str) -> int:
         if role == VERIFIER and self.gpus:
@@ -188,6 +198,7 @@ class Daemon:
         self._pumps: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._held: set[_Held] = set()
+        self._parked: list[Msg] = []  # jobs it does not serve, left for another daemon
         self._heartbeat: asyncio.Task[None] | None = None
 
     def pool_loads(self) -> list[PoolLoad]:
@@ -343,12 +354,15 @@ class Daemon:
                 # consumer, an imported log): done without an actor or a read.
                 self._in_background(msg.ack())
                 return
+            job = self._job(pool, msg, feed.source)
+            if self.config.serves is not None and not self.config.serves(job):
+                self._parked.append(msg)
+                return
             if not feed.decided_on_loop and pool.idle.empty():
                 # More than was asked for (a late answer to a request given up on after a
                 # reconnect): let JetStream deliver it again shortly.
                 self._in_background(msg.nak(delay=1.0))
                 return
-            job = self._job(pool, msg, feed.source)
             held = _Held(pool, None, msg)
             self._held.add(held)
             if feed.decided_on_loop:
@@ -423,9 +437,9 @@ class Daemon:
         only a dead daemon's messages are redelivered."""
         while True:
             await asyncio.sleep(self.config.ack_wait_s / 3)
-            for held in list(self._held):
+            for msg in [held.msg for held in self._held] + self._parked:
                 with contextlib.suppress(Exception):
-                    await held.msg.in_progress()
+                    await msg.in_progress()
 
     def _free(self, held: _Held) -> None:
         if held.actor_freed:
@@ -471,6 +485,10 @@ class Daemon:
                 self._off_loop(held)
                 with contextlib.suppress(Exception):
                     await held.msg.nak()
+        parked, self._parked = self._parked, []
+        for msg in parked:
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=_GIVEN_BACK_AFTER_S)
 
     def stop(self, wait_s: float | None = None) -> None:
         """Stop taking work, let actors finish what they hold (for up to ``wait_s``,

@@ -1,6 +1,8 @@
 """How far a long read of the log got, on one terminal line: the position, the rate and
 the time left. Reading a million events takes a minute or more; without this a user
-cannot tell a slow export from a stuck one.
+cannot tell a slow export from a stuck one. And what a command waits on, with the time
+it has waited, ticking every second (``Ticker``): `run` says so while it starts the
+embedded NATS, checks the reference, and waits on each step.
 
 Shown on stderr only when stderr is a terminal (see ``for_terminal``), so that output
 that is piped or logged stays clean; the line is redrawn at most every ``every_s`` and
@@ -10,6 +12,7 @@ erased when the phase ends, leaving the command's own output as it would be with
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
@@ -90,8 +93,83 @@ def phase_of(
 
 def for_terminal(stream: TextIO) -> ProgressLine | None:
     """A progress line on ``stream`` if it is a terminal, else None (nothing shown)."""
+    return ProgressLine(stream) if _interactive(stream) else None
+
+
+def _interactive(stream: TextIO) -> bool:
     try:
-        interactive = stream.isatty()
+        return stream.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stream
-        interactive = False
-    return ProgressLine(stream) if interactive else None
+        return False
+
+
+class Ticker:
+    """A status line on a terminal saying what a command is waiting on and for how long,
+    redrawn every ``every_s`` (the elapsed time ticks while nothing else happens), erased
+    when the command ends; with no stream (not a terminal: ``ticker_for``), it shows
+    nothing. ``say`` changes what is waited on; ``above`` writes a line of the
+    command's own above it."""
+
+    def __init__(
+        self,
+        stream: TextIO | None,
+        *,
+        every_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream, self.every_s, self.clock = stream, every_s, clock
+        self._label: str | None = None
+        self._since = clock()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Ticker:
+        if self.stream is not None:
+            self._thread = threading.Thread(target=self._tick, name="kf-ticker", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self._erase()
+
+    def say(self, label: str) -> None:
+        """Wait on ``label`` from now."""
+        with self._lock:
+            self._label, self._since = label, self.clock()
+            self._draw()
+
+    def above(self, write: Callable[[], None]) -> None:
+        """Run ``write`` (which prints a line of the command's) with the line erased."""
+        with self._lock:
+            self._erase()
+            write()
+            self._draw()
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(self.every_s):
+            with self._lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        if self.stream is None or self._label is None or self._stopped.is_set():
+            return
+        elapsed = _duration(self.clock() - self._since)
+        with contextlib.suppress(OSError, ValueError):  # a terminal gone
+            self.stream.write(f"{_REDRAW}{self._label}… {elapsed}")
+            self.stream.flush()
+
+    def _erase(self) -> None:
+        if self.stream is not None and self._label is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(_REDRAW)
+                self.stream.flush()
+
+
+def ticker_for(stream: TextIO, shown: bool = True) -> Ticker:
+    """A ``Ticker`` on ``stream`` if it is a terminal (and ``shown``), else one that shows
+    nothing: output that is piped or logged stays as it was."""
+    return Ticker(stream if shown and _interactive(stream) else None)

@@ -52,6 +52,7 @@ from kernelflow.runtime import (
     cancel_abandoned,
     connected,
     noting_other_tasks,
+    own_work,
     reach_llm,
     stopped_after,
 )
@@ -158,6 +159,8 @@ class RolloutProgress:
     running: int = 0
     rewards: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    printed_at: int = -1  # rollouts done when a line was last written to a log
+    told_at: float = 0.0  # when ``on_progress`` was last called
 
     def line(self) -> str:
         width = 30
@@ -223,6 +226,7 @@ class Rollout:
         agents = self._agents(commands)
         provider = self._provider(agents)
         pool = max(1, self.config.max_concurrency)
+        ours = {c.task_id or "" for c in commands}
         with connected(self.settings) as bridge:
             reach_llm(bridge, provider, [SOLVER, CONDUCTOR_ROLE])
             daemon = Daemon(
@@ -232,9 +236,8 @@ class Rollout:
                     pool_sizes={**dict.fromkeys(agents, pool), CONDUCTOR_ROLE: min(pool, 8)},
                     ack_wait_s=self.settings.ack_wait_s,
                     llm=provider,
-                    on_job=noting_other_tasks(
-                        bridge, {c.task_id or "" for c in commands}, "this rollout"
-                    ),
+                    on_job=noting_other_tasks(bridge, ours, "this rollout", serving=False),
+                    serves=own_work(ours),
                 ),
             ).start()
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves
@@ -302,6 +305,9 @@ class Rollout:
                 while waiting and progress.running < pool:
                     bridge.call(bridge.commands.publish(waiting.pop(), subjects.SUBMIT))
                     progress.running += 1
+                if on_progress is not None and time.monotonic() - progress.told_at >= 1.0:
+                    progress.told_at = time.monotonic()  # a terminal's line ticks on
+                    on_progress(progress)
                 try:
                     event = inbox.get(timeout=0.5)
                 except queue.Empty:
@@ -319,6 +325,7 @@ class Rollout:
                     if primary in state.rewards:
                         progress.rewards.append(state.rewards[primary].value)
                     if on_progress is not None:
+                        progress.told_at = time.monotonic()
                         on_progress(progress)
         except KeyboardInterrupt:
             unsubmitted = {c.task_id for c in waiting}
@@ -331,11 +338,15 @@ class Rollout:
 
 
 def print_progress(progress: RolloutProgress) -> None:
-    """A bar redrawn in place on a terminal; in a log, a line every 5% of the rollouts."""
+    """A bar redrawn in place on a terminal (every second: its time ticks on); in a log,
+    a line every 5% of the rollouts."""
     last = progress.done == progress.total
     if sys.stderr.isatty():
         print(f"\r{progress.line()}", end="\n" if last else "", file=sys.stderr, flush=True)
-    elif last or progress.done % max(1, progress.total // 20) == 0:
+    elif progress.done != progress.printed_at and (
+        last or progress.done % max(1, progress.total // 20) == 0
+    ):
+        progress.printed_at = progress.done
         print(progress.line(), file=sys.stderr, flush=True)
 
 

@@ -121,6 +121,7 @@ def start_daemon(
     on_job: Callable[[str, Job], None] | None = None,
     *,
     llm_must_answer: bool = True,
+    serves: Callable[[Job], bool] | None = None,
 ) -> Daemon:
     """A daemon hosting ``roles`` on ``bridge``, its LLM endpoints reached first
     (``reach_llm``): one that cannot be used ends a command at once (EndpointUnreachable)
@@ -153,6 +154,7 @@ def start_daemon(
         gpus=gpus,
         cpu_verifiers=cpus,
         on_job=on_job,
+        serves=serves,
     )
     if VERIFIER in roles:
         warn_unseen_gpus(config)
@@ -394,13 +396,38 @@ def _explain_waits(
 # --------------------------------------------------------------------------- giving up
 
 
-def noting_other_tasks(bridge: Bridge, ours: set[str], runner: str) -> Callable[[str, Job], None]:
+def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Job], bool]:
+    """A command's own daemon's ``DaemonConfig.serves``: the work of ``ours`` only (task
+    ids, or whether a task id is one), and cancels (they call for no LLM, and whoever
+    asked wants them applied now). Everything else stays queued for a daemon of its own:
+    a task submitted for another model must not be answered by this command's."""
+    is_ours = ours.__contains__ if isinstance(ours, set) else ours
+
+    def serves(job: Job) -> bool:
+        if job.source == "event":
+            return is_ours(task_of(job.subject))
+        try:
+            command = decode_command(job.data)
+        except MalformedMessage:
+            return True  # answered as malformed, as any daemon does
+        if isinstance(command, SubmitTask):
+            return command.task_id is not None and is_ours(command.task_id)
+        return True
+
+    return serves
+
+
+def noting_other_tasks(
+    bridge: Bridge, ours: set[str], runner: str, *, serving: bool = True
+) -> Callable[[str, Job], None]:
     """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
-    when it takes work for a task that is not one of ``ours`` and is not over (``runner``
-    names the command: "this run"). Such work was queued in the store before the command
-    (a crashed run's task, a submit no daemon took yet) or comes from another publisher
-    on a shared server; unsaid, it would run unseen, LLM calls and all. Work left over for
-    a task that ended (an earlier command's, cancelled as it stopped) is dropped unsaid."""
+    when it is handed work for a task that is not one of ``ours`` and is not over
+    (``runner`` names the command: "this run"). Such work was queued in the store before
+    the command (a crashed run's task, a submit no daemon took yet) or comes from another
+    publisher on a shared server. ``serving`` (``--serve-others``): the daemon works on
+    it, and says so; else it leaves it queued (``own_work``), and says that. Work left
+    over for a task that ended (an earlier command's, cancelled as it stopped) is dropped
+    unsaid."""
     noted: set[str] = set()
     looking: set[asyncio.Task[None]] = set()
 
@@ -409,12 +436,19 @@ def noting_other_tasks(bridge: Bridge, ours: set[str], runner: str) -> Callable[
             history = await bridge.log.read_task(task)
             if fold(task, history.events).terminal is not None:
                 return
-        print(
-            f"note: {runner}'s daemon also works on task {task} ({role}), queued before "
-            f"{runner} or by another publisher; `kernelflow cancel {task}` ends it",
-            file=sys.stderr,
-            flush=True,
-        )
+        if serving:
+            said = (
+                f"note: {runner}'s daemon also works on task {task} ({role}), queued before "
+                f"{runner} or by another publisher; `kernelflow cancel {task}` ends it"
+            )
+        else:
+            said = (
+                f"note: task {task} ({role}) waits in the queue, left there by another "
+                f"command or publisher; {runner} leaves it to a daemon (`kernelflow daemon` "
+                f"runs it, --serve-others lets {runner} work on it, `kernelflow cancel "
+                f"{task}` ends it)"
+            )
+        print(said, file=sys.stderr, flush=True)
 
     def on_job(role: str, job: Job) -> None:  # on the bridge loop
         task = _task_worked_on(job)

@@ -46,6 +46,7 @@ from kernelflow.runtime import (
     connected,
     follow_task,
     noting_other_tasks,
+    own_work,
     start_daemon,
     stopped_after,
 )
@@ -175,6 +176,7 @@ class Task:
         timeout_s: float | None = None,
         nats_url: str | None = None,
         host_daemon: bool | None = None,
+        serve_others: bool = False,
         settings: Settings | None = None,
     ) -> None:
         self.op_name = op_name
@@ -193,6 +195,9 @@ class Task:
         # Host the agents here: by default only on the embedded NATS (given a NATS URL, the
         # daemons already there run the task).
         self.host_daemon = self.settings.nats_url is None if host_daemon is None else host_daemon
+        # Whether the daemon hosted here also works on tasks others left queued (as
+        # ``kernelflow run --serve-others``); by default it leaves them to their daemons.
+        self.serve_others = serve_others
 
     def command(self) -> SubmitTask:
         """The task's submit command: ``TaskFileError`` for a ``task_desc`` that is no
@@ -224,8 +229,11 @@ class Task:
         with connected(self.settings) as bridge:
             with contextlib.ExitStack() as hosting:
                 if self.host_daemon:
-                    own = noting_other_tasks(bridge, {task_id}, f"Task {self.op_name}")
-                    daemon = start_daemon(bridge, self.settings, roles_for(command), {}, own)
+                    serving, runner = self.serve_others, f"Task {self.op_name}"
+                    own = noting_other_tasks(bridge, {task_id}, runner, serving=serving)
+                    serves = None if serving else own_work({task_id})
+                    roles = roles_for(command)
+                    daemon = start_daemon(bridge, self.settings, roles, {}, own, serves=serves)
                     hosting.enter_context(stopped_after(daemon))
                 bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
                 try:

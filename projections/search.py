@@ -10,7 +10,16 @@ submitted with its place in the search in ``TaskSubmitted.metadata``:
   the strategy has none);
 - ``parents`` / ``inspirations``: the task ids of the kernels shown to its coder, comma
   separated;
-- ``search_settings``: the search's settings as JSON (the same in every candidate).
+- ``search_settings``: the search's settings as JSON (the same in every candidate);
+- ``attempt``: absent for a candidate's first task; 1, 2, ... for the task that redoes it
+  after a search was interrupted (below).
+
+A candidate whose task was cancelled because its search was interrupted (Ctrl-C: the
+reason ``INTERRUPTED``) is not part of the search: the fold drops it, and the candidate
+number is free again, so a resumed search plans it again as it planned it the first time
+and submits it as a new task (``<search>-r<attempt>-<n>``), whose outcome is the
+candidate's. A resumed search's database is then the one of a search never interrupted
+(but for the redone tasks' ids).
 
 A candidate's kernel is the one its task ended with (``TaskFinished.final_code``); its
 verdict and speedup are the newest check of that kernel (the verification it ended on, or
@@ -58,7 +67,11 @@ ISLAND = "island"
 PARENTS = "parents"
 INSPIRATIONS = "inspirations"
 SETTINGS = "search_settings"
+ATTEMPT = "attempt"
 RUNNING = "running"
+# Why the driver cancels the candidates in flight when it is interrupted (Ctrl-C): such a
+# candidate is redone when the search resumes (see the module's docstring).
+INTERRUPTED = "search interrupted"
 
 # How promising a kernel is to build on, by its verdict (a pass scores 1 + its speedup; an
 # untimed or inconclusively timed one, 1 + 1: parity).
@@ -74,6 +87,7 @@ class Candidate:
     island: int = 0
     parents: tuple[str, ...] = ()
     inspirations: tuple[str, ...] = ()
+    attempt: int = 0  # 0: the candidate's first task; n: its n-th redo after an interrupt
     status: str = RUNNING
     code: str | None = None  # the kernel the task ended with
     verdict: str | None = None  # of that kernel, by its newest check
@@ -150,6 +164,9 @@ class SearchDatabase:
         self.light = light
         self.candidates: dict[str, Candidate] = {}
         self.settings: str | None = None  # the recorded settings (JSON)
+        # Candidate number -> the attempt of its newest task; once that one is dropped
+        # (interrupted), the attempt its next task is: what a resumed search submits.
+        self.attempts: dict[int, int] = {}
 
     def apply(self, position: int, event: Event) -> bool:
         if type(event) is TaskSubmitted:
@@ -157,6 +174,14 @@ class SearchDatabase:
         candidate = self.candidates.get(event.task_id)
         if candidate is None:
             return False
+        if (
+            type(event) is TaskCancelled
+            and event.reason == INTERRUPTED
+            and self.search_id is not None
+            and not candidate.ended
+        ):
+            self._drop(candidate, candidate.attempt + 1)
+            return True
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             if self.light:
@@ -179,9 +204,18 @@ class SearchDatabase:
             return False  # the same task again (an imported log read twice)
         self.settings = self.settings or meta.get(SETTINGS)
         index = _int(meta.get(CANDIDATE)) if self.search_id else len(self.candidates)
+        attempt = _int(meta.get(ATTEMPT))
+        if self.search_id is not None:
+            if attempt < self.attempts.get(index, 0):
+                return False  # a task of the candidate's that an interrupt cut off
+            self.attempts[index] = attempt
+            earlier = [c for c in self.candidates.values() if c.index == index]
+            for c in earlier:  # read before its cancel (another task's events came first)
+                self._drop(c, attempt)
         self.candidates[event.task_id] = Candidate(
             task_id=event.task_id,
             index=index,
+            attempt=attempt,
             generation=_int(meta.get(GENERATION)),
             island=_int(meta.get(ISLAND)),
             parents=_ids(meta.get(PARENTS)),
@@ -189,6 +223,12 @@ class SearchDatabase:
             submitted_at=event.at,
         )
         return True
+
+    def _drop(self, candidate: Candidate, next_attempt: int) -> None:
+        """Forget a task an interrupt cut off: its candidate is to be done again."""
+        del self.candidates[candidate.task_id]
+        index = candidate.index
+        self.attempts[index] = max(self.attempts.get(index, 0), next_attempt)
 
     # ------------------------------------------------------------------ queries
 

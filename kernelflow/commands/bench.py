@@ -38,7 +38,7 @@ from kernelflow.projections.benchmark import (
     run_summary,
 )
 from kernelflow.projections.report import bench_text
-from kernelflow.runtime import connected, interruptible, start_daemon, stopped_after
+from kernelflow.runtime import connected, interruptible, own_work, start_daemon, stopped_after
 from kernelflow.search.driver import (
     Budget,
     SearchRunner,
@@ -290,7 +290,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 roles = (CONDUCTOR_ROLE, *workflow.agents)
                 pools = {a: args.concurrency for a in workflow.agents if a != "verifier"}
-                daemon = start_daemon(bridge, settings, roles, pools)
+                # Its own candidates only: others' queued tasks wait for their daemons.
+                daemon = start_daemon(bridge, settings, roles, pools, serves=own_work(runner.owns))
                 with stopped_after(daemon):
                     databases = runner.run()
         except SettingsChanged as exc:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import sys
 import uuid
@@ -30,7 +29,6 @@ from kernelflow.progress import for_terminal
 from kernelflow.projections.task_state import fold
 from kernelflow.render import describe, row_speedup_text, summary, unknown_kinds_note
 from kernelflow.runtime import (
-    UNTAKEN_HINT_AFTER_S,
     connected,
     follow_tasks,
     interruptible,
@@ -146,6 +144,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 log_source.progress = for_terminal(sys.stderr)  # a long log takes a while
                 rows = status_rows(metrics_of(log_source))
                 say_quarantined(log_source)
+        queued_while_no_daemon(bridge, rows)
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
         return EXIT_OK
@@ -155,6 +154,16 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if args.task_id:
         print(task_details(rows[0]))
     return EXIT_OK
+
+
+def queued_while_no_daemon(bridge: Bridge, rows: list[dict[str, Any]]) -> None:
+    """A task not over is ``queued``, not ``running``, while no daemon runs a conductor:
+    nothing advances it until one starts (README.md, "CLI")."""
+    running = [row for row in rows if row["status"] == "running"]
+    if running and (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
+        for row in running:
+            row["status"] = "queued"
+            row["reason"] = row["reason"] or f"{why}: it waits for one (kernelflow daemon)"
 
 
 def task_details(row: dict[str, Any]) -> str:
@@ -196,20 +205,17 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     refuse_unpublishable(command, "cancel this task")
     with connected(settings) as bridge:
         asked = bridge.spawn(request_reply(bridge, command, subjects.CANCEL, args.timeout))
-        first_look = min(UNTAKEN_HINT_AFTER_S, args.timeout)
         try:
-            looked = not concurrent.futures.wait([asked], timeout=first_look).done
-            # No answer yet (or the request gave up at --timeout as the first look ended).
-            answer = None if looked else asked.result()
-            if answer is None and (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
-                # Waiting longer cannot help; the cancel stays queued for the next daemon.
+            # Whether a daemon runs a conductor, asked while the cancel is on its way (a
+            # second): with none, waiting cannot help, and the cancel stays queued.
+            why = no_host(bridge, CONDUCTOR_ROLE)
+            if why is not None and not asked.done():
                 raise WaitTimeout(
-                    f"no answer after {first_look:g}s: {why}. The cancel waits in the queue "
-                    "and applies when a daemon starts (kernelflow daemon)"
+                    f"cancel of {args.task_id} queued: {why}; it applies when a daemon "
+                    "starts (kernelflow daemon)"
                 )
-            if looked:
-                # A conductor is up: the request gives up itself at --timeout (then None).
-                answer = asked.result(timeout=args.timeout - first_look + 5)
+            # A conductor is up: the request gives up itself at --timeout (then None).
+            answer = asked.result(timeout=args.timeout + 5)
         finally:
             asked.cancel()
     if answer is None:

@@ -6,7 +6,11 @@ Nothing here is a source of truth: a search's state is its database, folded from
 (``kernelflow.projections.search``). Started again after a kill, the driver reads the log
 first, then asks each strategy for the generation to run (the same one, planned the same
 way), submits what of it is not in the log yet under the same task ids, and waits for the
-rest: candidates that were running are resumed by the daemons like any task.
+rest: candidates that were running are resumed by the daemons like any task. Stopped by
+Ctrl-C, the driver cancels the candidates in flight (``INTERRUPTED``); the fold drops them
+(``kernelflow.projections.search``), so a resumed search plans and submits them again, as
+new tasks (``SearchTask.task_id``'s ``attempt``), and ends with the database of a search
+never interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import contextlib
 import math
 import queue
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,9 +31,11 @@ from kernelflow.events import subjects
 from kernelflow.events.errors import TransportError
 from kernelflow.events.model import CancelTask, Event, PriorKernel, SubmitTask
 from kernelflow.projections.search import (
+    ATTEMPT,
     CANDIDATE,
     GENERATION,
     INSPIRATIONS,
+    INTERRUPTED,
     ISLAND,
     PARENTS,
     SEARCH,
@@ -51,6 +58,9 @@ from kernelflow.verification.policy import DEFAULT_POLICY
 # long the kernels it builds on.
 MAX_PRIOR_CODE_CHARS = 24_000
 MAX_PRIOR_FEEDBACK_CHARS = 1_500
+# What a redo adds to a candidate's task id, before its number: ``<search>-r<attempt>-<n>``
+# (the number last, as a scripted model picks a sample's answer by: llm/scripted.py).
+_REDO = re.compile(r"-r\d+$")
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,10 @@ class SearchTask:
     deadline_s: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)
 
-    def task_id(self, index: int) -> str:
-        return f"{self.search_id}-{index}"
+    def task_id(self, index: int, attempt: int = 0) -> str:
+        """The task of candidate ``index``; ``attempt`` > 0: its redo after an interrupt."""
+        redo = f"-r{attempt}" if attempt else ""
+        return f"{self.search_id}{redo}-{index}"
 
 
 class SettingsChanged(ValueError):
@@ -121,6 +133,7 @@ class SearchProgress:
     solved: int = 0
     started: float = field(default_factory=time.monotonic)
     printed_at: int = 0  # searches finished when a line was last written to a log
+    told_at: float = 0.0  # when ``on_progress`` was last called
 
     def line(self) -> str:
         width = 24
@@ -184,7 +197,7 @@ class SearchRunner:
                     break
                 self._wait(pump)
         except KeyboardInterrupt:
-            cancel_abandoned(self.bridge, self._ours_running(), "search interrupted")
+            cancel_abandoned(self.bridge, self._ours_running(), INTERRUPTED)
             raise
         finally:
             pump.cancel()
@@ -253,9 +266,15 @@ class SearchRunner:
         after = search.db.candidates.get(event.task_id)
         return running and after is not None and after.ended
 
+    def owns(self, task_id: str) -> bool:
+        """Whether ``task_id`` is a candidate of one of these searches."""
+        return self._search_of(task_id) is not None
+
     def _search_of(self, task_id: str) -> _Search | None:
-        search_id, _, index = task_id.rpartition("-")
-        return self.searches.get(search_id) if index.isdigit() else None
+        prefix, _, index = task_id.rpartition("-")
+        if not index.isdigit():
+            return None
+        return self.searches.get(prefix) or self.searches.get(_REDO.sub("", prefix))
 
     # ------------------------------------------------------------------ planning
 
@@ -291,8 +310,9 @@ class SearchRunner:
             if not running:
                 self._finish(search, "all generations done")
             return
+        recorded = {c.index for c in db.candidates.values()}
         for spec in generation.candidates:
-            if spec.index in search.published or search.task.task_id(spec.index) in db.candidates:
+            if spec.index in search.published or spec.index in recorded:
                 continue
             if self._in_flight() >= self.concurrency:
                 return
@@ -322,8 +342,10 @@ class SearchRunner:
             for t in ids
             if t in db.candidates
         ]
+        attempt = db.attempts.get(spec.index, 0)
+        redo = {ATTEMPT: str(attempt)} if attempt else {}
         command = SubmitTask(
-            task_id=task.task_id(spec.index),
+            task_id=task.task_id(spec.index, attempt),
             task_name=task.task_name,
             task_source=task.task_source,
             workflow=task.workflow,
@@ -343,6 +365,7 @@ class SearchRunner:
                 PARENTS: ",".join(spec.parents),
                 INSPIRATIONS: ",".join(spec.inspirations),
                 SETTINGS: task.settings.to_json(),
+                **redo,
             },
         )
         self.bridge.call(self.bridge.commands.publish(command, subjects.SUBMIT))
@@ -379,12 +402,15 @@ class SearchRunner:
         )
 
     def _report(self) -> None:
+        """Tell ``on_progress`` what changed, and at least every second (a terminal's
+        line then shows the time going on while candidates take long)."""
         p = self.progress
         candidates = [c for s in self.searches.values() for c in s.db.candidates.values()]
         done = sum(1 for c in candidates if c.ended)
         running = len(candidates) - done
-        if (done, running) != (p.candidates_done, p.running) or self.on_progress is None:
-            p.candidates_done, p.running = done, running
+        now = time.monotonic()
+        if (done, running) != (p.candidates_done, p.running) or now - p.told_at >= 1.0:
+            p.candidates_done, p.running, p.told_at = done, running, now
             if self.on_progress is not None:
                 self.on_progress(p)
 

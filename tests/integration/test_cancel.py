@@ -82,7 +82,7 @@ def test_a_task_cancelled_right_after_its_submit_ends_cancelled(
         "cancel", "cancelled-early", "--timeout", "30", *as_user("publisher", private_nats)
     )
     assert cancel.returncode == 3, cancel.stderr  # no conductor yet: it waits in the queue
-    assert "The cancel waits in the queue" in cancel.stderr
+    assert "cancel of cancelled-early queued: no daemon answered" in cancel.stderr
     assert stream_messages(private_nats, subjects.COMMANDS_STREAM) == 10
     log = tmp_path / "daemon.log"
     daemon = start_daemon(private_nats, log)

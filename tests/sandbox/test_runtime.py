@@ -18,11 +18,12 @@ from kernelflow.actors.worker import Job
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
-from kernelflow.events.model import SubmitTask, TaskCancelled, TaskSubmitted
+from kernelflow.events.model import CancelTask, SubmitTask, TaskCancelled, TaskSubmitted
 from kernelflow.runtime import (
     ABANDONED_STOP_WAIT_S,
     interruptible,
     noting_other_tasks,
+    own_work,
     stopped_after,
 )
 from kernelflow.usage import WaitTimeout, exit_code_for
@@ -81,6 +82,17 @@ def test_a_commands_daemon_notes_each_other_task_once_unless_it_is_over(
         "note: this run's daemon also works on task queued (conductor), queued before this run "
         "or by another publisher; `kernelflow cancel queued` ends it",
     ]
+
+
+def test_a_commands_own_daemon_serves_its_own_tasks_and_cancels_only() -> None:
+    for serves in (own_work({"mine"}), own_work(lambda task: task.startswith("mi"))):
+        assert serves(event_job("mine")) and serves(submit_job("mine"))
+        assert not serves(event_job("others")) and not serves(submit_job("others"))
+        anonymous = SubmitTask(task_name="relu", task_source="")  # the conductor names it
+        assert not serves(Job("command", subjects.SUBMIT, encode(anonymous), {}, 1, 1))
+        cancel = encode(CancelTask(task_id="others", reason="not needed"))
+        assert serves(Job("command", subjects.CANCEL, cancel, {}, 1, 1))  # costs no LLM
+        assert serves(Job("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
 
 
 class StoppingDaemon:

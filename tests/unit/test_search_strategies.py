@@ -5,7 +5,9 @@ the real strategies and the real database fold)."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Callable
 
 import pytest
@@ -16,6 +18,7 @@ from kernelflow.actors.prompts import agent_messages
 from kernelflow.events.model import (
     Event,
     PriorKernel,
+    TaskCancelled,
     TaskFinished,
     TaskSubmitted,
     TimingStats,
@@ -23,9 +26,11 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.projections.search import (
+    ATTEMPT,
     CANDIDATE,
     GENERATION,
     INSPIRATIONS,
+    INTERRUPTED,
     ISLAND,
     PARENTS,
     SEARCH,
@@ -51,9 +56,12 @@ VERDICTS = ["pass", "mismatch", "runtime_error", "compile_error", "rejected_stat
 Outcome = tuple[str, float | None]
 
 
-def submitted(spec_index: int, generation: int, island: int, parents, inspirations) -> Event:
+def submitted(
+    spec_index: int, generation: int, island: int, parents, inspirations, attempt: int = 0
+) -> Event:
+    redo = {ATTEMPT: str(attempt)} if attempt else {}
     return TaskSubmitted(
-        task_id=f"{S}-{spec_index}",
+        task_id=f"{S}-r{attempt}-{spec_index}" if attempt else f"{S}-{spec_index}",
         seq=1,
         task_name="p",
         task_source="",
@@ -68,6 +76,7 @@ def submitted(spec_index: int, generation: int, island: int, parents, inspiratio
             ISLAND: str(island),
             PARENTS: ",".join(parents),
             INSPIRATIONS: ",".join(inspirations),
+            **redo,
         },
     )
 
@@ -99,11 +108,14 @@ def simulate(
     order: random.Random,
     log: list[Event],
     stop_after: int | None = None,
+    *,
+    interrupt: bool = False,
 ) -> SearchDatabase:
     """Run a search against ``outcome`` (candidate number → verdict, speedup), candidates
     of a generation ending in ``order``; every event goes to ``log``. With ``stop_after``,
-    stop (as a kill would) once that many candidates have ended. The database is rebuilt
-    from ``log`` first: what a restarted driver does."""
+    stop (as a kill would) once that many candidates have ended; ``interrupt``: as Ctrl-C
+    does, cancelling the candidates still running (``INTERRUPTED``). The database is
+    rebuilt from ``log`` first: what a restarted driver does."""
     db = SearchDatabase(S)
     # A restart reads the log: tasks interleaved, each task's own events in order.
     by_task: dict[str, list[Event]] = {}
@@ -119,10 +131,15 @@ def simulate(
     ends = sum(1 for c in db.candidates.values() if c.ended)
     while (generation := plan(found, db, search)) is not None:
         for spec in generation.candidates:
-            task_id = f"{S}-{spec.index}"
-            if task_id not in db.candidates:
+            if spec.index not in {c.index for c in db.candidates.values()}:
+                attempt = db.attempts.get(spec.index, 0)
                 e = submitted(
-                    spec.index, spec.generation, spec.island, spec.parents, spec.inspirations
+                    spec.index,
+                    spec.generation,
+                    spec.island,
+                    spec.parents,
+                    spec.inspirations,
+                    attempt,
                 )
                 log.append(e)
                 db.apply(0, e)
@@ -130,6 +147,9 @@ def simulate(
         order.shuffle(running)
         for c in running:
             if stop_after is not None and ends >= stop_after:
+                for cut in running if interrupt else ():
+                    if not cut.ended:
+                        log.append(TaskCancelled(task_id=cut.task_id, seq=2, reason=INTERRUPTED))
                 return db
             for e in ended(c.task_id, outcome(c.index)):
                 log.append(e)
@@ -172,6 +192,33 @@ def test_a_search_stopped_anywhere_and_resumed_ends_with_the_same_database(
     assert resumed.lineage() == straight.lineage()
     # Every candidate number once, in planned order, each generation whole.
     assert [c.index for c in straight.ordered()] == list(range(len(straight.candidates)))
+
+
+def _redos_unnamed(db: SearchDatabase) -> str:
+    """The database's lineage, a redone task's id read as its candidate's first."""
+    return re.sub(r"-r\d+(-\d+)", r"\1", json.dumps(db.lineage()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(searches, outcomes, st.integers(0, 1000), st.integers(0, 1000), st.integers(0, 12))
+def test_a_search_interrupted_anywhere_redoes_what_the_interrupt_cancelled(
+    search: SearchSettings, results: list[Outcome], first: int, second: int, stop: int
+) -> None:
+    def outcome(index: int) -> Outcome:
+        return results[index % len(results)]
+
+    straight = simulate(search, outcome, random.Random(first), [])
+    log: list[Event] = []
+    simulate(search, outcome, random.Random(second), log, stop_after=stop, interrupt=True)
+    resumed = simulate(search, outcome, random.Random(second + 1), log)
+    assert _redos_unnamed(resumed) == _redos_unnamed(straight)
+    assert all(c.status != "cancelled" for c in resumed.candidates.values())
+    # Interrupted twice: the second redo is a task of its own too.
+    again: list[Event] = []
+    simulate(search, outcome, random.Random(second), again, stop_after=stop, interrupt=True)
+    simulate(search, outcome, random.Random(second), again, stop_after=stop + 1, interrupt=True)
+    twice = simulate(search, outcome, random.Random(second + 2), again)
+    assert _redos_unnamed(twice) == _redos_unnamed(straight)
 
 
 @settings(max_examples=150, deadline=None)
