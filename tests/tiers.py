@@ -13,6 +13,7 @@ it belongs: a test that drifts into a slower tier moves, and the fast tier stays
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -29,9 +30,10 @@ def _argv(args: Any) -> list[str]:
 
 
 def is_kernelflow_command(argv: Sequence[str]) -> bool:
-    """``python -m kernelflow …`` or the installed ``kernelflow`` script."""
-    joined = " ".join(argv)
-    return "-m kernelflow" in joined or os.path.basename(argv[0]) == "kernelflow"
+    """``python -m kernelflow …`` or the installed ``kernelflow`` script (not a module of
+    the package run as a process of its own: the sandbox's child)."""
+    run_as_module = any(a == "-m" and b == "kernelflow" for a, b in itertools.pairwise(argv))
+    return run_as_module or os.path.basename(argv[0]) == "kernelflow"
 
 
 def is_nats_server(argv: Sequence[str]) -> bool:

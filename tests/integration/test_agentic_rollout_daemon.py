@@ -25,18 +25,18 @@ from tests.daemons import (
     task_events,
     wait_until_settled,
 )
+from tests.plugins import plugin_site
 from tests.unit.test_agentic_rollout import RESEARCH_SCRIPT, research_script_in
 
 
 def research_plugin(site: Path) -> dict[str, str]:
     """An installed distribution whose ``kernelflow.agents`` entry point is the example's
     research agent (a BaseAgent subclass); the environment that sees it."""
-    dist = site / "research_agent-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: research-agent\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[kernelflow.agents]\n"
-        "research = examples.agentic_rollout.seed.research_agent:ResearchAgent\n"
+    plugin_site(
+        site,
+        "research-agent",
+        "kernelflow.agents",
+        "research = examples.agentic_rollout.seed.research_agent:ResearchAgent",
     )
     return {"PYTHONPATH": f"{site}:{REPO}"}
 

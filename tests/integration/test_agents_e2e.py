@@ -28,6 +28,7 @@ from kernelflow.settings import Settings
 from kernelflow.tools import workspace_files
 from tests.conftest import EXAMPLES, REPO, as_user, cli_env, creds, run_cli
 from tests.daemons import assert_each_step_once, task_events
+from tests.plugins import plugin_site
 
 ARITHMETIC = EXAMPLES / "datasets" / "arithmetic.jsonl"
 
@@ -243,11 +244,8 @@ def test_bad_agent_kinds_tools_and_settings_are_refused_with_the_key_path(
 def install_kind_plugin(site: Path, name: str, source: str) -> dict[str, str]:
     """A distribution in ``site`` whose entry point registers ``source``'s ``Kind`` as
     agent kind ``name``; the environment that sees it."""
-    (site / f"{name}_kind.py").write_text(textwrap.dedent(source))
-    dist = site / f"{name}_kind-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}-kind\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[kernelflow.agents]\n{name} = {name}_kind:Kind\n")
+    modules = {f"{name}_kind": textwrap.dedent(source)}
+    plugin_site(site, f"{name}-kind", "kernelflow.agents", f"{name} = {name}_kind:Kind", modules)
     return cli_env(PYTHONPATH=f"{site}:{REPO}")
 
 

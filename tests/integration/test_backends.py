@@ -35,6 +35,7 @@ from kernelflow.verification.backends import (
 from kernelflow.verification.backends import registry as backend_registry
 from kernelflow.verification.gate import check_candidate
 from kernelflow.workflows.loader import load_workflow
+from tests import plugins
 from tests.child_jobs import RELU_TASK, run_child_job
 from tests.conftest import EXAMPLES, KERNELFLOW
 from tests.memory import running_bridge
@@ -82,13 +83,13 @@ BACKEND = TinyBackend()
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A distribution whose ``kernelflow.backends`` entry point is the tiny backend."""
-    site = tmp_path_factory.mktemp("site")
-    (site / "tiny_backend.py").write_text(TINY_SOURCE)
-    dist = site / "tiny_backend-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-backend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[kernelflow.backends]\ntiny = tiny_backend:BACKEND\n")
-    return site
+    return plugins.plugin_site(
+        tmp_path_factory.mktemp("site"),
+        "tiny-backend",
+        "kernelflow.backends",
+        "tiny = tiny_backend:BACKEND",
+        {"tiny_backend": TINY_SOURCE},
+    )
 
 
 @pytest.fixture

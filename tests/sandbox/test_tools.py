@@ -31,6 +31,7 @@ from kernelflow.tools import (
     tool_names,
 )
 from tests.conftest import marked, wait_until_unmarked
+from tests.plugins import plugin_site
 
 REPO = Path(__file__).resolve().parents[2]
 CTX = ToolContext(task_id="t1", agent="tester")
@@ -451,12 +452,12 @@ except UnknownTool as exc:
 
 
 def test_entry_point_plugins_are_found(tmp_path: Path) -> None:
-    (tmp_path / "kf_echo_plugin.py").write_text(PLUGIN)
-    dist = tmp_path / "kf_echo_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kf-echo-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[kernelflow.tools]\necho = kf_echo_plugin:Echo\nbroken = kf_missing_module:Tool\n"
+    plugin_site(
+        tmp_path,
+        "kf-echo-plugin",
+        "kernelflow.tools",
+        "echo = kf_echo_plugin:Echo\nbroken = kf_missing_module:Tool",
+        {"kf_echo_plugin": PLUGIN},
     )
     done = subprocess.run(
         [sys.executable, "-c", CHECK_PLUGIN],

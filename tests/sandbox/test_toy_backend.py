@@ -18,6 +18,7 @@ import pytest
 from kernelflow.verification.backends import registry
 from kernelflow.verification.gate import gate_findings
 from tests.child_jobs import RELU_TASK, run_child_job
+from tests.plugins import plugin_site
 
 # The whole backend: the DSL itself (a decorator and a launcher) and what kernelflow asks
 # of it. Stdlib (and kernelflow's backend seam) at module level: the sandbox imports it.
@@ -133,13 +134,13 @@ NO_LAUNCH = CORRECT.replace(
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The one module, and its one registration: an entry point in kernelflow.backends."""
-    folder = tmp_path_factory.mktemp("site")
-    (folder / "toyk.py").write_text(TOYK)
-    dist = folder / "toyk-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyk\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[kernelflow.backends]\ntoyk = toyk:BACKEND\n")
-    return folder
+    return plugin_site(
+        tmp_path_factory.mktemp("site"),
+        "toyk",
+        "kernelflow.backends",
+        "toyk = toyk:BACKEND",
+        {"toyk": TOYK},
+    )
 
 
 @pytest.fixture

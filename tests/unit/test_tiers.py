@@ -31,3 +31,11 @@ def test_a_local_socket_pair_is_allowed() -> None:
     with a, b:
         a.sendall(b"x")
         assert b.recv(1) == b"x"
+
+
+def test_the_sandbox_tier_tells_the_cli_from_the_sandbox_s_child() -> None:
+    from tests.tiers import is_kernelflow_command
+
+    assert is_kernelflow_command(["python", "-m", "kernelflow", "run", "t.py"])
+    assert is_kernelflow_command(["/venv/bin/kernelflow", "status"])
+    assert not is_kernelflow_command(["python", "-m", "kernelflow.verification.child"])
