@@ -1,6 +1,6 @@
 """Agent kinds (agents as pure step functions; docs/agents.md, "Kinds"): ``llm``,
 ``react``, ``tool``, ``coding``, ``executor`` and any registered through
-``register_agent`` or the ``kernelflow.agents`` entry-point group, durable programs among them
+``register_kind`` or the ``kernelflow.agents`` entry-point group, durable programs among them
 (``kernelflow.actors.kinds.durable``)."""
 
 from kernelflow.actors.kinds import (  # noqa: F401  (register the built-ins)
@@ -28,7 +28,7 @@ from kernelflow.actors.kinds.registry import (
     agent_kind,
     agent_kinds,
     plugin_errors,
-    register_agent,
+    register_kind,
 )
 
 __all__ = [
@@ -49,5 +49,5 @@ __all__ = [
     "agent_kind",
     "agent_kinds",
     "plugin_errors",
-    "register_agent",
+    "register_kind",
 ]

@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 
 from kernelflow.actors.kinds.base import Finish, KindConfig, Step, Turn
 from kernelflow.actors.kinds.react import ReactConfig, ReactKind
-from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.registry import register_kind
 from kernelflow.events.model import LLMCalled, ToolCalled
 
 Phase = Literal[
@@ -92,7 +92,7 @@ def phase_of(state: CodebaseState, exploration_before_planning: int) -> Phase:
     return "understanding"
 
 
-@register_agent("coding")
+@register_kind("coding")
 class CodingKind(ReactKind):
     config_type: ClassVar[type[KindConfig]] = CodingConfig
     config: CodingConfig

@@ -11,11 +11,11 @@ kind's.
 from __future__ import annotations
 
 from kernelflow.actors.kinds.base import CallLLM, Finish, GiveUp, Step, Turn
-from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.registry import register_kind
 from kernelflow.actors.kinds.tool import ToolKind
 
 
-@register_agent("executor")
+@register_kind("executor")
 class ExecutorKind(ToolKind):
     instructions = "kind_executor.txt"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from kernelflow.actors.kinds.base import AgentKind, CallLLM, Finish, Step, Turn
 from kernelflow.actors.kinds.formats import final_answer
-from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.registry import register_kind
 
 
-@register_agent("llm")
+@register_kind("llm")
 class SingleCallKind(AgentKind):
     def next_step(self, turn: Turn) -> Step:
         if not turn.llm_calls:

@@ -23,7 +23,7 @@ from kernelflow.actors.kinds.loop import (
     text_call_id,
     tool_parameters,
 )
-from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.registry import register_kind
 from kernelflow.events.model import ToolCalled, ToolUse
 
 
@@ -33,7 +33,7 @@ class ReactConfig(LoopConfig, frozen=True, forbid_unknown_fields=True):
     enable_self_reflection: bool = True
 
 
-@register_agent("react")
+@register_kind("react")
 class ReactKind(ToolLoopKind):
     config_type: ClassVar[type[KindConfig]] = ReactConfig
     config: ReactConfig

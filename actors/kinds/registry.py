@@ -1,4 +1,4 @@
-"""The agent-kind registry: built-in kinds, ``@register_agent`` and entry-point plugins.
+"""The agent-kind registry: built-in kinds, ``@register_kind`` and entry-point plugins.
 
 A third-party package adds a kind by declaring an entry point in the group
 ``kernelflow.agents`` whose object is an ``AgentKind`` subclass, or an agent written as a
@@ -24,7 +24,7 @@ class UnknownAgentKind(ValueError):
     pass
 
 
-def register_agent(name: str) -> Callable[[type[AgentKind]], type[AgentKind]]:
+def register_kind(name: str) -> Callable[[type[AgentKind]], type[AgentKind]]:
     """Class decorator: make ``cls`` available to workflows as ``agent_kind: name``."""
 
     def register(cls: type[AgentKind]) -> type[AgentKind]:
@@ -49,7 +49,7 @@ def _plugin_errors() -> tuple[str, ...]:
 
     def register(name: str, obj: object) -> None:
         if name not in _KINDS:
-            register_agent(name)(_kind_of(name, obj))  # type: ignore[arg-type]
+            register_kind(name)(_kind_of(name, obj))  # type: ignore[arg-type]
 
     return load_plugins(ENTRY_POINT_GROUP, problem, register)
 

@@ -22,7 +22,7 @@ from kernelflow.actors.kinds.loop import (
     text_call_id,
     tool_parameters,
 )
-from kernelflow.actors.kinds.registry import register_agent
+from kernelflow.actors.kinds.registry import register_kind
 from kernelflow.events.model import ToolUse
 
 
@@ -32,7 +32,7 @@ class ToolAgentConfig(LoopConfig, frozen=True, forbid_unknown_fields=True):
     require_tool_usage: bool = False
 
 
-@register_agent("tool")
+@register_kind("tool")
 class ToolKind(ToolLoopKind):
     config_type: ClassVar[type[KindConfig]] = ToolAgentConfig
     config: ToolAgentConfig

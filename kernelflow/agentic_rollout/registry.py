@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from kernelflow.actors.kinds import agent_kind, agent_kinds
-from kernelflow.actors.kinds import register_agent as register_kind
+from kernelflow.actors.kinds import agent_kind, agent_kinds, register_kind
 from kernelflow.agentic_rollout.agent import BaseAgent
 
 A = TypeVar("A", bound=type[BaseAgent])

@@ -19,9 +19,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar, Protocol
 
-__all__ = ["Finding", "KernelLanguage", "KernelScope", "Verdict"]
+__all__ = ["Finding", "KernelLanguage", "KernelScope", "Refusal"]
 
-Verdict = tuple[str, str]  # (rule, message)
+Refusal = tuple[str, str]  # (rule, message)
 Finding = tuple[str, ast.AST, str]  # (rule, node, message)
 AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -78,7 +78,7 @@ class KernelLanguage(ABC):
         return False
 
     @abstractmethod
-    def judge_chain(self, path: str, where: str) -> Verdict | None:
+    def judge_chain(self, path: str, where: str) -> Refusal | None:
         """Why the chain ``path`` (rooted at one of ``roots``) may not be used ``where``
         (forward, init, launch, jit); None when it may."""
 

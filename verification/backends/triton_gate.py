@@ -17,7 +17,7 @@ from kernelflow.verification.backends.language import (
     Finding,
     KernelLanguage,
     KernelScope,
-    Verdict,
+    Refusal,
 )
 from kernelflow.verification.backends.triton_host import HostValues, host_names
 from kernelflow.verification.backends.triton_rules import (
@@ -70,7 +70,7 @@ class TritonLanguage(KernelLanguage):
     def is_constant_wrapper(self, name: str) -> bool:
         return name.endswith("constexpr")
 
-    def judge_chain(self, path: str, where: str) -> Verdict | None:
+    def judge_chain(self, path: str, where: str) -> Refusal | None:
         parts = path.split(".")
         if len(parts) == 1:
             return None
@@ -185,7 +185,7 @@ class TritonLanguage(KernelLanguage):
         return name in JIT_BUILTINS
 
 
-def _judge_tl(path: str, rest: list[str], where: str) -> Verdict | None:
+def _judge_tl(path: str, rest: list[str], where: str) -> Refusal | None:
     if not rest or tuple(rest) in TL_NAMESPACES:
         return None
     language = (

@@ -46,8 +46,8 @@ from kernelflow.verification.child.remote import (
     start_candidate,
 )
 from kernelflow.verification.child.report import (
+    CheckEnded,
     Reports,
-    Verdict,
     VerificationFailure,
     finite,
     format_exception,
@@ -121,7 +121,7 @@ def run_job(
         assert candidate is not None
         try:
             return build_job(candidate, job)
-        except Verdict as verdict:
+        except CheckEnded as verdict:
             return verdict.result
     checks = Checks.from_job(job)
     # The reference computes with the threads the candidate's process is given, on the
@@ -155,7 +155,7 @@ def run_job(
             return task if not shapes else load_task(task_file, shapes, f"kf_task_{tag}")
 
         judged = Judge(task_for, candidate, checks, reports, notes, wd).run()
-    except Verdict as verdict:
+    except CheckEnded as verdict:
         return verdict.result
     if candidate is None:
         return reports.reference_runs(judged.shapes, notes)

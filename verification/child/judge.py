@@ -35,8 +35,8 @@ from kernelflow.verification.child.remote import (
 )
 from kernelflow.verification.child.report import (
     WROTE_OUTSIDE,
+    CheckEnded,
     Reports,
-    Verdict,
     VerificationFailure,
     format_exception,
     rejected,
@@ -112,7 +112,7 @@ TaskForShapes = Callable[[dict[str, int]], Any]
 
 class Judge:
     """Runs the trials of the candidate against the task's ``Model``; a failed check
-    raises the :class:`~.report.Verdict` that ends the job."""
+    raises the :class:`~.report.CheckEnded` that ends the job."""
 
     def __init__(
         self,
@@ -206,7 +206,7 @@ class Judge:
             raise candidate_raised(self.reports, raised.info, stage, trial, label) from None
         except CandidateDied as died:
             raise candidate_died(self.reports, died, trial, label) from None
-        except Verdict:
+        except CheckEnded:
             raise
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt) or stage != REFERENCE:
@@ -317,7 +317,7 @@ class Judge:
 
 def candidate_raised(
     reports: Reports, info: dict[str, Any], stage: str, trial: int, label: str
-) -> Verdict:
+) -> CheckEnded:
     """The verdict on an exception the candidate's code raised in ``stage``."""
     tb = [str(line) for line in info.get("traceback") or []]
     last = str(info.get("last", "an exception"))
@@ -335,7 +335,7 @@ def candidate_raised(
     )
 
 
-def candidate_died(reports: Reports, died: CandidateDied, trial: int, label: str) -> Verdict:
+def candidate_died(reports: Reports, died: CandidateDied, trial: int, label: str) -> CheckEnded:
     """The verdict on a candidate whose process ended in the middle of a call."""
     lines = [died.how]
     if died.output.strip():

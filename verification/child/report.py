@@ -19,8 +19,8 @@ from kernelflow.verification.child.speedup import speedup_words
 
 __all__ = [
     "WROTE_OUTSIDE",
+    "CheckEnded",
     "Reports",
-    "Verdict",
     "VerificationFailure",
     "classify_exception",
     "exception_chain",
@@ -62,7 +62,7 @@ def rejected(rule: str, message: str) -> VerificationFailure:
     return VerificationFailure(message, [message], verdict="rejected_runtime", rule=rule)
 
 
-class Verdict(Exception):
+class CheckEnded(Exception):
     """A check that ended before it passed, with its result (raise it from any phase)."""
 
     def __init__(self, result: dict[str, Any]) -> None:
@@ -83,9 +83,9 @@ class Reports:
 
     def failed(
         self, verdict: str, summary: str, lines: list[str], reason: str, trials_done: int = 0
-    ) -> Verdict:
+    ) -> CheckEnded:
         # One feedback entry: the (trimmed) traceback reads best as a single block.
-        return Verdict(
+        return CheckEnded(
             {
                 **self.base,
                 "verdict": verdict,
@@ -98,9 +98,9 @@ class Reports:
 
     def refused(
         self, failure: VerificationFailure, trial: int, label: str, shapes: list[dict[str, int]]
-    ) -> Verdict:
+    ) -> CheckEnded:
         """A check the candidate failed on trial ``trial``, with what it measured."""
-        return Verdict(
+        return CheckEnded(
             {
                 **self.base,
                 "verdict": failure.verdict,

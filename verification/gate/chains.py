@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Literal
 
-from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.language import KernelLanguage, Refusal
 from kernelflow.verification.gate.rules import (
     ALLOWED_DUNDERS,
     ALLOWED_IMPORTS,
@@ -38,7 +38,6 @@ from kernelflow.verification.gate.rules import (
 
 __all__ = [
     "Context",
-    "Verdict",
     "escape",
     "is_namespace",
     "is_public",
@@ -51,7 +50,6 @@ __all__ = [
 ]
 
 Context = Literal["forward", "init", "launch", "jit"]
-Verdict = tuple[str, str]  # (rule, message)
 
 # Modules that are plain libraries: any public name directly under them (typing: see
 # _typing_name).
@@ -89,7 +87,7 @@ def judge_import(
     extra_roots: tuple[str, ...],
     glue: tuple[str, ...] = (),
     languages: Sequence[KernelLanguage] = (),
-) -> Verdict | None:
+) -> Refusal | None:
     """Why importing ``path`` (``torch.nn``, ``torch.empty`` from ``from torch import
     empty``) is refused; None when it may be imported (``glue``: the backend's paths the
     gate otherwise refuses, and the modules holding them; ``languages``: the backend's
@@ -121,7 +119,7 @@ def judge_chain(
     extra_roots: tuple[str, ...] = (),
     languages: Sequence[KernelLanguage] = (),
     kernel: KernelLanguage | None = None,
-) -> Verdict | None:
+) -> Refusal | None:
     """Why the chain ``path`` may not be used ``where``; None when it may (``languages``:
     the backend's kernel languages, which judge the chains of their modules; ``kernel``:
     the language of the kernel body ``where`` is "jit")."""
@@ -159,7 +157,7 @@ def judge_chain(
 
 def _judge_torch(
     path: str, parts: list[str], where: Context, kernel: KernelLanguage | None
-) -> Verdict | None:
+) -> Refusal | None:
     name = parts[1] if len(parts) > 1 else ""
     if not name:
         return None
@@ -185,7 +183,7 @@ def _judge_torch(
 
 def _judge_nn(
     path: str, rest: list[str], where: Context, kernel: KernelLanguage | None
-) -> Verdict | None:
+) -> Refusal | None:
     if not rest:
         return None
     head = rest[0]
@@ -214,7 +212,7 @@ def _judge_nn(
 
 def refused(
     path: str, where: str, *, compute: bool = False, kernel: KernelLanguage | None = None
-) -> Verdict:
+) -> Refusal:
     """The refusal of the chain ``path`` where it is not allowed (``kernel``: the language
     of the kernel body ``where`` is "jit")."""
     shown_path = shown(path)
@@ -248,7 +246,7 @@ def refused(
     return escape(path)
 
 
-def escape(path: str) -> Verdict:
+def escape(path: str) -> Refusal:
     """The refusal of a chain that is on no allow-list (a module reached through another)."""
     return (
         "module_escape",
