@@ -33,7 +33,7 @@ from kernelflow.events.model import (
     TaskSubmitted,
     VerificationCompleted,
 )
-from kernelflow.projections.memory import memory, render_memory
+from kernelflow.projections.agent_memory import memory, render_memory
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
 from kernelflow.tools import make_tool
@@ -118,7 +118,7 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
 
 
 def _flow_sections(template: Template, state: TaskState, workflow: Workflow) -> dict[str, str]:
-    """``$memory`` (what the task's agents did so far: ``projections/memory.py``) and
+    """``$memory`` (what the task's agents did so far: ``projections/agent_memory.py``) and
     ``$toolset`` (the tools of the workflow's agents), for the templates that use them
     (docs/workflows.md, "agentflow")."""
     sections = {}

@@ -15,7 +15,7 @@ from kernelflow.events.model import (
     TaskSubmitted,
     ToolCalled,
 )
-from kernelflow.projections.memory import EMPTY, memory, render_memory
+from kernelflow.projections.agent_memory import EMPTY, memory, render_memory
 from kernelflow.projections.task_state import TaskState, apply, fold
 
 T = "t-memory"
