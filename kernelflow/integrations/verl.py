@@ -47,7 +47,7 @@ import asyncio
 import importlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernelflow.actors.kinds.formats import final_answer
 from kernelflow.projections.rewards import (
@@ -109,11 +109,10 @@ def compute_score(
             data_source, solution_str, ground_truth, extra_info, **verl_context
         )
         return result
-    if row.kind != "kernel":
-        return _score_answer(row, solution_str, ground_truth, reward)
-    fn, code = _kernel_reward(row, solution_str, reward)
-    if code is None:
-        return _result(fn, RewardInput(status="failed"), correct=False, verdict="no_code")
+    kernel = _kernel_to_verify(row, solution_str, ground_truth, reward)
+    if not isinstance(kernel, _ToVerify):
+        return kernel
+    fn, code = kernel
     if pool if pool is not None else Settings().reward_pool:
         request = _request(row, code, str(ground_truth), fn, trials, timeout_s, policy)
         return shared_client().score_sync(request).as_verl()
@@ -142,12 +141,10 @@ async def compute_score_async(
         return await asyncio.to_thread(
             compute_score, data_source, solution_str, ground_truth, extra_info, **verl_context
         )
-    if row.kind != "kernel":
-        return _score_answer(row, solution_str, ground_truth, reward)
-    fn, code = _kernel_reward(row, solution_str, reward)
-    if code is None:
-        return _result(fn, RewardInput(status="failed"), correct=False, verdict="no_code")
-    request = _request(row, code, str(ground_truth), fn, trials, timeout_s, policy)
+    kernel = _kernel_to_verify(row, solution_str, ground_truth, reward)
+    if not isinstance(kernel, _ToVerify):
+        return kernel
+    request = _request(row, kernel.code, str(ground_truth), kernel.fn, trials, timeout_s, policy)
     return (await shared_client().score(request)).as_verl()
 
 
@@ -169,9 +166,25 @@ def _row_of(data_source: str, extra_info: dict[str, Any] | None) -> _Row | None:
     return None
 
 
-def _kernel_reward(row: _Row, response: str, reward: str | None) -> tuple[RewardFn, str | None]:
-    """The kernel reward to apply, and the code the response holds (None: none)."""
-    return kernel_reward(reward or row.reward_fn), code_in(response)
+class _ToVerify(NamedTuple):
+    """A kernel response the verifier must judge: the reward to apply, and its code."""
+
+    fn: RewardFn
+    code: str
+
+
+def _kernel_to_verify(
+    row: _Row, response: str, ground_truth: Any, reward: str | None
+) -> _ToVerify | dict[str, Any] | float:
+    """What ``compute_score`` and ``compute_score_async`` share: the score of a response
+    no verifier needs to see (an answer row's, or a kernel row's that holds no code), or
+    the kernel to verify."""
+    if row.kind != "kernel":
+        return _score_answer(row, response, ground_truth, reward)
+    fn, code = kernel_reward(reward or row.reward_fn), code_in(response)
+    if code is None:
+        return _result(fn, RewardInput(status="failed"), correct=False, verdict="no_code")
+    return _ToVerify(fn, code)
 
 
 def _request(
