@@ -26,7 +26,6 @@ from kernelflow.actors.worker import (
     Settlement,
     current_dispatch,
     state_of,
-    workflow_of,
 )
 from kernelflow.common.redact import scrub, scrubbed_traceback
 from kernelflow.events.codec import decode_event
@@ -44,7 +43,7 @@ from kernelflow.events.model import (
 from kernelflow.llm import budgets_of
 from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from kernelflow.llm.budget import task_budget_error
-from kernelflow.projections.task_state import Dispatch, TaskState, fold
+from kernelflow.projections.task_state import Dispatch, TaskState, fold, workflow_of
 from kernelflow.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
 from kernelflow.workflows.model import AgentSpec
 from kernelflow.workflows.parsing import ParseError, parse_output

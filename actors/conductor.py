@@ -52,7 +52,6 @@ from kernelflow.actors.worker import (
     quarantined,
     state_of,
     task_of,
-    workflow_of,
 )
 from kernelflow.common.redact import scrub
 from kernelflow.events import subjects
@@ -77,7 +76,7 @@ from kernelflow.projections.rewards import (
     needs_judge,
     pending_reward_events,
 )
-from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold
+from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold, workflow_of
 from kernelflow.verification.backends import backend
 from kernelflow.verification.policy import policy
 from kernelflow.verification.taskfile import TaskFileError, check_task_source

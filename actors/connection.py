@@ -5,7 +5,7 @@ certificate); and what a server's refusal means, in one line.
 
 A client with an nkey takes its replies on an inbox of its own, ``_INBOX.<public key>.``
 (``inbox_prefix``): kernelflow's roles let each user subscribe there and nowhere else
-under ``_INBOX`` (kernelflow.nats_auth), so no user sees the replies another gets.
+under ``_INBOX`` (kernelflow.host.nats_auth), so no user sees the replies another gets.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from kernelflow.actors.connection import safe_url
 from kernelflow.events import subjects
 from kernelflow.events.requests import Request, RequestsPort, Serving
 
-log = logging.getLogger("kernelflow.health")
+log = logging.getLogger("kernelflow.host.health")
 
 
 def new_daemon_id() -> str:

@@ -17,7 +17,6 @@ from kernelflow.actors.worker import (
     Settlement,
     current_dispatch,
     state_of,
-    workflow_of,
 )
 from kernelflow.events.codec import decode_event
 from kernelflow.events.log import AppendConflict
@@ -28,7 +27,7 @@ from kernelflow.events.model import (
     VerificationReport,
     VerifyLimits,
 )
-from kernelflow.projections.task_state import Dispatch, TaskState
+from kernelflow.projections.task_state import Dispatch, TaskState, workflow_of
 from kernelflow.verification.engine import (
     VerifierConfig,
     checking_device,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 import pykka
@@ -18,8 +17,6 @@ from kernelflow.events.model import AgentDispatched, AgentFailed, Event, Quarant
 from kernelflow.events.quarantine import placed
 from kernelflow.events.subjects import task_of as task_of  # used by the daemon and the CLI
 from kernelflow.projections.task_state import Dispatch, TaskState, fold
-from kernelflow.workflows.loader import parse_recorded_workflow
-from kernelflow.workflows.model import Workflow
 
 # How the pump settles a message once an actor is done with it: ack (done, whatever the
 # outcome), nak (could not finish: deliver again later), soon (not yet: it waits on work
@@ -180,14 +177,3 @@ def quarantined(bridge: Bridge, job: Job) -> bool:
 
 def state_of(history: TaskHistory) -> TaskState:
     return fold(history.task_id, history.events)
-
-
-def workflow_of(state: TaskState) -> Workflow:
-    assert state.submitted is not None
-    return _parse_cached(state.submitted.workflow_yaml, state.submitted.workflow_name)
-
-
-@lru_cache(maxsize=64)
-def _parse_cached(text: str, name: str) -> Workflow:
-    # The document was accepted at submission, perhaps under laxer rules than today's.
-    return parse_recorded_workflow(text, name)

@@ -24,7 +24,7 @@ import nats
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import ChatMessage, Event, LLMCalled, Usage
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.host.nats_server import EmbeddedNats
 
 
 def sample_events(task_id: str, n: int) -> list[Event]:

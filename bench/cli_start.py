@@ -4,7 +4,7 @@ pass`` (the interpreter's own start) in the same run: the best of ``--runs`` eac
     .venv/bin/python bench/cli_start.py [--runs 7]
 
 Target (issue 48): at most 0.3 s here; a command's modules are imported only when it runs
-(kernelflow/cli.py).
+(kernelflow/cli/main.py).
 """
 
 from __future__ import annotations

@@ -75,9 +75,9 @@ from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.verifier import Verifier
 from kernelflow.events import subjects
 from kernelflow.events.model import ConductorDecided, SubmitTask, VerificationReport
+from kernelflow.host.nats_server import EmbeddedNats
+from kernelflow.host.observability import Telemetry
 from kernelflow.llm.scripted import ScriptedProvider
-from kernelflow.nats_server import EmbeddedNats
-from kernelflow.observability import Telemetry
 from kernelflow.projections.task_state import fold
 
 REPO = Path(__file__).resolve().parent.parent

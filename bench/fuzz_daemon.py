@@ -40,7 +40,7 @@ from nats.aio.msg import Msg
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import OutputParsed, TaskCancelled
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.host.nats_server import EmbeddedNats
 
 REPO = Path(__file__).resolve().parent.parent
 RELU = (REPO / "examples" / "tasks" / "relu.py").read_text()

@@ -33,7 +33,7 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel import SNAPSHOT, ReadModel, Snapshot
 from kernelflow.actors.readmodel_snapshot import page_name
 from kernelflow.events import subjects
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.projections.metrics import FOLD_VERSION
 
 

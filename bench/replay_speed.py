@@ -54,7 +54,7 @@ from kernelflow.events.model import (
     VerificationReport,
     ends_task,
 )
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.offline.grpo import export_grpo
 from kernelflow.offline.sources import EventFilter, FileSource, Source, live_events
 from kernelflow.projections import logfile

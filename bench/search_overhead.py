@@ -28,8 +28,8 @@ import yaml
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
 from kernelflow.actors.verifier import WarmUps
+from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.llm.scripted import ScriptedProvider
-from kernelflow.nats_server import EmbeddedNats
 from kernelflow.search.driver import SearchRunner, SearchTask
 from kernelflow.search.strategies import SearchSettings
 from kernelflow.workflows.loader import load_workflow

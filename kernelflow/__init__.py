@@ -18,7 +18,7 @@ _PUBLIC = {
     "UnknownBackend": "kernelflow.verification.backends",
     "UnknownPolicy": "kernelflow.verification.policy",
     "UnknownReward": "kernelflow.projections.rewards",
-    "SettingsError": "kernelflow.settings",
+    "SettingsError": "kernelflow.host.settings",
     "RewardClient": "kernelflow.rewards",
     "RewardRequest": "kernelflow.rewards",
     "RewardUnjudged": "kernelflow.rewards",

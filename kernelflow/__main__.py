@@ -1,5 +1,5 @@
 import sys
 
-from kernelflow.cli import main
+from kernelflow.cli.main import main
 
 sys.exit(main())

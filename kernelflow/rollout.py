@@ -42,13 +42,7 @@ from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.errors import TransportError
 from kernelflow.events.model import Event, SubmitTask
-from kernelflow.llm import make_provider
-from kernelflow.llm.config import AgentLLM, load_config
-from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
-from kernelflow.projections.task_state import TaskState, apply
-from kernelflow.projections.trajectory import Trajectory, build_trajectory
-from kernelflow.prompt_datasets import PromptItem  # also importable from here: docs/agents.md
-from kernelflow.runtime import (
+from kernelflow.host.runtime import (
     cancel_abandoned,
     connected,
     noting_other_tasks,
@@ -56,7 +50,13 @@ from kernelflow.runtime import (
     reach_llm,
     stopped_after,
 )
-from kernelflow.settings import Settings
+from kernelflow.host.settings import Settings
+from kernelflow.llm import make_provider
+from kernelflow.llm.config import AgentLLM, load_config
+from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
+from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.projections.trajectory import Trajectory, build_trajectory
+from kernelflow.prompt_datasets import PromptItem  # also importable from here: docs/agents.md
 from kernelflow.verification.policy import DEFAULT_POLICY
 from kernelflow.workflows.loader import parse_workflow, resolve_workflow
 from kernelflow.workflows.model import DEFAULT_AGENT_KIND

@@ -36,12 +36,8 @@ from kernelflow.actors.kinds.check import check_agents
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.model import Event, SubmitTask
-from kernelflow.projections.rewards import check_reward_names
-from kernelflow.projections.task_state import TaskState, fold
-from kernelflow.projections.trajectory import Trajectory, build_trajectory
-from kernelflow.render import summary
-from kernelflow.rollout import rollout_complete
-from kernelflow.runtime import (
+from kernelflow.host.exits import WaitTimeout
+from kernelflow.host.runtime import (
     cancel_abandoned,
     connected,
     follow_task,
@@ -50,8 +46,12 @@ from kernelflow.runtime import (
     start_daemon,
     stopped_after,
 )
-from kernelflow.settings import Settings
-from kernelflow.usage import WaitTimeout
+from kernelflow.host.settings import Settings
+from kernelflow.projections.render import summary
+from kernelflow.projections.rewards import check_reward_names
+from kernelflow.projections.task_state import TaskState, fold
+from kernelflow.projections.trajectory import Trajectory, build_trajectory
+from kernelflow.rollout import rollout_complete
 from kernelflow.verification.backends import DEFAULT_BACKEND
 from kernelflow.verification.policy import DEFAULT_POLICY
 from kernelflow.verification.taskfile import check_task_source

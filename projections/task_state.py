@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -26,6 +27,8 @@ from kernelflow.events.model import (
     VerificationCompleted,
 )
 from kernelflow.projections.handlers import handler_table
+from kernelflow.workflows.loader import parse_recorded_workflow
+from kernelflow.workflows.model import Workflow
 
 CONDUCTOR = "conductor"
 # The LLM that judges a finished prompt task's answer (the ``judge`` reward); its call is
@@ -204,3 +207,15 @@ def fold(task_id: str, events: Iterable[Event]) -> TaskState:
     for event in events:
         apply(state, event)
     return state
+
+
+def workflow_of(state: TaskState) -> Workflow:
+    """The workflow a task was submitted with, parsed once per document."""
+    assert state.submitted is not None
+    return _parse_cached(state.submitted.workflow_yaml, state.submitted.workflow_name)
+
+
+@lru_cache(maxsize=64)
+def _parse_cached(text: str, name: str) -> Workflow:
+    # The document was accepted at submission, perhaps under laxer rules than today's.
+    return parse_recorded_workflow(text, name)

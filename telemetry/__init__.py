@@ -2,7 +2,7 @@
 read off the events it appends (``EventLog``'s ``after_append``), so that every daemon
 counts only its own work and nothing is counted twice across daemons. The modules that
 need ``prometheus_client`` or the OpenTelemetry SDK (the ``observability`` extra) are
-imported only when a daemon is asked for metrics or traces (``kernelflow.observability``)."""
+imported only when a daemon is asked for metrics or traces (``kernelflow.host.observability``)."""
 
 from __future__ import annotations
 

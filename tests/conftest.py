@@ -2,7 +2,7 @@
 run the real CLI as a user would.
 
 These servers are run as kernelflow's embedded default runs its own
-(``kernelflow.nats_server.keyed_server``): they let in only the holders of their store's
+(``kernelflow.host.nats_server.keyed_server``): they let in only the holders of their store's
 keys, each with its role's permissions (docs/security.md), and refuse anyone else. So
 every test says which role it acts as, and connects with that role's key the way a user
 passes it:
@@ -42,8 +42,8 @@ from nats.aio.client import Client as NATS
 
 from kernelflow.actors.connection import ClientAuth
 from kernelflow.events.log import EventLog
-from kernelflow.nats_auth import ROLES, LocalKeys
-from kernelflow.nats_server import EmbeddedNats, keyed_server, local_keys
+from kernelflow.host.nats_auth import ROLES, LocalKeys
+from kernelflow.host.nats_server import EmbeddedNats, keyed_server, local_keys
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The environment is read as kernelflow's own settings read it.
-from kernelflow.settings import _env_bool, _env_int, _env_seconds
+from kernelflow.host.settings import _env_bool, _env_int, _env_seconds
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 LOGGER = "kernelflow.agentic_rollout"

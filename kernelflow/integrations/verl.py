@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kernelflow.actors.kinds.formats import final_answer
+from kernelflow.host.settings import Settings
 from kernelflow.projections.rewards import (
     JUDGE_REWARD,
     KERNEL_REWARDS,
@@ -62,7 +63,6 @@ from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.verl_format import KERNEL_SOURCE_PREFIX, PROMPT_SOURCE
 from kernelflow.rewards import RewardRequest, shared_client
 from kernelflow.rewards.request import code_in, kernel_reward
-from kernelflow.settings import Settings
 from kernelflow.verification.backends import backend_names
 from kernelflow.verification.engine import VerifierConfig, verify
 from kernelflow.verification.policy import DEFAULT_POLICY

@@ -62,14 +62,14 @@ from kernelflow.events.model import (
     TaskFinished,
     TaskRejected,
 )
+from kernelflow.host.runtime import connected
+from kernelflow.host.settings import Settings
 from kernelflow.llm.base import LLMError, LLMRequest
 from kernelflow.llm.token_server import TokenServerProvider, TokenTurn
 from kernelflow.projections.rewards import JUDGE_REWARD, UnknownReward, get_reward, reward_input
 from kernelflow.projections.task_state import TaskState, apply
 from kernelflow.prompt_datasets import prompt_item
 from kernelflow.rollout import SOLVER, RolloutConfig, rollout_complete
-from kernelflow.runtime import connected
-from kernelflow.settings import Settings
 
 AGENT_LOOP_NAME = "kernelflow_agent"
 # The RolloutConfig fields the loop's ``kernelflow`` setting may give. Sampling is verl's

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from kernelflow.events.model import Event
+from kernelflow.host.exits import UsageError
 from kernelflow.projections import logfile
-from kernelflow.usage import UsageError
 
 
 @contextlib.contextmanager

@@ -13,13 +13,13 @@ from typing import Any
 import msgspec
 
 from kernelflow.events.model import Event
+from kernelflow.host.exits import UsageError
 from kernelflow.offline.files import atomic_output
 from kernelflow.offline.rows import RowWriter, sample_schema, sft_schema, verl_schema
 from kernelflow.offline.sources import Source
 from kernelflow.projections.flow_grpo import GrpoOptions, RewardFacts, RewardTable, SampleBuilder
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 from kernelflow.projections.verl_rows import ConversationCollector, Keep, PromptCollector
-from kernelflow.usage import UsageError
 
 MODES = ("samples", "verl", "sft")
 FORMATS = {

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.host.exits import UsageError
 from kernelflow.offline.files import open_write
-from kernelflow.usage import UsageError
 
 
 def _message_type() -> Any:

@@ -21,14 +21,14 @@ from kernelflow.events import subjects
 from kernelflow.events.model import Event, QuarantinedEvent, TaskSubmitted
 from kernelflow.events.port import EventLogPort
 from kernelflow.events.quarantine import Quarantine
+from kernelflow.host.exits import UsageError
+from kernelflow.host.runtime import connected
+from kernelflow.host.settings import Settings
 from kernelflow.offline.files import file_events, open_blocks, refusing_corrupt
 from kernelflow.offline.since import BadTime, iso_utc, parse_since
 from kernelflow.progress import ProgressLine, for_terminal
 from kernelflow.projections import logfile
 from kernelflow.projections.metrics import MetricsProjection
-from kernelflow.runtime import connected
-from kernelflow.settings import Settings
-from kernelflow.usage import UsageError
 
 Apply = Callable[[int, Event], object]
 # The metadata key naming a candidate's ``kernelflow bench`` run.

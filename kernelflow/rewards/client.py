@@ -32,11 +32,11 @@ from kernelflow.actors.connection import safe_url
 from kernelflow.actors.presence import ping_daemons
 from kernelflow.events import subjects
 from kernelflow.events.model import Event
+from kernelflow.host.runtime import connected, request_reply
+from kernelflow.host.settings import Settings
 from kernelflow.projections.task_state import fold
 from kernelflow.rewards.request import RewardAnswer, RewardRequest, RewardUnjudged, answer_of
 from kernelflow.rollout import rollout_complete
-from kernelflow.runtime import connected, request_reply
-from kernelflow.settings import Settings
 
 __all__ = [
     "DEFAULT_DEADLINE_S",

@@ -30,6 +30,7 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.events import subjects
 from kernelflow.events.errors import TransportError
 from kernelflow.events.model import CancelTask, Event, PriorKernel, SubmitTask
+from kernelflow.host.runtime import cancel_abandoned, request_reply
 from kernelflow.projections.search import (
     ATTEMPT,
     CANDIDATE,
@@ -44,7 +45,6 @@ from kernelflow.projections.search import (
     Candidate,
     SearchDatabase,
 )
-from kernelflow.runtime import cancel_abandoned, request_reply
 from kernelflow.search.strategies import (
     CandidateSpec,
     SearchSettings,

@@ -20,11 +20,11 @@ from kernelflow.events.model import (
     TaskFinished,
     ToolCalled,
 )
+from kernelflow.host.settings import Settings
 from kernelflow.projections.task_state import fold
 from kernelflow.projections.trajectory import StepType, build_trajectory
 from kernelflow.prompt_datasets import PromptItem, load_dataset
 from kernelflow.rollout import Rollout, RolloutConfig
-from kernelflow.settings import Settings
 from kernelflow.tools import workspace_files
 from tests.conftest import EXAMPLES, REPO, as_user, cli_env, creds, run_cli
 from tests.daemons import assert_each_step_once, task_events

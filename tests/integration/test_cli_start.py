@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from kernelflow.cli import COMMANDS, build_parser, command_module
+from kernelflow.cli.main import COMMANDS, build_parser, command_module
 from tests.conftest import REPO
 
 HEAVY = ("torch", "nats", "msgspec", "kernelflow.actors", "kernelflow.verification")
 PROBE = """
 import json, sys
-from kernelflow.cli import main
+from kernelflow.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -38,14 +38,17 @@ def test_version_and_help_import_no_command(args: list[str]) -> None:
     loaded = modules_after(*args)
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
     assert heavy == []
-    assert not [m for m in loaded if m.startswith("kernelflow.commands.")]
+    assert not [m for m in loaded if m.startswith("kernelflow.cli.commands.")]
 
 
 def test_a_command_imports_its_own_module_only() -> None:
     loaded = modules_after("schema", "--help")
-    commands = {m for m in loaded if m.startswith("kernelflow.commands.")}
-    assert "kernelflow.commands.schema" in commands
-    assert "kernelflow.commands.run" not in commands and "kernelflow.commands.ui" not in commands
+    commands = {m for m in loaded if m.startswith("kernelflow.cli.commands.")}
+    assert "kernelflow.cli.commands.schema" in commands
+    assert (
+        "kernelflow.cli.commands.run" not in commands
+        and "kernelflow.cli.commands.ui" not in commands
+    )
 
 
 def test_the_help_lines_are_the_commands_own() -> None:

@@ -26,7 +26,7 @@ import pytest
 from kernelflow.actors.connection import ClientAuth
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentDispatched, Event
-from kernelflow.nats_server import find_nats_server
+from kernelflow.host.nats_server import find_nats_server
 from kernelflow.projections.task_state import fold
 from tests.conftest import REPO, run_cli
 from tests.daemons import (

@@ -31,8 +31,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kernelflow.cli import build_parser
-from kernelflow.settings import Settings
+from kernelflow.cli.main import build_parser
+from kernelflow.host.settings import Settings
 from tests.conftest import REPO, run_cli
 
 DEPLOY = REPO / "deploy"

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.commands.run import read_back
+from kernelflow.cli.commands.run import read_back
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, Event, TaskFinished
 from kernelflow.events.replies import TIMEOUT_S as REQUEST_TIMEOUT_S
+from kernelflow.host.runtime import connected
+from kernelflow.host.settings import Settings
 from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import fold
-from kernelflow.runtime import connected
 from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
-from kernelflow.settings import Settings
 from tests.conftest import KERNELFLOW, REPO, alive, cli_env, creds, keyed_nats_server, run_cli
 from tests.daemons import (
     RELU_SCRIPT,

@@ -24,10 +24,10 @@ from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import Event, SubmitTask, TaskRejected
+from kernelflow.host.nats_server import find_nats_server
+from kernelflow.host.runtime import follow_task
 from kernelflow.llm.scripted import ScriptedProvider
-from kernelflow.nats_server import find_nats_server
 from kernelflow.projections.task_state import fold
-from kernelflow.runtime import follow_task
 from kernelflow.verification.engine import VerifierConfig
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, connect, role_auth, run_cli
 from tests.daemons import wait_for_line

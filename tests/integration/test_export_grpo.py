@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow.cli import main as kernelflow_main
+from kernelflow.cli.main import main as kernelflow_main
 from tests.conftest import as_user, keyed_nats, run_cli
 from tests.daemons import start_daemon
 

@@ -18,15 +18,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kernelflow.cli import main as kernelflow_main
+from kernelflow.cli.main import main as kernelflow_main
 from kernelflow.events import subjects
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
+from kernelflow.host.exits import UsageError
 from kernelflow.offline.files import verify_file
 from kernelflow.offline.log_import import ImportConflict, import_file
 from kernelflow.offline.sources import EventFilter, FileSource
 from kernelflow.projections import logfile
-from kernelflow.usage import UsageError
 from tests.conftest import (
     KERNELFLOW,
     REPO,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.fuzz_daemon import fuzz
-from kernelflow.nats_server import EmbeddedNats
+from kernelflow.host.nats_server import EmbeddedNats
 from tests.integration.test_log_attacks import running_daemon
 
 MESSAGES = 2000

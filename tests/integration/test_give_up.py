@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.settings import Settings, SettingsError
-from kernelflow.usage import EXIT_BAD_INPUT, EXIT_FAILED
+from kernelflow.host.exits import EXIT_BAD_INPUT, EXIT_FAILED
+from kernelflow.host.settings import Settings, SettingsError
 from tests.conftest import (
     KERNELFLOW,
     REPO,

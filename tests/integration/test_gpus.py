@@ -12,7 +12,7 @@ import pytest
 
 from kernelflow.actors.daemon import DaemonConfig
 from kernelflow.events.model import SubmitTask, VerificationCompleted
-from kernelflow.settings import Settings, SettingsError, parse_gpus
+from kernelflow.host.settings import Settings, SettingsError, parse_gpus
 from kernelflow.verification.engine import VerifierConfig, detect_device
 from tests.conftest import REPO, as_user, cli_env, run_cli
 from tests.daemons import publish, start_daemon, wait_for

@@ -22,7 +22,7 @@ from prometheus_client.samples import Sample
 
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import AgentDispatched, AgentFailed, Event
-from kernelflow.observability import Telemetry
+from kernelflow.host.observability import Telemetry
 from kernelflow.telemetry.prometheus import DaemonMetrics
 from tests.conftest import REPO, cli_env, creds, keyed_nats, run_cli
 from tests.daemons import start_daemon, submit, wait_for_line, wait_until_settled
@@ -197,9 +197,9 @@ def test_metrics_asked_for_without_the_package(tmp_path: Path) -> None:
 
 def test_metrics_off_by_default_import_nothing() -> None:
     code = (
-        "import sys, kernelflow.cli, kernelflow.observability\n"
-        "from kernelflow.settings import Settings\n"
-        "t = kernelflow.observability.start_telemetry(Settings(), ['coder'], 'd', {})\n"
+        "import sys, kernelflow.cli.main, kernelflow.host.observability\n"
+        "from kernelflow.host.settings import Settings\n"
+        "t = kernelflow.host.observability.start_telemetry(Settings(), ['coder'], 'd', {})\n"
         "assert t.after_append is None and t.on_job is None\n"
         "print(sorted(m for m in sys.modules if m.startswith(('prometheus_client', "
         "'opentelemetry.sdk'))))\n"

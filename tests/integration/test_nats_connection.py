@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.nats_server import local_keys
-from kernelflow.settings import Settings, SettingsError
+from kernelflow.host.nats_server import local_keys
+from kernelflow.host.settings import Settings, SettingsError
 from tests.conftest import creds as seed_file
 from tests.conftest import role_auth, run_cli
 

@@ -1,4 +1,4 @@
-"""Least privilege, enforced by nats-server itself: kernelflow's roles (kernelflow.nats_auth)
+"""Least privilege, enforced by nats-server itself: kernelflow's roles (kernelflow.host.nats_auth)
 on a real server configured as the embedded one is (its data dir's keys). Each role tries
 what an attacker holding its credentials would; daemons, a verifier-only node, a publisher
 and a reader run a task through their roles; and the embedded default lets in no one
@@ -22,8 +22,8 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.connection import ClientAuth, NatsAccessRefused
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import VerificationCompleted
-from kernelflow.nats_auth import ROLES, new_seed, write_secret
-from kernelflow.nats_server import EmbeddedNats, embedded_nats, local_keys
+from kernelflow.host.nats_auth import ROLES, new_seed, write_secret
+from kernelflow.host.nats_server import EmbeddedNats, embedded_nats, local_keys
 from kernelflow.projections.task_state import fold
 from tests.conftest import REPO, run_cli
 from tests.daemons import (

@@ -61,7 +61,7 @@ def test_the_wheel_installs_one_top_level_package_typed_and_complete(wheel: Path
             if path.suffix in (".py", ".yaml", ".txt") and "__pycache__" not in path.parts:
                 relative = path.relative_to(REPO / folder).as_posix()
                 assert f"kernelflow/{folder}/{relative}" in names
-    assert "kernelflow/cli.py" in names
+    assert "kernelflow/cli/main.py" in names
 
 
 def test_the_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from kernelflow.events.model import Event, RewardAssigned, SubmitTask
 from kernelflow.events.pull import cancel_and_wait
 from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
+from kernelflow.projections.render import summary
 from kernelflow.projections.task_state import fold
-from kernelflow.render import summary
 from tests.conftest import EXAMPLES, as_user, connect, role_auth, run_cli
 from tests.daemons import start_daemon, submit, wait_until_settled
 from tests.integration.test_export_log import append

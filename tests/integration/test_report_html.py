@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow import plots
-from kernelflow.offline.html_report import report_page
+from kernelflow.cli import plots
+from kernelflow.cli.html_report import report_page
 from kernelflow.projections.metrics import TaskMetrics
 from kernelflow.projections.statistics import run_metrics
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, as_user, cli_env, keyed_nats, run_cli
@@ -191,7 +191,7 @@ def test_plain_reports_need_no_matplotlib_and_html_says_what_to_install(
     def without_matplotlib(*args: str) -> subprocess.CompletedProcess[str]:
         code = (
             "import sys; sys.modules['matplotlib'] = None\n"
-            "from kernelflow.cli import main\n"
+            "from kernelflow.cli.main import main\n"
             f"sys.exit(main({list(args)!r}))"
         )
         return subprocess.run(
@@ -271,7 +271,7 @@ def test_the_plots_judge_kernels_by_the_verifier_version_the_tables_do(
 ) -> None:
     """``report --html --verifier-version N``: the rewards, fast_p and speedups drawn are
     those of the newest check by a verifier no newer than N, as in the tables."""
-    from kernelflow.offline import html_report
+    from kernelflow.cli import html_report
 
     def task(task_id: str, revisions: tuple[tuple[int, str, float | None], ...]) -> TaskMetrics:
         return TaskMetrics(

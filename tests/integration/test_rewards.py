@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from kernelflow.events.model import TaskSubmitted, VerificationCompleted
+from kernelflow.host.settings import Settings
 from kernelflow.rewards import (
     NoVerifierPool,
     RewardAnswer,
@@ -30,7 +31,6 @@ from kernelflow.rewards import (
     RewardTimeout,
 )
 from kernelflow.rewards.request import REQUEST_KIND
-from kernelflow.settings import Settings
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, creds, keyed_nats
 from tests.daemons import start_daemon, task_events, wait_for, wait_for_line
 from tests.sandbox.test_verl_reward import KERNEL_INFO, batch, fenced
@@ -269,7 +269,7 @@ def test_a_client_that_goes_away_leaves_nothing_another_waits_on(pool: str) -> N
         import asyncio
         from pathlib import Path
         from kernelflow.rewards import RewardClient, RewardRequest
-        from kernelflow.settings import Settings
+        from kernelflow.host.settings import Settings
         settings = Settings(nats_url={pool!r}, nats_creds=Path({str(creds(pool, "publisher"))!r}))
         request = RewardRequest(task_source={TASK!r}, code={HANG!r}, trials=1, timeout_s=8.0,
                                 task_name="abandoned")

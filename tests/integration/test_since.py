@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.cli import main as kernelflow_main
+from kernelflow.cli.main import main as kernelflow_main
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.offline.since import BadTime, parse_since

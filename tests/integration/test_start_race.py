@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.nats_server import (
+from kernelflow.host.nats_server import (
     EmbeddedNats,
     StoreInUse,
     embedded_nats,

@@ -22,9 +22,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from kernelflow.observability import trace_exporters
+from kernelflow.host.exits import UsageError
+from kernelflow.host.observability import trace_exporters
 from kernelflow.telemetry.traces import span_id_of, trace_id_of
-from kernelflow.usage import UsageError
 from tests.conftest import keyed_nats
 from tests.daemons import start_daemon, submit, wait_for_line, wait_until_settled
 

@@ -27,6 +27,7 @@ from kernelflow.events.model import (
     ToolUse,
     Usage,
 )
+from kernelflow.host.settings import Settings
 from kernelflow.llm.scripted import ScriptError, load_script, sample_index
 from kernelflow.projections.flow_grpo import (
     GrpoOptions,
@@ -40,7 +41,6 @@ from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
 from kernelflow.prompt_datasets import load_dataset
 from kernelflow.rollout import Rollout, RolloutConfig
-from kernelflow.settings import Settings
 from tests.conftest import EXAMPLES, as_user, creds, run_cli
 
 ARITHMETIC = EXAMPLES / "datasets" / "arithmetic.jsonl"

@@ -30,10 +30,10 @@ from kernelflow.actors.extension_store import (
     with_shared_extensions,
 )
 from kernelflow.events import subjects
-from kernelflow.runtime import verifier_devices
+from kernelflow.host.runtime import verifier_devices
+from kernelflow.host.settings import DeviceSpec, Settings, SettingsError, parse_devices
 from kernelflow.sandbox import device_env, sandbox_env, visible_gpus
 from kernelflow.sandbox.probe import GPU_DEVICE_FILES
-from kernelflow.settings import DeviceSpec, Settings, SettingsError, parse_devices
 from kernelflow.verification import engine
 from kernelflow.verification.backends.extension import ExtensionSpec, wanted_extensions
 from kernelflow.verification.engine import VerifierConfig, timing_slot_group, verify

@@ -1,4 +1,4 @@
-"""kernelflow.runtime's parts that need no NATS: what a command's own daemon says about
+"""kernelflow.host.runtime's parts that need no NATS: what a command's own daemon says about
 other tasks, how it is stopped when the command gives up, and how a stop is bounded (a
 first signal interrupts, the stop has a deadline, a second signal ends it at once)."""
 
@@ -19,14 +19,14 @@ from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import CancelTask, SubmitTask, TaskCancelled, TaskSubmitted
-from kernelflow.runtime import (
+from kernelflow.host.exits import WaitTimeout, exit_code_for
+from kernelflow.host.runtime import (
     ABANDONED_STOP_WAIT_S,
     interruptible,
     noting_other_tasks,
     own_work,
     stopped_after,
 )
-from kernelflow.usage import WaitTimeout, exit_code_for
 from tests.memory import running_bridge
 
 
@@ -136,7 +136,7 @@ def test_signals_are_the_blocks_only_while_it_runs() -> None:
 # that is gone), or in the stop itself.
 STOPPING = """
 import sys, threading, time
-from kernelflow.runtime import interruptible
+from kernelflow.host.runtime import interruptible
 try:
     with interruptible(deadline_s={deadline}):
         print("ready", flush=True)

@@ -565,8 +565,8 @@ def test_the_plan_refuses_without_isolation_unless_opted_in(
 
 
 def test_health_shows_the_isolation_and_the_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelflow import health
-    from kernelflow.settings import Settings
+    from kernelflow.host import health
+    from kernelflow.host.settings import Settings
 
     def status(refusal: str | None, opted_in: bool) -> sandbox_probe.IsolationStatus:
         said = ("network=reachable", "isolation: unavailable: no namespaces (EPERM)")

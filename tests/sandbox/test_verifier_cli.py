@@ -1,4 +1,4 @@
-"""``kernelflow verify`` through its own parser (kernelflow.commands.verify.register)."""
+"""``kernelflow verify`` through its own parser (kernelflow.cli.commands.verify.register)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.commands import verify
-from kernelflow.settings import Settings
+from kernelflow.cli.commands import verify
+from kernelflow.host.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = str(ROOT / "examples" / "tasks" / "relu.py")

@@ -177,16 +177,31 @@ def test_the_candidate_s_side_imports_only_the_sandbox_and_the_backends() -> Non
     assert wrong == []
 
 
-def test_only_the_cli_imports_the_commands() -> None:
-    """``kernelflow.commands`` is the CLI's: what a library module, the dashboard or the
-    offline tools share with a command lives in a library module both import."""
-    cli = ("kernelflow.commands", "kernelflow.cli")
+# The rooms of the ``kernelflow`` package (docs/architecture.md, "Rooms of the kernelflow
+# package"), lowest first: the host (settings, the embedded server, the client runtime),
+# the library APIs a user's program imports (Task, Rollout, agentic_rollout, search,
+# rewards, integrations, the offline tools), and the CLI with its dashboard on top.
+ROOMS = ("kernelflow.host", "kernelflow", "kernelflow.cli")
+
+
+def room_of(module: str) -> int:
+    if module == "kernelflow.__main__":  # python -m kernelflow: the CLI's second door
+        return ROOMS.index("kernelflow.cli")
+    return max(
+        (i for i, room in enumerate(ROOMS) if module == room or module.startswith(room + ".")),
+        key=lambda i: len(ROOMS[i]),
+    )
+
+
+def test_the_rooms_of_the_kernelflow_package_depend_one_way() -> None:
+    """The CLI may use the library and the host; the library the host; the host neither:
+    what a library module, the dashboard or a command share lives in the lower room."""
     wrong = [
-        f"{module} imports {target}"
+        f"{module} ({ROOMS[room_of(module)]}) imports {target} ({ROOMS[room_of(target)]})"
         for module, targets in import_graph().items()
-        if not any(module == c or module.startswith(c + ".") for c in cli)
+        if layer_of(module) == "kernelflow"
         for target in targets
-        if target == cli[0] or target.startswith(cli[0] + ".")
+        if layer_of(target) == "kernelflow" and room_of(target) > room_of(module)
     ]
     assert wrong == []
 
@@ -330,11 +345,11 @@ def test_every_subject_stream_and_bucket_is_named_in_events_subjects() -> None:
 MAY_IMPORT_NATS = {
     "kernelflow.actors.bridge",
     "kernelflow.actors.connection",
-    "kernelflow.health",
+    "kernelflow.host.health",
 }
 # Who may ask JetStream itself (``.jetstream``): the adapters and the bridge (which hands
 # it out), and ``kernelflow health`` (its own connection, above).
-MAY_ASK_JETSTREAM = {"kernelflow.actors.bridge", "kernelflow.health"}
+MAY_ASK_JETSTREAM = {"kernelflow.actors.bridge", "kernelflow.host.health"}
 # Not moved behind a port yet (issue 48, item 1, step 4: the durable consumers, of the
 # daemons' pools and of the read model, behind an interface in ``events/``). A ratchet: a
 # module leaves these lists when it stops going around the ports, and none may join them.

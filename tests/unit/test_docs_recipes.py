@@ -172,10 +172,10 @@ FAKE = """
 
 ## A new widget
 
-Files: `kernelflow/cli.py`, `kernelflow/no_such_module.py`, `kernelflow/commands/<name>.py`,
-`nowhere/<name>.py`
+Files: `kernelflow/cli/main.py`, `kernelflow/no_such_module.py`,
+`kernelflow/cli/commands/<name>.py`, `nowhere/<name>.py`
 
-Registered by: `COMMANDS` in `kernelflow/cli.py`; `WIDGETS` in `kernelflow/cli.py`;
+Registered by: `COMMANDS` in `kernelflow/cli/main.py`; `WIDGETS` in `kernelflow/cli/main.py`;
 entry-point group `kernelflow.widgets`
 
 ```
@@ -193,7 +193,7 @@ def test_the_checker_finds_what_a_recipe_gets_wrong() -> None:
     assert found == [
         "'A new widget': kernelflow/no_such_module.py: no such file",
         "'A new widget': nowhere/<name>.py: no folder nowhere",
-        "'A new widget': kernelflow/cli.py defines no WIDGETS",
+        "'A new widget': kernelflow/cli/main.py defines no WIDGETS",
         "'A new widget': no registry loads the entry-point group kernelflow.widgets",
         "'A new gadget': no Files: line",
         "'A new gadget': no Registered by: line",
@@ -203,7 +203,7 @@ def test_the_checker_finds_what_a_recipe_gets_wrong() -> None:
 @pytest.mark.parametrize(
     ("symbol", "module"),
     [
-        ("COMMANDS", "kernelflow/cli.py"),
+        ("COMMANDS", "kernelflow/cli/main.py"),
         ("ProviderRouter._build", "llm/router.py"),
         ("register_backend", "verification/backends/registry.py"),
     ],

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernelflow.cli import main as kernelflow_main
+from kernelflow.cli.main import main as kernelflow_main
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     AgentDispatched,

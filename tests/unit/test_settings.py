@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.settings import Settings, SettingsError
+from kernelflow.host.settings import Settings, SettingsError
 
 
 @pytest.mark.parametrize(

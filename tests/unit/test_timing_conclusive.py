@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelflow.commands.verify import timing_line, untimed_reason, verdict_text
+from kernelflow.cli.commands.verify import timing_line, untimed_reason, verdict_text
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     TaskFinished,
@@ -26,6 +26,7 @@ from kernelflow.events.model import (
 )
 from kernelflow.projections.benchmark import ProblemResult, run_summary
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
+from kernelflow.projections.render import row_speedup_text, summary
 from kernelflow.projections.report import bench_text
 from kernelflow.projections.rewards import KERNEL_REWARDS, RewardInput, get_reward
 from kernelflow.projections.speedups import (
@@ -34,7 +35,6 @@ from kernelflow.projections.speedups import (
     speedup_text,
 )
 from kernelflow.projections.statistics import fast_p, run_metrics
-from kernelflow.render import row_speedup_text, summary
 from kernelflow.verification.child.slot import TimingSlot
 from kernelflow.verification.child.speedup import speedup_conclusive, speedup_words
 from kernelflow.verification.child.timing import (
@@ -460,7 +460,7 @@ def test_status_shows_an_inconclusive_speedup_in_words() -> None:
     assert row_speedup_text(row) == (
         "inconclusive (between 0.03x and 10.57x): the machine was busy"
     )
-    from kernelflow.commands.tasks import task_details
+    from kernelflow.cli.commands.tasks import task_details
 
     assert "speedup: inconclusive (between 0.03x and 10.57x)" in task_details(row)
 
@@ -508,10 +508,10 @@ def test_each_baseline_batch_holds_a_round_trip_to_the_candidate_s_process() -> 
 
 
 def test_the_card_the_report_and_the_dashboard_say_an_inconclusive_speedup_in_words() -> None:
-    from kernelflow.offline.html_report import report_page
+    from kernelflow.cli.html_report import report_page
+    from kernelflow.cli.ui.html import speedup, task_speedup
     from kernelflow.projections.benchmark import card_lines
     from kernelflow.projections.report import report_text
-    from kernelflow.ui.html import speedup, task_speedup
 
     words = "inconclusive (between 0.44x and 45.30x): the machine was busy"
     card = {

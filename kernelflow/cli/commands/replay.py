@@ -1,0 +1,168 @@
+"""``kernelflow replay``: one task's trajectory, repeat counters or metrics, folded from
+the live log or an exported file."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import Any
+
+import msgspec
+
+from kernelflow.cli.commands.options import add_source_options
+from kernelflow.events.model import Event, QuarantinedEvent
+from kernelflow.host.exits import UsageError
+from kernelflow.host.settings import Settings
+from kernelflow.offline.redecide import redecide
+from kernelflow.offline.sources import source_for
+from kernelflow.projections.counters import counters_at_decisions, repeat_counters
+from kernelflow.projections.metrics import MetricsProjection
+from kernelflow.projections.render import (
+    counters_text,
+    counters_view,
+    trajectory_text,
+    unknown_kinds_note,
+)
+from kernelflow.projections.report import agent_rows, tool_rows
+from kernelflow.projections.rewards import REWARD_FUNCTIONS
+from kernelflow.projections.speedups import speedup_text
+from kernelflow.projections.statistics import projection_metrics
+from kernelflow.projections.task_state import fold, workflow_of
+from kernelflow.projections.trajectory import build_trajectory
+
+
+def register(subparsers: Any) -> None:
+    rep = subparsers.add_parser(
+        "replay", help="a task's trajectory, counters or metrics, from the log or a file"
+    )
+    add_source_options(rep, one_task=True)
+    rep.add_argument("--view", choices=["trajectory", "counters", "metrics"], default="trajectory")
+    rep.add_argument("--json", action="store_true")
+    rep.add_argument(
+        "--check",
+        action="store_true",
+        help="make every decision the task recorded again with this version's rules, and "
+        "say which come out otherwise (exit 1 if any)",
+    )
+    rep.set_defaults(func=cmd_replay)
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.task:
+        raise UsageError("replay: which task? kernelflow replay TASK_ID")
+    events: list[Event] = []
+
+    def keep(_: int, event: Event) -> None:
+        if type(event) is not QuarantinedEvent:  # the source counts it, and says so
+            events.append(event)
+
+    with source_for(args, settings) as source:
+        source.feed(keep)
+    if not events:
+        raise UsageError(f"no task {args.task} in the log")
+    if note := unknown_kinds_note(events):
+        print(note, file=sys.stderr)
+    if args.check:
+        return _check(args.task, events, as_json=args.json)
+    if args.view == "metrics":
+        projection = MetricsProjection().apply_all(enumerate(events, 1))
+        t = projection.tasks[args.task]
+        run = projection_metrics(projection)
+        view = {**msgspec.to_builtins(t), "wall_s": t.wall_s, "total_tokens": t.total_tokens}
+        if args.json:
+            view["agents"] = msgspec.to_builtins(run.agents)
+            view["tools"] = msgspec.to_builtins(run.tools)
+            print(json.dumps(view, indent=2))
+        else:
+            if t.final_speedup is not None:  # in words where it is inconclusive
+                view["final_speedup"] = speedup_text(
+                    t.final_speedup, t.final_speedup_ci95, t.final_conclusive
+                )
+            for k, v in view.items():
+                print(f"{k:<22} {_for_people(k, v)}")
+            print(f"\nPer agent (time: dispatch → result)\n{agent_rows(run)}")
+            if run.tools:
+                print(f"\nPer tool ({run.tool_calls} calls)\n{tool_rows(run)}")
+        return 0
+    if args.view == "counters":
+        state = fold(args.task, events)
+        if state.submitted is None:
+            raise UsageError(f"task {args.task} was never accepted: no workflow to count for")
+        workflow = workflow_of(state)
+        patterns = workflow.sequence_patterns
+        cview = counters_view(
+            repeat_counters(state.history, patterns),
+            workflow,
+            counters_at_decisions(events, patterns),
+        )
+        print(json.dumps(cview, indent=2) if args.json else counters_text(cview))
+        return 0
+    trajectory = build_trajectory(args.task, events)
+    print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
+    return 0
+
+
+def _for_people(key: str, value: Any) -> str:
+    """A metric of ``--view metrics`` as a person reads it: times as dates and durations,
+    numbers rounded, lists and counts by name, rewards with what they mean."""
+    if value is None or value == () or value == {}:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key.endswith("_at"):
+        return datetime.datetime.fromtimestamp(value).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    if key.endswith("_s"):
+        return _duration(value)
+    if key.endswith("speedup"):
+        return value if isinstance(value, str) else f"{value:.2f}x"
+    if key == "cost_usd":
+        return f"${value:.4f}"
+    if key == "rewards":
+        said = [f"{name} = {mean:.3g}  ({_meaning(name)})" for name, mean in value.items()]
+        return f"\n{'':23}".join(said)  # one a line, under the first
+    if key == "revisions":
+        return ", ".join(
+            f"v{version} {verdict}"
+            + (
+                ""
+                if speedup is None
+                else " speedup inconclusive"
+                if conclusive is False
+                else f" {speedup:.2f}x"
+            )
+            for version, verdict, speedup, _, conclusive in value
+        )
+    if isinstance(value, dict):
+        return ", ".join(f"{name} {count}" for name, count in value.items())
+    if isinstance(value, tuple | list):
+        return ", ".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _meaning(reward: str) -> str:
+    known = REWARD_FUNCTIONS.get(reward)
+    return known.means if known is not None and known.means else "a reward of its own"
+
+
+def _check(task_id: str, events: list[Event], *, as_json: bool) -> int:
+    """``--check``: the task's recorded decisions, made again (kernelflow.offline.redecide)."""
+    differences = redecide(task_id, events)
+    if as_json:
+        print(json.dumps([msgspec.to_builtins(d) for d in differences], indent=2))
+    elif differences:
+        print("\n".join(d.text() for d in differences))
+    else:
+        decided = sum(1 for e in events if e.kind in ("conductor_decided", "agent_dispatched"))
+        print(f"{task_id}: {decided} recorded decisions, each made again as recorded")
+    return 1 if differences else 0
