@@ -13,6 +13,14 @@ Prompts are text or ``PromptItem``s, read from a dataset file by
 rollouts as it was read, so ``export grpo --mode verl`` gives it back; its system message
 becomes the solver's system prompt (the agent kind's instructions follow it).
 
+A run has an id (``run_id``; its tasks are ``ro-<run>-<prompt>-<sample>``). Run again with
+the same id, the same prompts and the same config, it continues: rollouts it finished are
+kept as recorded, rollouts still running are waited for, and each one an interrupt
+cancelled is run again as a new task of the same group
+(``ro-<run>-<prompt>-r<attempt>-<sample>``), so the resumed run's results are those of a
+run never interrupted (the cancelled attempt stays in the log; the Flow-GRPO export leaves
+cancelled tasks out, docs/datasets.md).
+
 Python API::
 
     from kernelflow.rollout import Rollout, RolloutConfig
@@ -34,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 import yaml
 
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
@@ -41,7 +50,8 @@ from kernelflow.actors.kinds import agent_kind
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
 from kernelflow.events.errors import TransportError
-from kernelflow.events.model import Event, SubmitTask
+from kernelflow.events.model import Event, SubmitTask, TaskCancelled
+from kernelflow.host.exits import UsageError
 from kernelflow.host.runtime import (
     cancel_abandoned,
     connected,
@@ -54,7 +64,7 @@ from kernelflow.host.settings import Settings
 from kernelflow.llm import make_provider
 from kernelflow.llm.config import AgentLLM, load_config
 from kernelflow.projections.rewards import PROMPT_REWARDS, needs_judge, pending_reward_events
-from kernelflow.projections.task_state import TaskState, apply
+from kernelflow.projections.task_state import TaskState, apply, fold
 from kernelflow.projections.trajectory import Trajectory, build_trajectory
 from kernelflow.prompt_datasets import PromptItem  # also importable from here: docs/agents.md
 from kernelflow.verification.policy import DEFAULT_POLICY
@@ -62,6 +72,14 @@ from kernelflow.workflows.loader import parse_workflow, resolve_workflow
 from kernelflow.workflows.model import DEFAULT_AGENT_KIND
 
 SOLVER = "solver"
+# What a redo adds to a rollout's task id, before its sample number (which stays last, as
+# in a search's redo: a scripted model's choices go by it):
+# ``ro-<run>-<prompt>-r<attempt>-<sample>``.
+REDO = "-r"
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:10]
 
 
 @dataclass(frozen=True)
@@ -178,11 +196,13 @@ class Rollout:
         self.config = config
         self.settings = settings or Settings()
 
-    def commands(self, prompts: Sequence[str | PromptItem], n: int) -> list[SubmitTask]:
+    def commands(
+        self, prompts: Sequence[str | PromptItem], n: int, run_id: str | None = None
+    ) -> list[SubmitTask]:
         """One task per rollout: prompt i's n rollouts share the group ``<run>-p<i>``."""
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
-        run = uuid.uuid4().hex[:10]
+        run = run_id or new_run_id()
         out = []
         dirs = self.settings.workflow_dirs
         for i, raw in enumerate(prompts):
@@ -220,14 +240,29 @@ class Rollout:
         prompts: Sequence[str | PromptItem],
         n: int = 1,
         on_progress: Callable[[RolloutProgress], None] | None = None,
+        *,
+        run_id: str | None = None,
+        resume: bool = False,
     ) -> list[Trajectory]:
-        """Run every prompt ``n`` times; the trajectories in submission order."""
-        commands = self.commands(prompts, n)
+        """Run every prompt ``n`` times; the trajectories in submission order. ``run_id``:
+        this run's id (default: a new one); an earlier run's continues it (the module's
+        docstring). ``resume``: refuse a ``run_id`` the log holds no rollout of."""
+        if resume and not run_id:
+            raise ValueError("resume needs the run_id of the run to continue")
+        commands = self.commands(prompts, n, run_id)
         agents = self._agents(commands)
         provider = self._provider(agents)
         pool = max(1, self.config.max_concurrency)
-        ours = {c.task_id or "" for c in commands}
         with connected(self.settings) as bridge:
+            start = bridge.call(bridge.log.end_seq())
+            slots = [_recorded(bridge, c) for c in commands]
+            if resume and not any(s.events for s in slots):
+                raise UsageError(
+                    f"--resume {run_id}: the log holds no rollout of this run (its tasks "
+                    f"are ro-{run_id}-<prompt>-<sample>)"
+                )
+            commands = [s.command for s in slots]
+            ours = {c.task_id or "" for c in commands}
             reach_llm(bridge, provider, [SOLVER, CONDUCTOR_ROLE])
             daemon = Daemon(
                 bridge,
@@ -241,7 +276,7 @@ class Rollout:
                 ),
             ).start()
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves
-                events = self._drive(bridge, commands, pool, on_progress)
+                events = self._drive(bridge, slots, start, pool, on_progress)
         trajectories = [
             build_trajectory(c.task_id or "", events[c.task_id or ""]) for c in commands
         ]
@@ -273,15 +308,17 @@ class Rollout:
     def _drive(
         self,
         bridge: Any,
-        commands: list[SubmitTask],
+        slots: list[_Slot],
+        start: int,
         pool: int,
         on_progress: Callable[[RolloutProgress], None] | None,
     ) -> dict[str, list[Event]]:
-        ours = {c.task_id or "" for c in commands}
-        states = {t: TaskState(t) for t in ours}
-        events: dict[str, list[Event]] = {t: [] for t in ours}
+        """Submit what is left to submit, at most ``pool`` running at once, and follow the
+        log from ``start`` (read before the slots were) until every rollout is complete."""
+        ours = {s.command.task_id or "" for s in slots}
+        events = {s.command.task_id or "": list(s.events) for s in slots}
+        states = {t: fold(t, recorded) for t, recorded in events.items()}
         inbox: queue.Queue[Event] = queue.Queue()
-        start = bridge.call(bridge.log.end_seq())
 
         async def tail() -> None:
             position = start + 1
@@ -297,11 +334,18 @@ class Rollout:
                     continue  # a slow or restarting server: resume where we were
 
         pump = bridge.spawn(tail())
-        waiting = list(reversed(commands))
-        progress = RolloutProgress(total=len(commands))
+        waiting = [s.command for s in reversed(slots) if not s.events]
+        progress = RolloutProgress(total=len(slots))
         finished: set[str] = set()
+        for task_id, state in states.items():
+            if rollout_complete(state):
+                finished.add(task_id)
+                progress.done += 1
+                self._note_reward(progress, state)
+            elif events[task_id]:
+                progress.running += 1  # submitted by the run this one continues
         try:
-            while len(finished) < len(commands):
+            while len(finished) < len(slots):
                 while waiting and progress.running < pool:
                     bridge.call(bridge.commands.publish(waiting.pop(), subjects.SUBMIT))
                     progress.running += 1
@@ -314,27 +358,80 @@ class Rollout:
                     if pump.done():
                         pump.result()  # the log could not be read: raise why
                     continue
+                known = events[event.task_id]
+                if known and event.seq <= known[-1].seq:
+                    continue  # read with the recorded history already
                 apply(states[event.task_id], event)
-                events[event.task_id].append(event)
+                known.append(event)
                 state = states[event.task_id]
                 if event.task_id not in finished and rollout_complete(state):
                     finished.add(event.task_id)
                     progress.running -= 1
                     progress.done += 1
-                    primary = self.config.rewards[0].split("@")[0] if self.config.rewards else ""
-                    if primary in state.rewards:
-                        progress.rewards.append(state.rewards[primary].value)
+                    self._note_reward(progress, state)
                     if on_progress is not None:
                         progress.told_at = time.monotonic()
                         on_progress(progress)
         except KeyboardInterrupt:
-            unsubmitted = {c.task_id for c in waiting}
+            unsubmitted = {c.task_id or "" for c in waiting}
             unfinished = [t for t in ours if t not in unsubmitted and t not in finished]
             cancel_abandoned(bridge, sorted(unfinished), "rollout interrupted")
             raise
         finally:
             pump.cancel()
         return events
+
+    def _note_reward(self, progress: RolloutProgress, state: TaskState) -> None:
+        primary = self.config.rewards[0].split("@")[0] if self.config.rewards else ""
+        if primary in state.rewards:
+            progress.rewards.append(state.rewards[primary].value)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One rollout of a run: the task this run waits for (the last attempt) and what the
+    log already holds of it (nothing: not submitted yet)."""
+
+    command: SubmitTask
+    events: list[Event]
+
+
+def _recorded(bridge: Any, command: SubmitTask) -> _Slot:
+    """What the log holds of ``command``'s rollout: its last attempt, or a new attempt
+    where the last one was cancelled (an interrupt's doing, not the policy's)."""
+    attempt, current = 0, command
+    while True:
+        history = bridge.call(bridge.log.read_task(current.task_id or ""))
+        if not history.events:
+            return _Slot(current, [])
+        state = fold(current.task_id or "", history.events)
+        _check_same(state, current)
+        if not isinstance(state.terminal, TaskCancelled):
+            return _Slot(current, list(history.events))
+        attempt += 1
+        prompt, sample = command.metadata["prompt_index"], command.metadata["sample"]
+        current = msgspec.structs.replace(
+            command,
+            task_id=f"ro-{command.metadata['rollout']}-{prompt}{REDO}{attempt}-{sample}",
+            metadata={**command.metadata, "attempt": str(attempt)},
+        )
+
+
+def _check_same(state: TaskState, command: SubmitTask) -> None:
+    """A rollout is continued only with what it was started with."""
+    s = state.submitted
+    if s is None:
+        return  # its submission was quarantined or not read yet: the daemons say why
+    run = command.metadata.get("rollout", "")
+    if (s.prompt, s.reference_answer, s.workflow_yaml) != (
+        command.prompt,
+        command.reference_answer,
+        command.workflow_yaml,
+    ):
+        raise UsageError(
+            f"rollout {run}: {command.task_id} was started with another prompt, answer or "
+            "agent; continue a run with the dataset and options it was started with"
+        )
 
 
 def print_progress(progress: RolloutProgress) -> None:

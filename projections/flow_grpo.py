@@ -114,6 +114,7 @@ class DropCounts(msgspec.Struct, kw_only=True):
 
     unfinished: int = 0  # the task had not ended
     fault: int = 0  # it ended on the task's or the node's fault (a broken reference ...)
+    cancelled: int = 0  # it was cancelled (a user's or an interrupt's doing, not the policy's)
     singleton_group: int = 0
     zero_variance: int = 0
     prompt_too_long: int = 0
@@ -176,11 +177,14 @@ class RolloutReward:
     ended: bool
     fault: bool = False  # ended on the task's or the node's fault: not the policy's reward
     trainable: frozenset[str] | None = None  # its workflow's trainable agents (None: all)
+    # Cancelled (CancelTask: a user or an interrupted run): cut short from outside, so its
+    # reward is not the policy's either; a resumed rollout runs it again in its group.
+    cancelled: bool = False
 
     @property
     def grouped(self) -> bool:
         """Whether it counts in its group's statistics."""
-        return self.ended and not self.fault
+        return self.ended and not self.fault and not self.cancelled
 
 
 @lru_cache(maxsize=256)
@@ -222,6 +226,7 @@ def rollout_reward(
         ended=t.ended,
         fault=t.outcome(options.verifier_version).fault,
         trainable=facts.trainable if facts is not None else None,
+        cancelled=t.status == "cancelled",
     )
 
 
@@ -257,7 +262,7 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 def group_stats(rollouts: Iterable[RolloutReward], options: GrpoOptions) -> dict[str, GroupStats]:
     """One ``GroupStats`` per group, over the rollouts that ended (a task's or node's
-    fault left out: its reward is not the policy's)."""
+    fault, and a cancelled task, left out: their rewards are not the policy's)."""
     groups: dict[str, list[RolloutReward]] = {}
     for r in rollouts:
         if r.grouped:
@@ -451,6 +456,8 @@ class SampleBuilder:
             return "unfinished"
         if r.fault:
             return "fault"
+        if r.cancelled:
+            return "cancelled"
         g = self.table.groups[r.group_id]
         if g.verdict == "singleton" and self.options.singleton == "drop":
             return "singleton_group"

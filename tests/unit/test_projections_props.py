@@ -361,7 +361,7 @@ def test_advantages_are_group_normalised(
     # Over each group's values (rollouts, or turns), advantages have mean 0 and, scaled
     # by the std, unit std.
     for gid, g in table.groups.items():
-        rollouts = [r for r in table.rollouts.values() if r.ended and r.group_id == gid]
+        rollouts = [r for r in table.rollouts.values() if r.grouped and r.group_id == gid]
         weights = [(r.turns if options.normalize == "turn" else 1) for r in rollouts]
         if options.normalize == "turn" and sum(weights) == 0:
             weights = [1] * len(rollouts)
@@ -377,11 +377,13 @@ def test_advantages_are_group_normalised(
             assert std == pytest.approx(1.0, rel=1e-4)
         if g.verdict != "ok":
             assert all(a == 0.0 for a in advs)
-    # Samples are exactly the trainable turns of ended tasks.
-    ended = {tid for tid, r in table.rollouts.items() if r.ended}
-    expected = sum(table.rollouts[t].turns for t in ended)
+    # Samples are exactly the trainable turns of tasks that ended, not cancelled.
+    grouped = {tid for tid, r in table.rollouts.items() if r.grouped}
+    expected = sum(table.rollouts[t].turns for t in grouped)
     assert len(samples) == expected
     assert builder.drops.unfinished == sum(r.turns for r in table.rollouts.values() if not r.ended)
+    cancelled = sum(r.turns for r in table.rollouts.values() if r.ended and r.cancelled)
+    assert builder.drops.cancelled == cancelled
     turn_idx: dict[str, list[int]] = defaultdict(list)
     for s in samples:
         turn_idx[s.rollout_id].append(s.turn_index)
@@ -417,6 +419,23 @@ def test_advantage_values_and_policies() -> None:
     samples, _, b = grpo(log, GrpoOptions(agents=coder, singleton="drop", zero_variance="drop"))
     assert {s.rollout_id for s in samples} == {"a", "b", "c"}
     assert (b.drops.singleton_group, b.drops.zero_variance) == (1, 2)
+
+
+def test_a_cancelled_rollout_is_left_out_of_its_group_and_the_samples() -> None:
+    """Cancelled from outside (a user, an interrupted run): its reward is not the policy's,
+    so its group's statistics are those of the others, as a resumed rollout needs."""
+    specs = [
+        TaskSpec("a", "g", ("pass",)),
+        TaskSpec("b", "g", ("mismatch",)),
+        TaskSpec("cut", "g", ("mismatch",), end="cancelled"),
+    ]
+    log = interleave([make_task(s) for s in specs], 1)
+    samples, table, b = grpo(log, GrpoOptions(agents=frozenset({"coder"}), epsilon=0.0))
+    assert {s.rollout_id for s in samples} == {"a", "b"}
+    assert b.drops.cancelled == 1
+    assert table.groups["g"].rollouts == 2  # rewards 1 and 0: mean 1/2, std sqrt(1/2)
+    adv = {s.rollout_id: s.advantage for s in samples}
+    assert adv["a"] == pytest.approx(0.5 / math.sqrt(0.5))
 
 
 def test_length_limits_truncate_or_drop() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,13 @@ from kernelflow.projections.rewards import (
 )
 from kernelflow.projections.trajectory import StepType, Trajectory
 from kernelflow.prompt_datasets import DatasetError, load_dataset
-from kernelflow.rollout import Rollout, RolloutConfig, print_progress, rollout_summary
+from kernelflow.rollout import (
+    Rollout,
+    RolloutConfig,
+    new_run_id,
+    print_progress,
+    rollout_summary,
+)
 from kernelflow.workflows.loader import WorkflowError, parse_workflow
 
 
@@ -86,25 +94,41 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(str(exc)) from exc
     if args.limit:
         prompts = prompts[: args.limit]
+    if args.resume is not None and not RUN_ID.fullmatch(args.resume):
+        raise UsageError(f"--resume {args.resume!r}: not a rollout id (letters, digits, - and _)")
+    run_id = args.resume or new_run_id()
     if not args.json:
         how = (
             f"the {config.workflow} workflow" if config.workflow else f"a {config.agent_type} agent"
         )
         print(
-            f"rollout: {len(prompts)} prompts x {args.n} through {how} "
+            f"rollout {run_id}{' (resumed)' if args.resume else ''}: {len(prompts)} prompts "
+            f"x {args.n} through {how} "
             f"(tools: {', '.join(config.tools) or 'none'}; rewards: {', '.join(config.rewards)})",
             flush=True,
         )
     try:
         with interruptible():
             trajectories = Rollout(config, settings).run(
-                prompts, args.n, on_progress=None if args.json else print_progress
+                prompts,
+                args.n,
+                on_progress=None if args.json else print_progress,
+                run_id=run_id,
+                resume=args.resume is not None,
             )
+    except KeyboardInterrupt:
+        print(
+            f"rollout {run_id} interrupted: to finish it, run the same command with "
+            f"--resume {run_id}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
     except ProviderSpecError as exc:
         raise UsageError(str(exc)) from exc
     except MalformedMessage as exc:
         raise UsageError(f"cannot submit these rollouts: {exc}") from exc
-    result: dict[str, Any] = rollout_summary(trajectories)
+    result: dict[str, Any] = {"run_id": run_id, **rollout_summary(trajectories)}
     result["unsuccessful"] = unsuccessful(trajectories)
     if config.save_trajectories is not None:
         result["trajectories_path"] = str(config.save_trajectories)
@@ -128,6 +152,7 @@ def cmd_rollout(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_FAILED if unfinished else EXIT_OK
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Rollouts that did not succeed, listed with their reason under the statuses at most.
 SHOWN = 10
 
@@ -189,6 +214,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--deadline", type=positive_seconds, help="seconds one rollout may take")
     p.add_argument("--limit", type=int, help="only the first N prompts")
     p.add_argument("--out", help="write the trajectories to this JSONL file")
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue rollout RUN (printed when it started) with the same dataset and "
+        "options: finished rollouts are kept, cancelled ones run again",
+    )
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON summary")
     add_connection_options(p)
