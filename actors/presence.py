@@ -5,6 +5,12 @@ The answer is a JSON object: ``daemon_id``, ``host``, ``pid``, ``roles``, ``pool
 per role), ``started_at``, ``uptime_s``, ``nats_url`` (credentials removed), ``llm`` (the
 provider and, per LLM agent, provider spec and model — never a key) and ``read_model``
 (its position, when the daemon runs one).
+
+A command's own daemon (``run``, ``rollout``, ``bench``, the ``Task`` API) serves only its
+own tasks (``kernelflow.host.runtime.own_work``). It answers too, with ``own_tasks_only``
+and, of the task ids a ping names (``{"tasks": [...]}``, at most ``ASKED_MAX``), the ones
+it serves (``serving``): so ``status`` tells a task a command is running from one nobody
+will take.
 """
 
 from __future__ import annotations
@@ -109,13 +115,24 @@ def daemon_describer(
     return describe
 
 
+# The most task ids a ping names (its body stays far under NATS's payload limit).
+ASKED_MAX = 2000
+
+
 class HealthResponder:
     """Answers ``kf.health.ping`` on the bridge loop with ``describe()`` (which must be
-    cheap: it runs on the loop) plus uptime."""
+    cheap: it runs on the loop) plus uptime; ``serves``: a command's own daemon's test of
+    a task id (the module's docstring)."""
 
-    def __init__(self, bridge: Bridge, describe: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        bridge: Bridge,
+        describe: Callable[[], dict[str, Any]],
+        serves: Callable[[str], bool] | None = None,
+    ) -> None:
         self.bridge = bridge
         self._describe = describe
+        self._serves = serves
         self._started = time.time()
         self._serving: Serving | None = None
 
@@ -137,6 +154,9 @@ class HealthResponder:
         except Exception as exc:  # still answer: a daemon that cannot describe itself
             body = {"error": repr(exc)}
         body |= {"started_at": self._started, "uptime_s": round(time.time() - self._started, 3)}
+        if self._serves is not None:
+            asked = _asked_tasks(msg.data)
+            body |= {"own_tasks_only": True, "serving": [t for t in asked if self._serves(t)]}
         with contextlib.suppress(Exception):
             await msg.respond(json.dumps(body, default=str).encode())
 
@@ -146,10 +166,25 @@ class HealthResponder:
                 self.bridge.call(self._serving.stop(), timeout=5)
 
 
-async def ping_daemons(requests: RequestsPort, window_s: float) -> list[dict[str, Any]]:
-    """Every daemon's answer that arrives within ``window_s``."""
+def _asked_tasks(data: bytes) -> list[str]:
+    try:
+        body = json.loads(data or b"{}")
+    except ValueError:
+        return []
+    tasks = body.get("tasks") if isinstance(body, dict) else None
+    if not isinstance(tasks, list):
+        return []
+    return [t for t in tasks[:ASKED_MAX] if isinstance(t, str)]
+
+
+async def ping_daemons(
+    requests: RequestsPort, window_s: float, tasks: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """Every daemon's answer that arrives within ``window_s``; a command's own daemon says
+    which of ``tasks`` it serves."""
     answers: list[dict[str, Any]] = []
-    for data in await requests.gather(subjects.HEALTH_PING, b"{}", window_s):
+    asked = json.dumps({"tasks": list(tasks)[:ASKED_MAX]}).encode()
+    for data in await requests.gather(subjects.HEALTH_PING, asked, window_s):
         try:
             body = json.loads(data)
         except ValueError:

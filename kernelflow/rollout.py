@@ -53,6 +53,7 @@ from kernelflow.events.errors import TransportError
 from kernelflow.events.model import Event, SubmitTask, TaskCancelled
 from kernelflow.host.exits import UsageError
 from kernelflow.host.runtime import (
+    answer_pings,
     cancel_abandoned,
     connected,
     noting_other_tasks,
@@ -275,6 +276,7 @@ class Rollout:
                     serves=own_work(ours),
                 ),
             ).start()
+            answer_pings(bridge, daemon, ours)
             with stopped_after(daemon):  # interrupted, _drive cancels what it leaves
                 events = self._drive(bridge, slots, start, pool, on_progress)
         trajectories = [

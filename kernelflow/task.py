@@ -42,7 +42,6 @@ from kernelflow.host.runtime import (
     connected,
     follow_task,
     noting_other_tasks,
-    own_work,
     start_daemon,
     stopped_after,
 )
@@ -231,9 +230,9 @@ class Task:
                 if self.host_daemon:
                     serving, runner = self.serve_others, f"Task {self.op_name}"
                     own = noting_other_tasks(bridge, {task_id}, runner, serving=serving)
-                    serves = None if serving else own_work({task_id})
+                    only = None if serving else {task_id}
                     roles = roles_for(command)
-                    daemon = start_daemon(bridge, self.settings, roles, {}, own, serves=serves)
+                    daemon = start_daemon(bridge, self.settings, roles, {}, own, only=only)
                     hosting.enter_context(stopped_after(daemon))
                 bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
                 try:

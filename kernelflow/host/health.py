@@ -7,11 +7,12 @@ of credentials it knows, or anyone), over TLS or not; the streams (``KF_EVENTS``
 durable consumers (work waiting for a role no daemon hosts); the daemons (each answers
 ``kf.health.ping`` with its roles, pools, uptime, LLM and how ready its verifiers are, a
 failed sandbox warm-up failing the check; at least ``DaemonsWanted.at_least`` must answer
-within ``wait_s`` seconds, none when ``none_needed``); the LLM provider this machine is
-configured with (the spec resolves into providers, per agent; nothing is called, so
-nothing is paid); the tool registry (every tool builds); and how this machine's sandbox
-isolates candidates (``warn`` where it cannot, saying whether they are refused or run
-anyway under ``KF_SANDBOX_ALLOW_NETWORK=1``).
+within ``wait_s`` seconds, none when ``none_needed``; a command's own daemon, which takes
+only its command's tasks, is listed as a ``command`` and counts for nothing); the LLM
+provider this machine is configured with (the spec resolves into providers, per agent;
+nothing is called, so nothing is paid); the tool registry (every tool builds); and how
+this machine's sandbox isolates candidates (``warn`` where it cannot, saying whether they
+are refused or run anyway under ``KF_SANDBOX_ALLOW_NETWORK=1``).
 
 Each check adds a row to a ``Report``: ``ok``, ``warn`` (worth knowing, not blocking),
 ``fail`` or ``skip``; the report is healthy without a ``fail``. The checks only read:
@@ -299,9 +300,18 @@ async def check_streams(js: Any, report: Report, replicas: int) -> int:
 
 
 async def check_daemons(nc: Any, report: Report, daemons: DaemonsWanted, last_seq: int) -> set[str]:
-    """Ping the daemons; return the roles they host."""
-    answers = await ping_daemons(NatsRequests(nc), daemons.wait_s)
+    """Ping the daemons; return the roles they host. A command's own daemon (``run``,
+    ``rollout``, ...: ``own_tasks_only``) is listed apart and counts for neither: it takes
+    no work but its command's."""
+    answered = await ping_daemons(NatsRequests(nc), daemons.wait_s)
+    answers = [a for a in answered if not a.get("own_tasks_only")]
+    commands = [a for a in answered if a.get("own_tasks_only")]
     report.sections["daemons"] = answers
+    report.sections["commands"] = commands
+    for a in commands:
+        listed = ", ".join(str(r) for r in a.get("roles", []))
+        detail = f"{a.get('host')} pid {a.get('pid')}: {listed}, for its own tasks only"
+        report.add("command", str(a.get("daemon_id", "?")), OK, detail)
     hosted: set[str] = set()
     for a in answers:
         roles = [str(r) for r in a.get("roles", [])]

@@ -16,12 +16,18 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from kernelflow.actors.presence import ping_daemons
+from kernelflow.actors.presence import (
+    HealthResponder,
+    daemon_describer,
+    new_daemon_id,
+    ping_daemons,
+)
 from kernelflow.actors.worker import Job, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
@@ -121,11 +127,13 @@ def start_daemon(
     on_job: Callable[[str, Job], None] | None = None,
     *,
     llm_must_answer: bool = True,
-    serves: Callable[[Job], bool] | None = None,
+    only: set[str] | Callable[[str], bool] | None = None,
 ) -> Daemon:
     """A daemon hosting ``roles`` on ``bridge``, its LLM endpoints reached first
     (``reach_llm``): one that cannot be used ends a command at once (EndpointUnreachable)
-    and is said on the log of a daemon (not ``llm_must_answer``), which waits for it."""
+    and is said on the log of a daemon (not ``llm_must_answer``), which waits for it.
+    ``only``: a command's own daemon, serving these tasks alone (``own_work``) and saying
+    so when pinged (``answer_pings``)."""
     llm = None
     try:
         spec = settings.llm or default_llm_spec()
@@ -154,7 +162,7 @@ def start_daemon(
         gpus=gpus,
         cpu_verifiers=cpus,
         on_job=on_job,
-        serves=serves,
+        serves=None if only is None else own_work(only),
     )
     if VERIFIER in roles:
         warn_unseen_gpus(config)
@@ -162,7 +170,23 @@ def start_daemon(
             config.verifier_configs()
         except ValueError as exc:  # more CPU verifiers than cores
             raise UsageError(f"--devices {settings.devices}: {exc}") from None
-    return Daemon(bridge, config).start()
+    daemon = Daemon(bridge, config).start()
+    if only is not None:
+        answer_pings(bridge, daemon, only)
+    return daemon
+
+
+def answer_pings(
+    bridge: Bridge, daemon: Daemon, ours: set[str] | Callable[[str], bool]
+) -> HealthResponder:
+    """A command's own daemon answers health pings too, naming the asked tasks that are
+    its own (``kernelflow.actors.presence``), for as long as the command's connection is
+    open: so ``status`` and ``cancel`` in another terminal tell a task this command runs
+    from one that waits for a daemon."""
+    roles = daemon.config.roles
+    pools = {r: daemon.config.pool_size(r) for r in roles}
+    describe = daemon_describer(new_daemon_id(), bridge.nats_url, roles, pools, daemon.config.llm)
+    return HealthResponder(bridge, describe, serves=_task_test(ours)).start()
 
 
 def verifier_devices(
@@ -237,15 +261,38 @@ async def request_reply(
 # --------------------------------------------------------------------------- following
 
 
-def no_host(bridge: Bridge, role: str) -> str | None:
-    """Why no daemon takes work for ``role``, if the daemons' answers say so (None: a
-    daemon hosting it is up, just busy)."""
-    answers = bridge.call(ping_daemons(bridge.requests, 1.0))
-    if any(role in a.get("roles", ()) for a in answers):
-        return None
-    if not answers:
-        return "no daemon answered"
-    return f"{len(answers)} daemon(s) answered, none hosts the {role} role"
+@dataclass(frozen=True)
+class Hosting:
+    """Who hosts ``role``, as the daemons' answers to one ping say (a command's own daemon
+    only for the tasks it serves: ``kernelflow.actors.presence``)."""
+
+    role: str
+    answers: list[dict[str, Any]]
+
+    def why_not(self, task_id: str | None = None) -> str | None:
+        """Why no daemon takes ``role``'s work (of ``task_id``, when named), if the answers
+        say so (None: one is up, just busy)."""
+        hosts = [a for a in self.answers if self.role in a.get("roles", ())]
+        if any(
+            not a.get("own_tasks_only") or (task_id is not None and task_id in a["serving"])
+            for a in hosts
+        ):
+            return None
+        if not self.answers:
+            return "no daemon answered"
+        if hosts:
+            return f"only commands host the {self.role} role, each for its own tasks"
+        return f"{len(self.answers)} daemon(s) answered, none hosts the {self.role} role"
+
+
+def hosting(bridge: Bridge, role: str, tasks: Iterable[str] = ()) -> Hosting:
+    """Ask the daemons (for a second) who hosts ``role``, and for which of ``tasks``."""
+    return Hosting(role, bridge.call(ping_daemons(bridge.requests, 1.0, tasks)))
+
+
+def no_host(bridge: Bridge, role: str, task_id: str | None = None) -> str | None:
+    """``Hosting.why_not`` for ``role`` (and ``task_id``), asked now."""
+    return hosting(bridge, role, [task_id] if task_id else ()).why_not(task_id)
 
 
 def waiting_on(state: TaskState) -> tuple[str, str] | None:
@@ -264,7 +311,9 @@ def unhosted_hint(
 ) -> str | None:
     """Why these tasks have not moved for ``waited_s``, if that is because no daemon hosts
     ``role``, the one each waits for; ``named``: say which task a step is of."""
-    why = no_host(bridge, role)
+    hosts = hosting(bridge, role, [s.task_id for s in states])
+    reasons = [hosts.why_not(s.task_id) for s in states]
+    why = reasons[0] if all(reasons) else None
     if why is None:
         return None
     ids = _listed([s.task_id for s in states])
@@ -396,12 +445,16 @@ def _explain_waits(
 # --------------------------------------------------------------------------- giving up
 
 
+def _task_test(ours: set[str] | Callable[[str], bool]) -> Callable[[str], bool]:
+    return ours.__contains__ if isinstance(ours, set) else ours
+
+
 def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Job], bool]:
     """A command's own daemon's ``DaemonConfig.serves``: the work of ``ours`` only (task
     ids, or whether a task id is one), and cancels (they call for no LLM, and whoever
     asked wants them applied now). Everything else stays queued for a daemon of its own:
     a task submitted for another model must not be answered by this command's."""
-    is_ours = ours.__contains__ if isinstance(ours, set) else ours
+    is_ours = _task_test(ours)
 
     def serves(job: Job) -> bool:
         if job.source == "event":

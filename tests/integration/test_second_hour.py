@@ -57,6 +57,52 @@ def test_a_task_no_daemon_advances_shows_as_queued_not_running(private_nats: str
     assert line.split()[1] == "queued"
 
 
+def test_a_task_a_run_works_on_shows_as_running_while_others_stay_queued(
+    private_nats: str, tmp_path: Path
+) -> None:
+    """A command's own daemon serves its own task alone: ``status`` in another terminal
+    shows that task running and others queued, and ``health`` lists the command apart
+    from the daemons (before: its task too was "queued: no daemon answered")."""
+    bridge = Bridge(private_nats, auth=role_auth(private_nats, "daemon")).start()
+    try:
+        bridge.call(bridge.log.append(TaskHistory("left"), [submitted_on_default("left")]))
+    finally:
+        bridge.stop()
+    slow = slow_script(tmp_path, 60, "designer")  # the run stays on its first step
+    args = ["run", str(EXAMPLES / "tasks" / "relu.py"), "--llm", f"scripted:{slow}"]
+    args += ["--task-id", "mine", *as_user("daemon", private_nats)]
+    with (tmp_path / "run.out").open("wb") as out:
+        run = subprocess.Popen(
+            [*KERNELFLOW, *args], cwd=REPO, env=cli_env(), stdout=out, stderr=out,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            shown = run_cli("status", "--json", *as_user("publisher", private_nats))
+            assert shown.returncode == 0, shown.stderr
+            rows = {row["task_id"]: row for row in json.loads(shown.stdout)}
+            if "mine" in rows and rows["mine"]["steps"] >= 1:
+                break
+            assert run.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "run.out"
+            ).read_text()
+            time.sleep(0.3)
+        assert rows["mine"]["status"] == "running"
+        assert rows["left"]["status"] == "queued"
+        assert rows["left"]["reason"] == (
+            "only commands host the conductor role, each for its own tasks: it waits for "
+            "one (kernelflow daemon)"
+        )
+        health = run_cli("health", "--json", *as_user("publisher", private_nats))
+        report = json.loads(health.stdout)
+        assert report["daemons"] == [] and len(report["commands"]) == 1
+        assert "conductor" in report["commands"][0]["roles"]
+    finally:
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=60)
+
+
 def interrupted_tasks(nats_url: str, prefix: str) -> list[str]:
     """The tasks of the log whose ids start with ``prefix`` that Ctrl-C cancelled."""
 

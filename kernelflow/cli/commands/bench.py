@@ -30,7 +30,7 @@ from kernelflow.cli.commands.options import (
     add_verifier_version_option,
 )
 from kernelflow.host.exits import UsageError
-from kernelflow.host.runtime import connected, interruptible, own_work, start_daemon, stopped_after
+from kernelflow.host.runtime import connected, interruptible, start_daemon, stopped_after
 from kernelflow.host.settings import Settings
 from kernelflow.offline.sources import BENCH_RUN
 from kernelflow.projections.benchmark import (
@@ -291,7 +291,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
                 roles = (CONDUCTOR_ROLE, *workflow.agents)
                 pools = {a: args.concurrency for a in workflow.agents if a != "verifier"}
                 # Its own candidates only: others' queued tasks wait for their daemons.
-                daemon = start_daemon(bridge, settings, roles, pools, serves=own_work(runner.owns))
+                daemon = start_daemon(bridge, settings, roles, pools, only=runner.owns)
                 with stopped_after(daemon):
                     databases = runner.run()
         except SettingsChanged as exc:

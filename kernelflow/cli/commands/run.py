@@ -33,7 +33,6 @@ from kernelflow.host.runtime import (
     follow_task,
     interruptible,
     noting_other_tasks,
-    own_work,
     start_daemon,
     stopped_after,
 )
@@ -118,8 +117,8 @@ def run_on(
     ours = {command.task_id or ""}
     serving = args.serve_others
     own = noting_other_tasks(bridge, ours, "this run", serving=serving)
-    serves = None if serving else own_work(ours)
-    daemon = start_daemon(bridge, settings, roles_for(command), {}, own, serves=serves)
+    only = None if serving else ours
+    daemon = start_daemon(bridge, settings, roles_for(command), {}, own, only=only)
     with stopped_after(daemon):
         if args.reference_check and VERIFIER in roles_for(command):
             # This run's own verifier checks the task: what it cannot check is refused

@@ -28,6 +28,7 @@ from kernelflow.host.exits import EXIT_FAILED, EXIT_OK, UsageError, WaitTimeout,
 from kernelflow.host.runtime import (
     connected,
     follow_tasks,
+    hosting,
     interruptible,
     no_host,
     request_reply,
@@ -157,11 +158,15 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def queued_while_no_daemon(bridge: Bridge, rows: list[dict[str, Any]]) -> None:
-    """A task not over is ``queued``, not ``running``, while no daemon runs a conductor:
-    nothing advances it until one starts (README.md, "CLI")."""
+    """A task not over is ``queued``, not ``running``, while no daemon runs a conductor
+    for it (a command's own daemon runs one for its own tasks alone): nothing advances it
+    until one starts (README.md, "CLI")."""
     running = [row for row in rows if row["status"] == "running"]
-    if running and (why := no_host(bridge, CONDUCTOR_ROLE)) is not None:
-        for row in running:
+    if not running:
+        return
+    hosts = hosting(bridge, CONDUCTOR_ROLE, [row["task_id"] for row in running])
+    for row in running:
+        if (why := hosts.why_not(row["task_id"])) is not None:
             row["status"] = "queued"
             row["reason"] = row["reason"] or f"{why}: it waits for one (kernelflow daemon)"
 
@@ -190,7 +195,7 @@ def not_in_the_log(bridge: Bridge, task_id: str) -> Exception:
     queued = bridge.call(bridge.commands.waiting(subjects.SUBMIT))
     if not queued:
         return UsageError(f"no task {task_id}: not in the log, and no submit waits in the queue")
-    why = no_host(bridge, CONDUCTOR_ROLE) or "a daemon is up: it takes them in turn"
+    why = no_host(bridge, CONDUCTOR_ROLE, task_id) or "a daemon is up: it takes them in turn"
     # Exit 3, as a cancel that waits for a conductor: not done yet, not wrong.
     return WaitTimeout(
         f"task {task_id} is not in the log yet: {queued} submit(s) wait in the queue for a "
@@ -208,7 +213,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         try:
             # Whether a daemon runs a conductor, asked while the cancel is on its way (a
             # second): with none, waiting cannot help, and the cancel stays queued.
-            why = no_host(bridge, CONDUCTOR_ROLE)
+            why = no_host(bridge, CONDUCTOR_ROLE, args.task_id)
             if why is not None and not asked.done():
                 raise WaitTimeout(
                     f"cancel of {args.task_id} queued: {why}; it applies when a daemon "
