@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -78,13 +78,13 @@ class TrajectoryStep:
     attention_mask: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (a copy: changing it leaves the step as it was)."""
-        data: dict[str, Any] = msgspec.to_builtins(self)
-        return data
+        """Plain data, every declared field (a copy: changing it leaves the step as it
+        was)."""
+        return {name: msgspec.to_builtins(getattr(self, name)) for name in _STEP_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrajectoryStep:
-        return msgspec.convert(data, cls)
+        return cls(**{**data, "step_type": StepType(data["step_type"])})
 
 
 @dataclass
@@ -128,13 +128,29 @@ class Trajectory:
         return math.fsum(scores) if scores else (self.final_reward or 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (a copy), msgspec's: the declared fields."""
-        data: dict[str, Any] = msgspec.to_builtins(self)
-        return data
+        """Plain data, every declared field (a copy)."""
+        return {
+            "request_id": self.request_id,
+            "steps": [s.to_dict() for s in self.steps],
+            "metadata": msgspec.to_builtins(self.metadata),
+            "is_completed": self.is_completed,
+            "final_reward": self.final_reward,
+            "total_tokens": self.total_tokens,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        return msgspec.convert(data, cls)
+        return cls(
+            request_id=data["request_id"],
+            steps=[TrajectoryStep.from_dict(s) for s in data.get("steps", ())],
+            metadata=dict(data.get("metadata") or {}),
+            is_completed=data.get("is_completed", False),
+            final_reward=data.get("final_reward"),
+            total_tokens=data.get("total_tokens", 0),
+        )
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(TrajectoryStep))
 
 
 # How an agent's own steps are written in its replies (the ReAct text format).

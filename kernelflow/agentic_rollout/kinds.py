@@ -109,6 +109,9 @@ class KindAgent(BaseAgent):
             step = self.kind.next_step(turn)
             seq = len(calls) + len(results) + 1
             if isinstance(step, CallLLM):
+                if step.messages and step.messages[0].role == "system":
+                    # The system prompt as the model was given it (get_messages' head).
+                    trajectory.metadata.setdefault("system_prompt", step.messages[0].content)
                 reply = await llm_generate_func(
                     message_dicts(step.messages),
                     max_tokens=self.max_tokens_per_step,
