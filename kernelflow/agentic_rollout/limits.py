@@ -53,15 +53,13 @@ class RetryPolicy:
         """``attempt()`` until it succeeds or fails for good; what it gave and the
         failures before it (raises the last failure)."""
         delay = self.backoff_s
-        for failures in range(self.max_attempts):
+        for failures in range(self.max_attempts - 1):
             try:
                 return await attempt(), failures
             except self.retry_on:
-                if failures + 1 == self.max_attempts:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.max_backoff_s)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+        return await attempt(), self.max_attempts - 1
 
 
 class ToolResultCache:

@@ -21,7 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernelflow.actors.kinds import Finish, RunTools, Turn
 from kernelflow.agentic_rollout import (
+    BaseAgent,
     BaseTool,
     CalculatorTool,
     ReactAgent,
@@ -36,7 +38,14 @@ from kernelflow.agentic_rollout import (
     TrajectoryStep,
 )
 from kernelflow.agentic_rollout.recording import RunLog
-from kernelflow.events.model import Event, LLMCalled, ToolCalled
+from kernelflow.events.model import (
+    AgentDispatched,
+    Event,
+    LLMCalled,
+    TaskSubmitted,
+    ToolCalled,
+)
+from kernelflow.workflows.model import AgentSpec, OutputField
 from tests.verl_tokenizer import tiny_tokenizer
 
 
@@ -463,3 +472,56 @@ def test_base_tool_is_made_as_the_seed_writes_it() -> None:
     agent.set_tools({"base": tool})
     step = asyncio.run(agent.execute_tool_call("base", {}, Trajectory(request_id="t")))
     assert step.content == "Error executing base: BaseTool does not implement execute"
+
+
+# --------------------------------------------------------------------------- in a daemon
+
+
+class Pair(BaseAgent):
+    """Calls tools ``a`` and ``b`` together, and answers with what they said."""
+
+    async def run_trajectory(
+        self, prompt: Any, llm_generate_func: Any, request_id: str, **kw: Any
+    ) -> Trajectory:
+        trajectory = Trajectory(request_id=request_id)
+        results = await self.execute_tool_calls([("a", {}), ("b", {})], trajectory)
+        answer = " | ".join(r.content for r in results)
+        trajectory.add_step(TrajectoryStep(StepType.FINAL_ANSWER, answer))
+        return trajectory
+
+
+def pair_turn(tools: list[ToolCalled]) -> Turn:
+    task = TaskSubmitted(
+        task_id="t", task_name="t", task_source="", workflow_name="w", workflow_yaml="",
+        backend="triton", group_id="g", prompt="go",
+    )  # fmt: skip
+    dispatch = AgentDispatched(task_id="t", seq=3, agent="solver", step=1, dispatch_id="t:d1")
+    specs = [{"name": n, "description": "", "parameters": {"type": "object"}} for n in "ab"]
+    return Turn(
+        prompt=[], llm_calls=[], tool_calls=tools, tools=specs, task=task, dispatch=dispatch
+    )
+
+
+def test_in_a_daemon_calls_made_together_are_made_in_order_and_none_made_twice() -> None:
+    answer = (OutputField("answer", "str", True),)
+    spec = AgentSpec(name="solver", possible_next=("finish",), output_fields=answer, kind="pair")
+    kind = BaseAgent.as_agent_kind.__func__(Pair, "pair")(spec)  # type: ignore[attr-defined]
+
+    def called(n: int, tool: str, ok: bool, output: str) -> ToolCalled:
+        return ToolCalled(
+            task_id="t", seq=4 + n, agent="solver", dispatch_id="t:d1", call_id=f"t:d1#{n}",
+            tool=tool, ok=ok, output=output, error="" if ok else output,
+        )  # fmt: skip
+
+    first = kind.next_step(pair_turn([]))
+    assert isinstance(first, RunTools) and [(c.id, c.name) for c in first.calls] == [
+        ("t:d1#0", "a")
+    ]
+    failed = called(0, "a", False, "ConnectionError: reset")
+    second = kind.next_step(pair_turn([failed]))
+    assert isinstance(second, RunTools) and [(c.id, c.name) for c in second.calls] == [
+        ("t:d1#1", "b")
+    ]
+    # The failure the log holds is read back, not retried: the run goes on to its answer.
+    end = kind.next_step(pair_turn([failed, called(1, "b", True, "B")]))
+    assert end == Finish("Error executing a: ConnectionError: reset | B", whole_answer=True)
