@@ -228,7 +228,7 @@ class BaseAgent(ABC):
                 )
             )
         trajectory.is_completed = True
-        trajectory.metadata.setdefault("agent_type", agent_type(type(self)))
+        trajectory.metadata.setdefault("agent_type", agent_type_of(type(self)))
         trajectory.metadata.setdefault("system_prompt", self.create_system_prompt())
         trajectory.metadata.setdefault("final_answer_given", answer is not None)
 
@@ -254,7 +254,7 @@ def _journaled(run_trajectory: RunTrajectory) -> RunTrajectory:
             return await run_trajectory(self, prompt, llm_generate_func, request_id, **kw)
         if self.run_log is None:
             self.run_log = RunLog()
-        name = agent_type(type(self))
+        name = agent_type_of(type(self))
         started = time.monotonic()
         recorded = await self.run_log.start(name, self.max_steps, prompt, request_id)
         try:
@@ -374,7 +374,7 @@ def _check_arguments(tool: JournaledTool, args: dict[str, Any]) -> None:
         )
 
 
-def agent_type(cls: type[BaseAgent]) -> str:
+def agent_type_of(cls: type[BaseAgent]) -> str:
     """The kind name of an agent class (seed 003 §5.3's ``metadata["agent_type"]``): the
     name it was registered under (``react``...), else its class name in lower case."""
     return str(cls.__dict__.get("registered_as") or cls.__name__.lower())
