@@ -97,7 +97,16 @@ def test_the_seed_trajectory_renders_its_whole_conversation() -> None:
         content="The capital of France is Paris.",
         metadata={"confidence": 0.95}
     ))  # fmt: skip
+    # §5.2's queries, as printed.
+    final_response = trajectory.get_final_response()
+    tool_calls = trajectory.get_tool_calls()
+    total_reward = trajectory.get_total_reward()
     messages = trajectory.get_messages()
+    assert (final_response, tool_calls, total_reward) == (
+        "The capital of France is Paris.",
+        [],
+        0.0,
+    )
     assert messages == [
         {"role": "user", "content": "What is the capital of France?"},
         {
@@ -179,8 +188,19 @@ SEED_JSON = {
 }  # fmt: skip
 
 
-def test_steps_and_trajectories_are_the_seeds_dataclasses() -> None:
+def test_steps_and_trajectories_are_the_seeds_dataclasses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # §5.3, as printed (in a folder of the test's own).
+    monkeypatch.chdir(tmp_path)
     trajectory = Trajectory.from_dict(SEED_JSON)
+    trajectory_dict = trajectory.to_dict()
+    recovered_trajectory = Trajectory.from_dict(trajectory_dict)
+    with open("trajectory.json", "w") as f:
+        json.dump(trajectory_dict, f, indent=2)
+    assert recovered_trajectory == trajectory
+    assert Trajectory.from_dict(json.loads(Path("trajectory.json").read_text())) == trajectory
+
     assert dataclasses.is_dataclass(trajectory) and dataclasses.is_dataclass(trajectory.steps[0])
     step = trajectory.steps[1]
     assert step.step_type is StepType.ACTION and step.tool_result == 4
