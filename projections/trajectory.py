@@ -164,44 +164,44 @@ _WRITTEN = {
 def conversation(steps: Iterable[TrajectoryStep]) -> list[dict[str, Any]]:
     """Steps as chat messages: an ``observation`` is the user's; the agent's thoughts,
     actions and final answer are its (assistant) replies, written as the ReAct format
-    writes them (``Thought: ...``, ``Action: tool(...)``, ``Final Answer: ...``; the
-    steps of one reply, ``metadata["llm_call"]``, in one message); a tool's result is
-    the user's ``Observation: ...``, or a ``tool`` message for a native call.
+    writes them (``Thought: ...``, ``Action: ...``, ``Final Answer: ...``; the steps of
+    one reply, ``metadata["llm_call"]``, in one message); a tool's result is the user's
+    ``Observation: ...``. Consecutive messages of one role are joined.
 
-    A trajectory built from the log holds each reply of an agent whole (an ``action``
-    without ``tool_name``, with its native ``tool_calls``), so the steps it records
-    beside them (``metadata["event"]``: the conductor's routing, the tool calls already
-    written in the reply, the task's end, already the last reply) are not said again;
-    its tool results read as the agent was shown them (``Observation (tool): ...``).
-    Consecutive messages of one role, a reply with native calls apart, are joined."""
+    Steps recorded from the log (``metadata["event"]``) are the agents' replies whole (an
+    ``action`` without ``tool_name``, a native call's result a ``tool`` message), the
+    results as the agent was shown them (``Observation (tool): ...``; a check or a
+    failure as it is); the thoughts (the conductor's routing), tool actions (written in
+    the reply) and final answer (the last reply already) beside them are not said."""
     messages: list[dict[str, Any]] = []
     native: set[str] = set()
     reply_of: Any = None  # the reply the last assistant message was written from
     for s in steps:
         kind, meta = s.step_type, s.metadata
+        logged = "event" in meta
         if kind == StepType.OBSERVATION:
             _say(messages, "user", s.content)
         elif kind == StepType.ACTION_RESULT:
             call_id = meta.get("call_id")
-            if call_id is not None and call_id in native:
+            if not logged:
+                _say(messages, "user", f"Observation: {s.content}")
+            elif call_id is not None and call_id in native:
                 messages.append({"role": "tool", "content": s.content, "tool_call_id": call_id})
             elif call_id is not None:
                 _say(messages, "user", f"Observation ({s.tool_name}): {s.content}")
-            elif "event" in meta or s.tool_name is None:
-                _say(messages, "user", s.content)  # a check or failure the log records
             else:
-                _say(messages, "user", f"Observation: {s.content}")
-        elif kind == StepType.ACTION and s.tool_name is None:
+                _say(messages, "user", s.content)
+        elif logged and kind == StepType.ACTION and s.tool_name is None:
             reply: dict[str, Any] = {"role": "assistant", "content": s.content}
             calls = meta.get("tool_calls") or []
             if calls:
                 reply["tool_calls"] = [_openai_call(c) for c in calls]
                 native.update(str(c.get("id")) for c in calls)
             messages.append(reply)
-        elif "event" not in meta:
+        elif not logged:
             text = f"{_WRITTEN[kind]}: {s.content}"
-            same_reply = messages and messages[-1]["role"] == "assistant"
-            if same_reply and meta.get("llm_call", reply_of) != reply_of:
+            same_role = bool(messages) and messages[-1]["role"] == "assistant"
+            if same_role and meta.get("llm_call", reply_of) != reply_of:
                 messages.append({"role": "assistant", "content": text})
             else:
                 _say(messages, "assistant", text)

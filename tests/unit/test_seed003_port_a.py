@@ -129,6 +129,15 @@ def test_the_seed_trajectory_renders_its_whole_conversation() -> None:
         ("user", "Observation: Paris"),
         ("assistant", "Final Answer: The capital of France is Paris."),
     ]
+    # Two replies are two messages, though nothing came between them.
+    two = Trajectory(request_id="two")
+    two.add_step(TrajectoryStep(StepType.THOUGHT, "a", {"llm_call": 1}))
+    two.add_step(TrajectoryStep(StepType.THOUGHT, "b", {"llm_call": 2}))
+    two.add_step(TrajectoryStep(StepType.FINAL_ANSWER, "c", {"llm_call": 2}))
+    assert [m["content"] for m in two.get_messages()] == [
+        "Thought: a",
+        "Thought: b\nFinal Answer: c",
+    ]
 
 
 def react_run() -> tuple[ReactAgent, Any, Trajectory]:
