@@ -134,14 +134,14 @@ class JournaledTool:
         self,
         name: str,
         tool: Any,
-        limits: ToolLimits | None = None,
-        retry: RetryPolicy | None = None,
-        cache: ToolResultCache | None = None,
+        limits: ToolLimits,
+        retry: RetryPolicy,
+        cache: ToolResultCache | None,
     ) -> None:
         self.name = name
         self.tool = tool
-        self.limits = limits or ToolLimits(rate_limit=None)
-        self.retry = retry or RetryPolicy(max_attempts=1)
+        self.limits = limits
+        self.retry = retry
         self.cache = cache
         self.window = CallWindow()
 
