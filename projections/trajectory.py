@@ -9,10 +9,12 @@ the tool, ``tool_args`` = its arguments) followed by its ``action_result``
 (``tool_result`` = what the tool returned; None when it failed, ``metadata`` says why); a
 parse failure and every verification (``tool_result`` = the verifier's report) are
 ``action_result`` steps; the end of the task is the ``final_answer`` (with the judge's
-exchange, if one judged it). The recorded rewards set ``metadata["rewards"]``, and the
-task's own (first) reward function sets ``final_reward`` and scores the final answer:
-its ``reward_score``, and ``is_correct`` = reward > 0 (before a reward is recorded a
-kernel is correct when its last verification passed; an answer is not yet known).
+exchange, if one judged it). The first agent's system prompt is
+``metadata["system_prompt"]`` (the head of ``get_messages``). The recorded rewards set
+``metadata["rewards"]``, and the task's own (first) reward function sets
+``final_reward`` and scores the final answer: its ``reward_score``, and ``is_correct`` =
+reward > 0 (before a reward is recorded a kernel is correct when its last verification
+passed; an answer is not yet known).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -57,12 +59,16 @@ class StepType(StrEnum):
     FINAL_ANSWER = "final_answer"
 
 
-# A msgspec struct, not a dataclass: a full replay builds a step for most events it reads,
-# and a struct is built in C, in less than half the time.
-class TrajectoryStep(msgspec.Struct):
+@dataclass
+class TrajectoryStep:
+    """One step (seed 003 §5.1): a dataclass (``dataclasses.asdict`` works, and a step
+    takes attributes of its own as any dataclass does), whose plain data and JSON are
+    msgspec's (``to_dict``/``from_dict``: what the log's exports and files hold; attributes
+    set beside the declared fields are not part of it)."""
+
     step_type: StepType
     content: str
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = field(default_factory=dict)
     tool_name: str | None = None
     tool_args: dict[str, Any] | None = None
     tool_result: Any | None = None
@@ -72,17 +78,20 @@ class TrajectoryStep(msgspec.Struct):
     attention_mask: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (a copy: changing it leaves the step as it was)."""
-        data: dict[str, Any] = msgspec.to_builtins(self)
-        return data
+        """Plain data, every declared field (a copy: changing it leaves the step as it
+        was)."""
+        return {name: msgspec.to_builtins(getattr(self, name)) for name in _STEP_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrajectoryStep:
         return cls(**{**data, "step_type": StepType(data["step_type"])})
 
 
-@dataclass(slots=True)
+@dataclass
 class Trajectory:
+    """A whole run (seed 003 §5.1): a dataclass as its steps are, with msgspec's plain
+    data and JSON (``to_dict``/``from_dict``)."""
+
     request_id: str
     steps: list[TrajectoryStep] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -94,34 +103,13 @@ class Trajectory:
         self.steps.append(step)
 
     def get_messages(self) -> list[dict[str, Any]]:
-        """The trajectory as one chat: the task is the user's first message, every LLM
-        turn of an agent an assistant message (with its native ``tool_calls``, OpenAI's
-        shape), and what answered it the next message: a native tool call's result as a
-        ``tool`` message, anything else (a text tool call's ``Observation``, a
-        verification, a parse failure) as the user's, consecutive ones joined. The
-        conductor's routing, the judge and the final answer (already the last reply) are
-        not part of the conversation."""
-        messages: list[dict[str, Any]] = []
-        native: set[str] = set()
-        for s in self.steps:
-            if s.step_type == StepType.OBSERVATION:
-                _say(messages, "user", s.content)
-            elif s.step_type == StepType.ACTION and s.tool_name is None:
-                reply: dict[str, Any] = {"role": "assistant", "content": s.content}
-                calls = s.metadata.get("tool_calls") or []
-                if calls:
-                    reply["tool_calls"] = [_openai_call(c) for c in calls]
-                    native.update(str(c.get("id")) for c in calls)
-                messages.append(reply)
-            elif s.step_type == StepType.ACTION_RESULT:
-                call_id = s.metadata.get("call_id")
-                if call_id is not None and call_id in native:
-                    messages.append({"role": "tool", "content": s.content, "tool_call_id": call_id})
-                elif call_id is not None:
-                    _say(messages, "user", f"Observation ({s.tool_name}): {s.content}")
-                else:
-                    _say(messages, "user", s.content)
-        return messages
+        """The trajectory as one chat (docs/agents.md, "Trajectories as chats"): the
+        system prompt (``metadata["system_prompt"]``) if it has one, then its steps as
+        ``conversation`` writes them: what chat templates and verl's multi-turn datasets
+        read."""
+        system = self.metadata.get("system_prompt")
+        head = [{"role": "system", "content": system}] if isinstance(system, str) else []
+        return head + conversation(self.steps)
 
     def get_final_response(self) -> str:
         for step in reversed(self.steps):
@@ -140,10 +128,11 @@ class Trajectory:
         return math.fsum(scores) if scores else (self.final_reward or 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data, every declared field (a copy)."""
         return {
             "request_id": self.request_id,
             "steps": [s.to_dict() for s in self.steps],
-            "metadata": self.metadata,
+            "metadata": msgspec.to_builtins(self.metadata),
             "is_completed": self.is_completed,
             "final_reward": self.final_reward,
             "total_tokens": self.total_tokens,
@@ -153,12 +142,71 @@ class Trajectory:
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         return cls(
             request_id=data["request_id"],
-            steps=[TrajectoryStep.from_dict(s) for s in data["steps"]],
-            metadata=data.get("metadata", {}),
+            steps=[TrajectoryStep.from_dict(s) for s in data.get("steps", ())],
+            metadata=dict(data.get("metadata") or {}),
             is_completed=data.get("is_completed", False),
             final_reward=data.get("final_reward"),
             total_tokens=data.get("total_tokens", 0),
         )
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(TrajectoryStep))
+
+
+# How an agent's own steps are written in its replies (the ReAct text format).
+_WRITTEN = {
+    StepType.THOUGHT: "Thought",
+    StepType.ACTION: "Action",
+    StepType.FINAL_ANSWER: "Final Answer",
+}
+
+
+def conversation(steps: Iterable[TrajectoryStep]) -> list[dict[str, Any]]:
+    """Steps as chat messages: an ``observation`` is the user's; the agent's thoughts,
+    actions and final answer are its (assistant) replies, written as the ReAct format
+    writes them (``Thought: ...``, ``Action: ...``, ``Final Answer: ...``; the steps of
+    one reply, ``metadata["llm_call"]``, in one message); a tool's result is the user's
+    ``Observation: ...``. Consecutive messages of one role are joined.
+
+    Steps recorded from the log (``metadata["event"]``) are the agents' replies whole (an
+    ``action`` without ``tool_name``, a native call's result a ``tool`` message), the
+    results as the agent was shown them (``Observation (tool): ...``; a check or a
+    failure as it is); the thoughts (the conductor's routing), tool actions (written in
+    the reply) and final answer (the last reply already) beside them are not said."""
+    messages: list[dict[str, Any]] = []
+    native: set[str] = set()
+    reply_of: Any = None  # the reply the last assistant message was written from
+    for s in steps:
+        kind, meta = s.step_type, s.metadata
+        logged = "event" in meta
+        if kind == StepType.OBSERVATION:
+            _say(messages, "user", s.content)
+        elif kind == StepType.ACTION_RESULT:
+            call_id = meta.get("call_id")
+            if not logged:
+                _say(messages, "user", f"Observation: {s.content}")
+            elif call_id is not None and call_id in native:
+                messages.append({"role": "tool", "content": s.content, "tool_call_id": call_id})
+            elif call_id is not None:
+                _say(messages, "user", f"Observation ({s.tool_name}): {s.content}")
+            else:
+                _say(messages, "user", s.content)
+        elif logged and kind == StepType.ACTION and s.tool_name is None:
+            reply: dict[str, Any] = {"role": "assistant", "content": s.content}
+            calls = meta.get("tool_calls") or []
+            if calls:
+                reply["tool_calls"] = [_openai_call(c) for c in calls]
+                native.update(str(c.get("id")) for c in calls)
+            messages.append(reply)
+        elif not logged:
+            text = f"{_WRITTEN[kind]}: {s.content}"
+            same_role = bool(messages) and messages[-1]["role"] == "assistant"
+            if same_role and meta.get("llm_call", reply_of) != reply_of:
+                messages.append({"role": "assistant", "content": text})
+            else:
+                _say(messages, "assistant", text)
+            reply_of = meta.get("llm_call")
+    return messages
 
 
 def _say(messages: list[dict[str, Any]], role: str, content: str) -> None:
@@ -240,6 +288,9 @@ class _Builder:
             t.steps[-1].metadata["judge"] = meta
             return
         meta["agent"], meta["dispatch_id"] = e.agent, e.dispatch_id
+        if "system_prompt" not in t.metadata and e.messages and e.messages[0].role == "system":
+            # The conversation's system prompt: the first agent's (get_messages).
+            t.metadata["system_prompt"] = e.messages[0].content
         if e.tool_calls:
             meta["tool_calls"] = msgspec.to_builtins(e.tool_calls)
         # The agent's own turn: an action, but no tool's (its tool calls are steps of

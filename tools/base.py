@@ -38,6 +38,27 @@ class ToolLimits:
         return self.timeout_s - min(1.0, 0.1 * self.timeout_s)
 
 
+class CallWindow:
+    """The calls made in the last minute (monotonic times), against a limit of calls per
+    minute: kernelflow's tools' ``calls_per_minute`` and the AgenticRollout library's
+    ``ToolLimits.rate_limit``."""
+
+    def __init__(self) -> None:
+        self.calls: deque[float] = deque()
+
+    def take(self, now: float, per_minute: int | None) -> float | None:
+        """Count a call made at ``now``: None, or, when ``per_minute`` calls were made in
+        the last minute, the seconds until the next may be (the call is not counted)."""
+        if per_minute is None:
+            return None
+        while self.calls and now - self.calls[0] >= 60.0:
+            self.calls.popleft()
+        if len(self.calls) >= per_minute:
+            return 60.0 - (now - self.calls[0])
+        self.calls.append(now)
+        return None
+
+
 class ToolError(Exception):
     """A failure the agent is shown as its observation (bad path, failing command...)."""
 
@@ -73,7 +94,7 @@ class Tool(ABC):
 
     def __init__(self, limits: ToolLimits | None = None) -> None:
         self.limits = limits or self.default_limits()
-        self._calls: deque[float] = deque()  # monotonic times of calls in the last minute
+        self._calls = CallWindow()
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
@@ -95,15 +116,7 @@ class Tool(ABC):
 
     def take_rate_slot(self, now: float) -> bool:
         """Count a call against ``calls_per_minute``; False when the limit is reached."""
-        limit = self.limits.calls_per_minute
-        if limit is None:
-            return True
-        while self._calls and now - self._calls[0] >= 60.0:
-            self._calls.popleft()
-        if len(self._calls) >= limit:
-            return False
-        self._calls.append(now)
-        return True
+        return self._calls.take(now, self.limits.calls_per_minute) is None
 
 
 def arguments(

@@ -132,9 +132,11 @@ class Replay(Journal):
 
     def _next(self, step: Step) -> LLMCalled | ToolCalled:
         """The recorded result of the program's next call; beyond the record, the run
-        stops and ``step`` is what the dispatch does next."""
+        stops and ``step`` is what the dispatch does next (the first such call: of calls
+        made together, the others follow on later steps, in the order they were made)."""
         if self.position == len(self.record):
-            self.step = step
+            if self.step is None:
+                self.step = step
             raise _Stop
         recorded = self.record[self.position]
         self.position += 1

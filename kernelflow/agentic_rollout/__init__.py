@@ -7,7 +7,8 @@ from kernelflow.actors.kinds.durable import DivergenceError
 from kernelflow.agentic_rollout.agent import BaseAgent
 from kernelflow.agentic_rollout.analysis import TrajectoryAnalyzer
 from kernelflow.agentic_rollout.config import AgenticRolloutConfig
-from kernelflow.agentic_rollout.kinds import CodingAgent, ReactAgent, ToolAgent
+from kernelflow.agentic_rollout.kinds import CodingAgent, ReactAgent, ReactAgentConfig, ToolAgent
+from kernelflow.agentic_rollout.limits import RetryPolicy, ToolLimits, ToolResultCache
 from kernelflow.agentic_rollout.registry import get_agent_class, list_agents, register_agent
 from kernelflow.agentic_rollout.rollout import AgenticRollout
 from kernelflow.agentic_rollout.tools import (
@@ -28,10 +29,14 @@ __all__ = [
     "CodingAgent",
     "DivergenceError",
     "ReactAgent",
+    "ReactAgentConfig",
+    "RetryPolicy",
     "StepType",
     "ToolAgent",
     "ToolConfigError",
     "ToolExecutionError",
+    "ToolLimits",
+    "ToolResultCache",
     "Trajectory",
     "TrajectoryAnalyzer",
     "TrajectoryStep",

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 import jsonschema
@@ -31,6 +31,7 @@ from kernelflow.actors.kinds.formats import (
     tool_catalogue,
 )
 from kernelflow.agentic_rollout.config import default_tool_timeout
+from kernelflow.agentic_rollout.limits import RetryPolicy, ToolLimits, ToolResultCache, cut_output
 from kernelflow.agentic_rollout.recording import RunLog, error_text
 from kernelflow.agentic_rollout.session import (
     JournaledTool,
@@ -41,9 +42,11 @@ from kernelflow.agentic_rollout.session import (
     tool_spec,
 )
 from kernelflow.agentic_rollout.tools import DaemonTool
-from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep
+from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep, conversation
 
 RunTrajectory = Callable[..., Awaitable[Any]]
+# The settings BaseAgent itself reads (the rest are the agent's own).
+AGENT_SETTINGS = frozenset({"tool_timeout", "tool_limits", "tool_retry", "llm_retry", "tool_cache"})
 # Steps the model produced (not its inputs, not what tools returned): what max_steps counts.
 _AGENT_STEPS = frozenset({StepType.THOUGHT, StepType.ACTION, StepType.FINAL_ANSWER})
 
@@ -62,8 +65,25 @@ class BaseAgent(ABC):
         self.max_steps = max_steps
         self.max_tokens_per_step = max_tokens_per_step
         self.temperature = temperature
-        # Seconds one tool call may take (AGENTIC_DEFAULT_TIMEOUT, else 30).
-        self.tool_timeout = float(kwargs.get("tool_timeout", default_tool_timeout()))
+        # The limits of every tool that has none of its own (docs/agents.md, "Tool
+        # limits, retries and the cache"): a call may take ``tool_timeout`` seconds
+        # (AGENTIC_DEFAULT_TIMEOUT, else 30), shows the model 10 KiB, and is not
+        # rate-limited (one agent serves a whole batch), unless ``tool_limits`` says.
+        self.tool_limits: ToolLimits = _setting(kwargs, "tool_limits", ToolLimits, None) or (
+            ToolLimits(
+                max_execution_time=float(kwargs.get("tool_timeout", default_tool_timeout())),
+                rate_limit=None,
+            )
+        )
+        if "tool_timeout" in kwargs and "tool_limits" in kwargs:
+            raise TypeError("give tool_timeout or tool_limits (its max_execution_time), not both")
+        self.tool_timeout = self.tool_limits.max_execution_time
+        self.tool_retry: RetryPolicy = _setting(kwargs, "tool_retry", RetryPolicy, RetryPolicy())
+        self.llm_retry: RetryPolicy = _setting(kwargs, "llm_retry", RetryPolicy, RetryPolicy())
+        cache = kwargs.get("tool_cache")
+        self.tool_cache = ToolResultCache() if cache is True else (cache or None)
+        if self.tool_cache is not None and not isinstance(self.tool_cache, ToolResultCache):
+            raise TypeError("tool_cache: True, or a ToolResultCache")
         self.tools: dict[str, JournaledTool] = {}
         # Where this agent's standalone runs are recorded: its rollout's log, else its own.
         self.run_log: RunLog | None = None
@@ -105,43 +125,64 @@ class BaseAgent(ABC):
         )
 
     def set_tools(self, tools: dict[str, Any]) -> None:
-        self.tools = {name: JournaledTool(name, tool) for name, tool in tools.items()}
+        """Give the agent its tools: ``self.tools[name]`` is each as the agent calls it
+        (a ``JournaledTool``: ``.tool`` is the object given here, whose attributes it
+        shows), within its limits (its own ``limits``, a ``ToolLimits``, else the
+        agent's ``tool_limits``)."""
+        self.tools = {
+            name: JournaledTool(
+                name, tool, _own_limits(tool) or self.tool_limits, self.tool_retry, self.tool_cache
+            )
+            for name, tool in tools.items()
+        }
 
     async def execute_tool_call(
         self, tool_name: str, tool_args: dict[str, Any], trajectory: Trajectory
     ) -> TrajectoryStep:
-        """Run one tool call (within ``tool_timeout``); its ``ACTION_RESULT`` step, or an
-        error step when the tool is unknown, the arguments do not fit its
-        ``parameters_schema`` or it fails."""
+        """Run one tool call, within the tool's limits; its ``ACTION_RESULT`` step (what
+        the model reads is cut to ``max_output_size``; ``tool_result`` is what the tool
+        returned), or an error step when the tool is unknown, the arguments do not fit
+        its ``parameters_schema`` or it fails."""
         start_time = time.time()
         try:
             if tool_name not in self.tools:
                 raise ValueError(f"Tool '{tool_name}' not available")
             tool = self.tools[tool_name]
             _check_arguments(tool, tool_args)
-            result = await asyncio.wait_for(tool.execute(**tool_args), timeout=self.tool_timeout)
+            result = await tool.execute(**tool_args)
         except Exception as e:
             return self._create_error_step(tool_name, tool_args, e)
+        content, cut = cut_output(str(result), tool.limits.max_output_size)
         return TrajectoryStep(
             step_type=StepType.ACTION_RESULT,
-            content=str(result),
+            content=content,
             metadata={
                 "tool_name": tool_name,
                 "tool_args": tool_args,
                 "execution_successful": True,
                 "execution_time": time.time() - start_time,
+                **({"output_cut": True} if cut else {}),
             },
             tool_name=tool_name,
             tool_args=tool_args,
             tool_result=_plain(result),
         )
 
+    async def execute_tool_calls(
+        self, calls: Sequence[tuple[str, dict[str, Any]]], trajectory: Trajectory
+    ) -> list[TrajectoryStep]:
+        """Run the calls of one step (``(tool_name, tool_args)`` pairs) concurrently
+        (seed 003 §3.2, §4.2); their ``ACTION_RESULT`` steps in the order of the calls."""
+        return list(
+            await asyncio.gather(
+                *(self.execute_tool_call(name, args, trajectory) for name, args in calls)
+            )
+        )
+
     def _create_error_step(
         self, tool_name: str, tool_args: dict[str, Any], error: BaseException
     ) -> TrajectoryStep:
         message = str(error) or type(error).__name__
-        if isinstance(error, TimeoutError):
-            message = f"timed out after {self.tool_timeout:g}s"
         return TrajectoryStep(
             step_type=StepType.ACTION_RESULT,
             content=f"Error executing {tool_name}: {message}",
@@ -156,19 +197,13 @@ class BaseAgent(ABC):
             is_correct=False,
         )
 
-    def format_messages_for_llm(self, trajectory: Trajectory) -> list[dict[str, str]]:
-        """The trajectory as chat messages: the system prompt, the observation as the
-        user's message, the agent's steps as its replies (``Thought:``, ``Action:``,
-        ``Final Answer:``) and tool results as ``Observation:`` (consecutive messages of one
-        role joined)."""
-        messages = [{"role": "system", "content": self.create_system_prompt()}]
-        for step in trajectory.steps:
-            role, text = _as_message(step)
-            if messages[-1]["role"] == role and role != "system":
-                messages[-1]["content"] += "\n" + text
-            else:
-                messages.append({"role": role, "content": text})
-        return messages
+    def format_messages_for_llm(self, trajectory: Trajectory) -> list[dict[str, Any]]:
+        """The trajectory as chat messages for the next call: the system prompt, then
+        the steps as ``Trajectory.get_messages`` writes them (the observation as the
+        user's message, the agent's steps as its replies: ``Thought:``, ``Action:``,
+        ``Final Answer:``; tool results as ``Observation:``)."""
+        system = {"role": "system", "content": self.create_system_prompt()}
+        return [system, *conversation(trajectory.steps)]
 
     def _parse_tool_call(self, text: str) -> tuple[str | None, dict[str, Any] | None]:
         """The call in ``text`` (``tool(arg='value')``, positional literals mapped to the
@@ -193,7 +228,8 @@ class BaseAgent(ABC):
                 )
             )
         trajectory.is_completed = True
-        trajectory.metadata.setdefault("agent_type", type(self).__name__)
+        trajectory.metadata.setdefault("agent_type", agent_type_of(type(self)))
+        trajectory.metadata.setdefault("system_prompt", self.create_system_prompt())
         trajectory.metadata.setdefault("final_answer_given", answer is not None)
 
     # ------------------------------------------------------------------ daemons
@@ -218,8 +254,9 @@ def _journaled(run_trajectory: RunTrajectory) -> RunTrajectory:
             return await run_trajectory(self, prompt, llm_generate_func, request_id, **kw)
         if self.run_log is None:
             self.run_log = RunLog()
-        name = type(self).__dict__.get("registered_as") or type(self).__name__.lower()
-        recorded = await self.run_log.start(str(name), self.max_steps, prompt, request_id)
+        name = agent_type_of(type(self))
+        started = time.monotonic()
+        recorded = await self.run_log.start(name, self.max_steps, prompt, request_id)
         try:
             trajectory = await run_journaled(
                 recorded, self, prompt, llm_generate_func, request_id, **kw
@@ -231,6 +268,8 @@ def _journaled(run_trajectory: RunTrajectory) -> RunTrajectory:
         await recorded.end(answer)
         if isinstance(trajectory, Trajectory):
             calls = recorded.llm_calls
+            trajectory.metadata.setdefault("agent_type", name)
+            trajectory.metadata.setdefault("total_time", time.monotonic() - started)
             trajectory.metadata.setdefault("task_id", recorded.task_id)
             trajectory.metadata.setdefault("llm_calls", len(calls))
             if not trajectory.total_tokens:
@@ -252,7 +291,7 @@ async def run_journaled(
 ) -> Any:
     """Run ``agent.run_trajectory`` with every call through ``journal``."""
     with journaling(journal):
-        model = journaled_model(journal, llm_generate_func)
+        model = journaled_model(journal, llm_generate_func, agent.llm_retry)
         return await agent.run_trajectory(prompt, model, request_id, **kwargs)
 
 
@@ -322,17 +361,6 @@ def _plain(result: Any) -> Any:
     return result
 
 
-def _as_message(step: TrajectoryStep) -> tuple[str, str]:
-    if step.step_type == StepType.OBSERVATION:
-        return "user", step.content
-    if step.step_type == StepType.ACTION_RESULT:
-        return "user", f"Observation: {step.content}"
-    prefix = {StepType.THOUGHT: "Thought", StepType.ACTION: "Action"}.get(
-        step.step_type, "Final Answer"
-    )
-    return "assistant", f"{prefix}: {step.content}"
-
-
 def _check_arguments(tool: JournaledTool, args: dict[str, Any]) -> None:
     """Refuse arguments that do not fit the tool's ``parameters_schema`` (if it has one)."""
     schema = tool_spec(tool.name, tool.tool)["parameters"]
@@ -344,3 +372,21 @@ def _check_arguments(tool: JournaledTool, args: dict[str, Any]) -> None:
         raise ValueError(
             f"invalid arguments for {tool.name}: {where + ': ' if where else ''}{error.message}"
         )
+
+
+def agent_type_of(cls: type[BaseAgent]) -> str:
+    """The kind name of an agent class (seed 003 §5.3's ``metadata["agent_type"]``): the
+    name it was registered under (``react``...), else its class name in lower case."""
+    return str(cls.__dict__.get("registered_as") or cls.__name__.lower())
+
+
+def _setting(kwargs: dict[str, Any], name: str, kind: type[Any], default: Any) -> Any:
+    value = kwargs.get(name, default)
+    if value is not default and not isinstance(value, kind):
+        raise TypeError(f"{name}: a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _own_limits(tool: Any) -> ToolLimits | None:
+    limits = getattr(tool, "limits", None)
+    return limits if isinstance(limits, ToolLimits) else None

@@ -11,6 +11,7 @@ daemon runs these agents as their kinds.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from kernelflow.actors.kinds import (
@@ -23,7 +24,8 @@ from kernelflow.actors.kinds import (
     agent_kind,
 )
 from kernelflow.actors.kinds.formats import format_call, parse_react
-from kernelflow.agentic_rollout.agent import BaseAgent
+from kernelflow.actors.kinds.react import ReactConfig
+from kernelflow.agentic_rollout.agent import AGENT_SETTINGS, BaseAgent
 from kernelflow.agentic_rollout.recording import prompt_text
 from kernelflow.agentic_rollout.registry import register_agent
 from kernelflow.agentic_rollout.session import active_journal, message_dicts, tool_spec
@@ -50,7 +52,7 @@ class KindAgent(BaseAgent):
         **kwargs: Any,
     ) -> None:
         super().__init__(max_steps, max_tokens_per_step, temperature, **kwargs)
-        settings = {self.aliases.get(k, k): v for k, v in kwargs.items() if k != "tool_timeout"}
+        settings = {self.aliases.get(k, k): v for k, v in kwargs.items() if k not in AGENT_SETTINGS}
         if settings.get("tool_format", "text") != "text":
             raise TypeError(
                 f"{type(self).__name__}: tool_format: only 'text' (the model writes its calls)"
@@ -107,6 +109,9 @@ class KindAgent(BaseAgent):
             step = self.kind.next_step(turn)
             seq = len(calls) + len(results) + 1
             if isinstance(step, CallLLM):
+                if step.messages and step.messages[0].role == "system":
+                    # The system prompt as the model was given it (get_messages' head).
+                    trajectory.metadata.setdefault("system_prompt", step.messages[0].content)
                 reply = await llm_generate_func(
                     message_dicts(step.messages),
                     max_tokens=self.max_tokens_per_step,
@@ -118,7 +123,11 @@ class KindAgent(BaseAgent):
                         TrajectoryStep(StepType.THOUGHT, thought, {"llm_call": len(calls)})
                     )
             elif isinstance(step, RunTools):
-                for n, use in enumerate(step.calls):
+                # The calls of one step run together; their steps follow in call order.
+                outcomes = await self.execute_tool_calls(
+                    [(use.name, dict(use.args)) for use in step.calls], trajectory
+                )
+                for n, (use, outcome) in enumerate(zip(step.calls, outcomes, strict=True)):
                     trajectory.add_step(
                         TrajectoryStep(
                             StepType.ACTION,
@@ -128,7 +137,6 @@ class KindAgent(BaseAgent):
                             tool_args=dict(use.args),
                         )
                     )
-                    outcome = await self.execute_tool_call(use.name, dict(use.args), trajectory)
                     trajectory.add_step(outcome)
                     results.append(_tool_call(seq + n, use.id, use.name, use.args, outcome))
             elif isinstance(step, Finish):
@@ -173,13 +181,44 @@ def _tool_call(
     )
 
 
+_REACT = ReactConfig()
+
+
+@dataclass
+class ReactAgentConfig:
+    """ReactAgent's own settings (seed 003 §3.1; the ``react`` kind's, defaults and all):
+    ``ReactAgent(config=ReactAgentConfig(...))``, or the same names as keywords."""
+
+    require_thought_before_action: bool = _REACT.require_thought_before_action
+    max_consecutive_thoughts: int = _REACT.max_consecutive_thoughts
+    enable_self_reflection: bool = _REACT.enable_self_reflection
+
+
 @register_agent("react")
 class ReactAgent(KindAgent):
     """``Thought:`` / ``Action: tool(args)`` / ``Observation:`` until ``Final Answer:``.
     Settings: ``require_thought_before_action``, ``max_consecutive_thoughts``,
-    ``enable_self_reflection``."""
+    ``enable_self_reflection`` (as keywords, or together as ``config``, a
+    ``ReactAgentConfig``)."""
 
     kind_name = "react"
+
+    def __init__(
+        self,
+        max_steps: int = 10,
+        max_tokens_per_step: int = 512,
+        temperature: float = 0.7,
+        config: ReactAgentConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if config is not None:
+            if not isinstance(config, ReactAgentConfig):
+                raise TypeError(f"config: a ReactAgentConfig, got {type(config).__name__}")
+            given = asdict(config)
+            if twice := sorted(given.keys() & kwargs.keys()):
+                raise TypeError(f"{twice[0]}: given in config and as a keyword")
+            kwargs = {**given, **kwargs}
+        super().__init__(max_steps, max_tokens_per_step, temperature, **kwargs)
 
     def thought_of(self, reply: str) -> str | None:
         return parse_react(reply, {}).thought

@@ -14,6 +14,7 @@ log as a file that ``kernelflow export grpo --from FILE`` reads like any other.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -146,6 +147,10 @@ class RecordedRun(Journal):
         self.prompt: list[ChatMessage] = []
         self.llm_calls: list[LLMCalled] = []
         self.position = 0  # calls made so far, LLM and tools
+        # Calls are recorded in the order they were made, those of one step made together
+        # included (a replay reads them back in that order): ``done`` are through.
+        self.done = 0
+        self.turn = asyncio.Condition()
 
     async def advance(self) -> TaskState:
         """Record what the conductor's rules decide on top of the task, until it waits on
@@ -177,16 +182,22 @@ class RecordedRun(Journal):
             messages=messages,
             params=params,
         )
+        position = self.position
         self.position += 1
-        response = await call(request)
+        try:
+            response = await call(request)
+        except BaseException:  # nothing to record: the run fails with it
+            await self._in_order(position, None)
+            raise
         event = llm_called(request, response, dispatch_id=self.dispatch_id, cause=self._cause())
-        recorded = await self._record(event)
+        recorded = await self._in_order(position, event)
         assert isinstance(recorded, LLMCalled)
         self.llm_calls.append(recorded)
         return recorded
 
     async def tool(self, name: str, args: dict[str, Any], run: ToolRun) -> Any:
-        use_id = call_id(self.dispatch_id, self.position)
+        position = self.position
+        use_id = call_id(self.dispatch_id, position)
         self.position += 1
         started = time.monotonic()
 
@@ -211,9 +222,9 @@ class RecordedRun(Journal):
             result = await run()
         except BaseException as exc:  # a timeout's cancellation too: recorded, then raised
             error = error_text(exc)
-            await self._record(called(False, f"error: {error}", error))
+            await self._in_order(position, called(False, f"error: {error}", error))
             raise
-        await self._record(called(True, tool_output(result)))
+        await self._in_order(position, called(True, tool_output(result)))
         return result
 
     async def end(self, answer: str | None, error: str | None = None) -> TaskState:
@@ -245,6 +256,16 @@ class RecordedRun(Journal):
     def _cause(self) -> str:
         """What a call or the answer follows: the last LLM call, else the dispatch."""
         return self.llm_calls[-1].event_id if self.llm_calls else self.dispatch_event_id
+
+    async def _in_order(self, position: int, event: Event | None) -> Event | None:
+        """Record the call made at ``position`` (None: it has nothing to record) once the
+        calls made before it are."""
+        async with self.turn:
+            await self.turn.wait_for(lambda: self.done == position)
+            recorded = None if event is None else await self._record(event)
+            self.done += 1
+            self.turn.notify_all()
+        return recorded
 
     async def _record(self, *events: Event) -> Event:
         self.history = await self.log.append(self.history, events)

@@ -11,7 +11,9 @@ their own.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 import time
@@ -20,8 +22,11 @@ from contextvars import ContextVar
 from typing import Any
 
 from kernelflow.actors.kinds.durable import Journal, ModelCall
+from kernelflow.agentic_rollout.limits import RetryPolicy, ToolLimits, ToolResultCache
+from kernelflow.agentic_rollout.tools import ToolExecutionError
 from kernelflow.events.model import ChatMessage, Usage
 from kernelflow.llm.base import LLMProvider, LLMRequest, LLMResponse
+from kernelflow.tools.base import CallWindow
 
 # What ``llm_generate_func`` is: ``await fn(messages, **kwargs)`` gives text, or a dict
 # with the text and what the model says of its tokens (``RESPONSE_KEYS``).
@@ -76,32 +81,40 @@ class ProviderModel:
 
 
 def model_call(
-    fn: ModelFunction | None, messages: Sequence[Any], kwargs: dict[str, Any]
+    fn: ModelFunction | None,
+    messages: Sequence[Any],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None = None,
 ) -> ModelCall:
     """How a run's journal makes one call of ``fn`` with ``messages`` (as the agent gave
-    them) and ``kwargs``."""
+    them) and ``kwargs``: tried again by ``retry`` when it fails in a transient way (the
+    failures counted in the recorded call's ``retries``). A provider retries by itself."""
     if isinstance(fn, ProviderModel):
         return fn.provider.complete
 
-    async def call(request: LLMRequest) -> LLMResponse:
+    async def once() -> Any:
         if fn is None:
             raise TypeError("no model: pass llm_generate_func (or set AgenticRolloutConfig.llm)")
+        return await _awaited(fn(list(messages), **kwargs))
+
+    async def call(request: LLMRequest) -> LLMResponse:
         started = time.monotonic()
-        answer = fn(list(messages), **kwargs)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        return response_of(answer, time.monotonic() - started, _name_of(fn))
+        answer, failures = await (retry or RetryPolicy(max_attempts=1)).run(once)
+        response = response_of(answer, time.monotonic() - started, _name_of(fn))
+        return dataclasses.replace(response, retries=failures)
 
     return call
 
 
-def journaled_model(journal: Journal, fn: ModelFunction | None) -> Callable[..., Awaitable[str]]:
+def journaled_model(
+    journal: Journal, fn: ModelFunction | None, retry: RetryPolicy | None = None
+) -> Callable[..., Awaitable[str]]:
     """The model function an agent is handed for a run: each call goes through
     ``journal`` and answers with the reply's text."""
 
     async def generate(messages: Sequence[Any], **kwargs: Any) -> str:
         recorded = await journal.llm(
-            chat_messages(messages), dict(kwargs), model_call(fn, messages, kwargs)
+            chat_messages(messages), dict(kwargs), model_call(fn, messages, kwargs, retry)
         )
         return recorded.response_text
 
@@ -109,21 +122,65 @@ def journaled_model(journal: Journal, fn: ModelFunction | None) -> Callable[...,
 
 
 class JournaledTool:
-    """One of an agent's tools (``BaseAgent.set_tools``): its calls within a run go
-    through the run's journal; everything else is the tool's own (``tool``)."""
+    """One of an agent's tools as its code calls it (``agent.tools[name]``; ``tool`` is
+    the object given to ``set_tools``, and every other attribute is that tool's): a call
+    within a run goes through the run's journal, so it is recorded, or read back from
+    the log that holds it. Where it is made it is answered from the agent's cache if that
+    holds it, else refused beyond the tool's ``rate_limit`` and stopped after its
+    ``max_execution_time``; a transient failure is tried again (``retry``), each attempt a
+    call of its own (docs/agents.md, "Tool limits, retries and the cache")."""
 
-    def __init__(self, name: str, tool: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        tool: Any,
+        limits: ToolLimits,
+        retry: RetryPolicy,
+        cache: ToolResultCache | None,
+    ) -> None:
         self.name = name
         self.tool = tool
+        self.limits = limits
+        self.retry = retry
+        self.cache = cache
+        self.window = CallWindow()
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.tool, attribute)
 
+    def __repr__(self) -> str:
+        return f"JournaledTool({self.name!r}, {self.tool!r})"
+
     async def execute(self, **kwargs: Any) -> Any:
+        result, _ = await self.retry.run(lambda: self._call(kwargs))
+        return result
+
+    async def _call(self, kwargs: dict[str, Any]) -> Any:
         journal = active_journal()
         if journal is None:
-            return await _awaited(self.tool.execute(**kwargs))
-        return await journal.tool(self.name, kwargs, lambda: _awaited(self.tool.execute(**kwargs)))
+            return await self._make(kwargs)
+        return await journal.tool(self.name, kwargs, lambda: self._make(kwargs))
+
+    async def _make(self, kwargs: dict[str, Any]) -> Any:
+        key = ToolResultCache.key(self.name, kwargs)
+        if self.cache is not None:
+            hit, result = self.cache.get(key)
+            if hit:
+                return result
+        wait = self.window.take(time.monotonic(), self.limits.rate_limit)
+        if wait is not None:
+            raise ToolExecutionError(
+                f"rate limit: {self.name} allows {self.limits.rate_limit} calls per minute "
+                f"(the next in {wait:.0f}s)"
+            )
+        limit = self.limits.max_execution_time
+        try:
+            result = await asyncio.wait_for(_awaited(self.tool.execute(**kwargs)), limit)
+        except TimeoutError:
+            raise TimeoutError(f"{self.name} timed out after {limit:g}s") from None
+        if self.cache is not None:
+            self.cache.put(key, result)
+        return result
 
 
 def tool_spec(name: str, tool: Any) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,17 +27,20 @@ class ToolConfigError(ValueError):
     """A ``tools_config`` entry that cannot be made into a tool."""
 
 
-class BaseTool(ABC):
+class BaseTool:
+    """The tool interface (seed 003 §4.1): ``BaseTool()`` is made as the seed writes it;
+    a tool overrides ``execute`` (the base's says it has no work to do)."""
+
     description: str = "Tool description"
     parameters_schema: dict[str, Any] = {"type": "object", "properties": {}}
 
     def __init__(self, **config: Any) -> None:
         self.config = config
 
-    @abstractmethod
     async def execute(self, **kwargs: Any) -> Any:
         """Do the work with these arguments; what the tool returns (raise
         ``ToolExecutionError`` for a failure the model should read)."""
+        raise ToolExecutionError(f"{type(self).__name__} does not implement execute")
 
 
 class CalculatorTool(BaseTool):

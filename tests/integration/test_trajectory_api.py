@@ -134,8 +134,9 @@ def test_the_trajectory_api_answers_as_the_seed_says() -> None:
     assert result.tool_result == "42" and result.metadata["ok"] is True
     # A usable chat transcript: no routing text, each Action once, turns alternate.
     messages = right.get_messages()
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
-    assert messages[2]["content"] == "Observation (calculator): 42"
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert messages[0]["content"] == right.steps[1].metadata["messages"][0]["content"]
+    assert messages[3]["content"] == "Observation (calculator): 42"
     assert sum(m["content"].count("Action:") for m in messages) == 1
     assert messages[-1]["content"].endswith("Final Answer: 42")
     assert Trajectory.from_dict(json.loads(json.dumps(right.to_dict()))) == right
@@ -144,11 +145,11 @@ def test_the_trajectory_api_answers_as_the_seed_says() -> None:
 def test_native_tool_calls_make_tool_messages() -> None:
     t = build_trajectory("n", prompt_task("n", "42", native=True))
     messages = t.get_messages()
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
-    (call,) = messages[1]["tool_calls"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    (call,) = messages[2]["tool_calls"]
     assert call["id"] == "call_1" and call["function"]["name"] == "calculator"
     assert json.loads(call["function"]["arguments"]) == {"expression": "6 * 7"}
-    assert messages[2] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
+    assert messages[3] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
 
 
 def test_a_kernel_is_correct_when_its_last_check_passed_then_by_its_reward() -> None:
