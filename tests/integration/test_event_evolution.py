@@ -4,7 +4,9 @@ every projection decides about every event type."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import random
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kernelflow import projections
 from kernelflow.events import codec, subjects
 from kernelflow.events.codec import MalformedMessage, decode_event, encode, upcaster
 from kernelflow.events.log import EventLog
@@ -128,6 +131,9 @@ def test_upcasters_are_checked(no_upcasters: None) -> None:
 
 
 def test_every_projection_decides_about_every_event_type() -> None:
+    # Every table registers as its module is imported: import them all, whatever ran before.
+    for found in pkgutil.iter_modules(projections.__path__):
+        importlib.import_module(f"{projections.__name__}.{found.name}")
     expected = {
         "task_state",
         "metrics",
