@@ -61,7 +61,8 @@ class StepType(StrEnum):
 
 @dataclass
 class TrajectoryStep:
-    """One step (seed 003 §5.1): a dataclass (``dataclasses.asdict`` works, and a step
+    """One step (docs/agents.md, "Trajectories"): a dataclass (``dataclasses.asdict``
+    works, and a step
     takes attributes of its own as any dataclass does), whose plain data and JSON are
     msgspec's (``to_dict``/``from_dict``: what the log's exports and files hold; attributes
     set beside the declared fields are not part of it)."""
@@ -89,7 +90,8 @@ class TrajectoryStep:
 
 @dataclass
 class Trajectory:
-    """A whole run (seed 003 §5.1): a dataclass as its steps are, with msgspec's plain
+    """A whole run (docs/agents.md, "Trajectories"): a dataclass as its steps are, with
+    msgspec's plain
     data and JSON (``to_dict``/``from_dict``)."""
 
     request_id: str

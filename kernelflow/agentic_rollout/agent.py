@@ -172,7 +172,8 @@ class BaseAgent(ABC):
         self, calls: Sequence[tuple[str, dict[str, Any]]], trajectory: Trajectory
     ) -> list[TrajectoryStep]:
         """Run the calls of one step (``(tool_name, tool_args)`` pairs) concurrently
-        (seed 003 §3.2, §4.2); their ``ACTION_RESULT`` steps in the order of the calls."""
+        (docs/agents.md, "Tool limits, retries and the cache"); their ``ACTION_RESULT``
+        steps in the order of the calls."""
         return list(
             await asyncio.gather(
                 *(self.execute_tool_call(name, args, trajectory) for name, args in calls)
@@ -375,8 +376,8 @@ def _check_arguments(tool: JournaledTool, args: dict[str, Any]) -> None:
 
 
 def agent_type_of(cls: type[BaseAgent]) -> str:
-    """The kind name of an agent class (seed 003 §5.3's ``metadata["agent_type"]``): the
-    name it was registered under (``react``...), else its class name in lower case."""
+    """The kind name of an agent class (``metadata["agent_type"]``, docs/agents.md,
+    "Trajectories"): the name it was registered under (``react``...), else its class name in lower case."""
     return str(cls.__dict__.get("registered_as") or cls.__name__.lower())
 
 

@@ -186,7 +186,8 @@ _REACT = ReactConfig()
 
 @dataclass
 class ReactAgentConfig:
-    """ReactAgent's own settings (seed 003 §3.1; the ``react`` kind's, defaults and all):
+    """ReactAgent's own settings (docs/agents.md, "The API"; the ``react`` kind's,
+    defaults and all):
     ``ReactAgent(config=ReactAgentConfig(...))``, or the same names as keywords."""
 
     require_thought_before_action: bool = _REACT.require_thought_before_action

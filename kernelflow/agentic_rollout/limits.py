@@ -1,7 +1,7 @@
 """What bounds an agent's calls (docs/agents.md, "Tool limits, retries and the cache"):
-a tool's limits as seed 003 §4.4 declares them (``ToolLimits``), the retries of a failing
-tool or LLM call (``RetryPolicy``, seed 003 §4.2 and §7.1), and the optional cache of
-tool results (``ToolResultCache``, seed 003 §4.2).
+a tool's limits as the AgenticRollout document declares them (``ToolLimits``), the
+retries of a failing tool or LLM call (``RetryPolicy``), and the optional cache of tool
+results (``ToolResultCache``).
 
 Each is applied where the call is made (``kernelflow.agentic_rollout.session``): a call
 the log already holds is read back, never made again, so nothing here runs for it.
@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ToolLimits:
-    """A tool's limits (seed 003 §4.4). ``max_execution_time``: seconds a call may take;
+    """A tool's limits (docs/agents.md). ``max_execution_time``: seconds a call may take;
     ``max_output_size``: bytes (UTF-8) of its result the model is shown, the rest cut with
     a marker; ``rate_limit``: calls a minute (None: unlimited), a call beyond it refused as
     its observation; ``max_memory_usage``: bytes, for tools that run code in their own

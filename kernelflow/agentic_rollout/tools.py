@@ -28,7 +28,8 @@ class ToolConfigError(ValueError):
 
 
 class BaseTool:
-    """The tool interface (seed 003 §4.1): ``BaseTool()`` is made as the seed writes it;
+    """The tool interface (docs/agents.md, "The API"): ``BaseTool()`` is made as the
+    document writes it;
     a tool overrides ``execute`` (the base's says it has no work to do)."""
 
     description: str = "Tool description"
