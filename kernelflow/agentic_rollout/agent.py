@@ -377,7 +377,8 @@ def _check_arguments(tool: JournaledTool, args: dict[str, Any]) -> None:
 
 def agent_type_of(cls: type[BaseAgent]) -> str:
     """The kind name of an agent class (``metadata["agent_type"]``, docs/agents.md,
-    "Trajectories"): the name it was registered under (``react``...), else its class name in lower case."""
+    "Trajectories"): the name it was registered under (``react``...), else its class name
+    in lower case."""
     return str(cls.__dict__.get("registered_as") or cls.__name__.lower())
 
 
