@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -151,6 +152,7 @@ class AgenticRollout:
 
 
 def _provider_model(spec: str | None) -> ProviderModel | None:
-    """The model of a provider spec (else the configured default), if there is one."""
-    spec = spec or default_llm_spec()
+    """The model of a provider spec, else of ``KF_LLM`` (as kernelflow's commands read it),
+    else of the configured default, if there is one."""
+    spec = spec or os.environ.get("KF_LLM") or default_llm_spec()
     return None if spec is None else ProviderModel(make_provider(spec), SOLVER)
