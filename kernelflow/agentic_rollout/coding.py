@@ -111,7 +111,9 @@ class Workspace:
             self._runs[journal] = dict(self.files)
         return self._runs[journal]
 
-    def _replace(self, files: dict[str, str]) -> None:
+    def update(self, files: dict[str, str]) -> None:
+        """The files of the run in progress (outside a run, the workspace's own) become
+        ``files``."""
         journal = active_journal()
         if journal is None:
             self.files = files
@@ -147,7 +149,7 @@ class WorkspaceTool(BaseTool):
         except ToolError as exc:
             raise ToolExecutionError(str(exc)) from None
         if changed is not None:
-            self.workspace._replace(changed)
+            self.workspace.update(changed)
         return outcome.output
 
 

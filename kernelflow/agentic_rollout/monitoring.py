@@ -63,6 +63,12 @@ class PerformanceMetrics:
 @dataclass
 class _Run:
     events: list[Event] = dataclasses.field(default_factory=list)
+    record: dict[str, Any] | None = None  # its numbers, until another event comes
+
+    def numbers(self, task_id: str) -> dict[str, Any]:
+        if self.record is None:
+            self.record = _record(task_id, self.events)
+        return self.record
 
 
 class MetricsCollector:
@@ -91,6 +97,7 @@ class MetricsCollector:
         run = self._runs.get(event.task_id)
         if run is not None:
             run.events.append(event)
+            run.record = None
 
     def feed(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -126,7 +133,7 @@ class MetricsCollector:
     def runs(self, agent: str | None = None) -> list[dict[str, Any]]:
         """A record per run (of agent ``agent``, if given), in the order they started."""
         self.refresh()
-        records = [_record(task_id, run.events) for task_id, run in self._runs.items()]
+        records = [dict(run.numbers(task_id)) for task_id, run in self._runs.items()]
         return [r for r in records if agent is None or r["agent_type"] == agent]
 
     def performance_metrics(self) -> PerformanceMetrics:
@@ -183,7 +190,7 @@ class MetricsCollector:
         run = self._runs.get(task_id)
         if run is None:
             raise ValueError(f"track_trajectory: run {task_id!r} is not in this collector's log")
-        metrics = {**_record(task_id, run.events), "agent_type": agent_type}
+        metrics = {**run.numbers(task_id), "agent_type": agent_type}
         self.metrics_history.append(metrics)
         return metrics
 
