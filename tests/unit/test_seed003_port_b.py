@@ -470,6 +470,17 @@ actor_rollout_ref:
     config = AgenticRolloutConfig.from_dict(yaml.safe_load(text))
     rollout = AgenticRollout(config, llm_generate_func=math_model())
     assert list(rollout.tools) == ["calculate"] and rollout.tools["calculate"].precision == 10
+    # §6.2: the rollout chosen in verl's trainer config.
+    trainer_config = {
+        "actor_rollout_ref": {
+            "rollout": {
+                "name": "agentic",
+                "agent_type": "react",
+                # ... 其他配置
+            }
+        }
+    }
+    assert AgenticRolloutConfig.from_dict(trainer_config) == AgenticRolloutConfig()
 
 
 def test_rollout_agentic_resolves_in_verls_registry() -> None:
