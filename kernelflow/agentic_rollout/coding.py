@@ -71,17 +71,21 @@ class Workspace:
 
     @classmethod
     def from_directory(cls, root: str | Path) -> Workspace:
-        """The text files under ``root`` (hidden folders, ``__pycache__`` and files that
-        are not UTF-8 text left out), read once: the agent never writes to the disk."""
+        """The text files under ``root`` (hidden folders, ``__pycache__``, links that lead
+        out of it and files that are not UTF-8 text left out), read once: the agent never
+        writes to the disk."""
         base = Path(root)
         if not base.is_dir():
             raise ValueError(f"workspace: {root} is not a directory")
+        inside = base.resolve()
         files: dict[str, str] = {}
         for path in sorted(base.rglob("*")):
             relative = path.relative_to(base)
             if any(p.startswith(".") or p == "__pycache__" for p in relative.parts[:-1]):
                 continue
-            if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_FILE_CHARS:
+            if not path.is_file() or not path.resolve().is_relative_to(inside):
+                continue
+            if path.stat().st_size > MAX_FILE_CHARS:
                 continue
             try:
                 files[relative.as_posix()] = path.read_text(encoding="utf-8")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -112,7 +113,7 @@ class HealthChecker:
             return {"healthy": False, "status": "no_model", "error": "no model configured"}
         started = time.monotonic()
         answer = model([{"role": "user", "content": "Reply with OK."}], max_tokens=8)
-        if asyncio.iscoroutine(answer) or isinstance(answer, asyncio.Future):
+        if inspect.isawaitable(answer):
             answer = await asyncio.wait_for(answer, PROBE_TIMEOUT_S)
         text = answer.get("text") if isinstance(answer, Mapping) else answer
         healthy = isinstance(text, str)

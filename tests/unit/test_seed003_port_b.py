@@ -194,8 +194,12 @@ def test_a_workspace_is_read_from_a_directory_once(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref\n")
     (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    outside = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    outside.write_text("secret\n")
+    (tmp_path / "leak.txt").symlink_to(outside)
+    (tmp_path / "same.py").symlink_to(tmp_path / "pkg" / "a.py")
     agent = CodingAgent(workspace=tmp_path)
-    assert agent.workspace.files == {"pkg/a.py": "A = 1\n"}
+    assert agent.workspace.files == {"pkg/a.py": "A = 1\n", "same.py": "A = 1\n"}
     with pytest.raises(ValueError, match=r"workspace: .* is not a directory"):
         Workspace.from_directory(tmp_path / "missing")
     with pytest.raises(ValueError, match="outside the workspace"):
