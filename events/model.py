@@ -419,7 +419,9 @@ class RemovedOption(msgspec.Struct, frozen=True, kw_only=True):
     """An agent a workflow limit took out of a decision, and the counts that did it."""
 
     agent: str
-    limit: str  # "max_step", "single_agent" or "sequence"
+    # "max_step", "max_step_reserve" (the steps a prompt task's final answer needs),
+    # "single_agent" or "sequence"
+    limit: str
     count: int  # agents run so far / runs of the agent in a row / back-to-back repeats
     maximum: int  # the limit that count reached
     sequence: str = ""  # the sequence's name, for a "sequence" limit

@@ -39,6 +39,10 @@ from typing import Any, Literal, Protocol
 from kernelflow.events.model import RemovedOption
 from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
 
+# The ``limit`` of a removal that keeps, in a prompt workflow, the steps its final answer
+# needs (``illegal_agents``): part of ``max_step``.
+RESERVE = "max_step_reserve"
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -97,6 +101,16 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
                 illegal[agent] = RemovedOption(
                     agent=agent, limit="max_step", count=counters.step, maximum=workflow.max_step
                 )
+    elif VERIFIER not in workflow.agents:
+        # A prompt task's outcome is its final answer, which only an agent that may end
+        # the task gives: an agent is not started unless the steps left hold it and the
+        # shortest way from it to such an agent (AgentFlow's solution generator keeps its
+        # step: docs/workflows.md, "Limits").
+        for agent, after in workflow.steps_to_answer.items():
+            if counters.step + 1 + after > workflow.max_step:
+                illegal[agent] = RemovedOption(
+                    agent=agent, limit=RESERVE, count=counters.step, maximum=workflow.max_step
+                )
     for agent in workflow.agents:
         if agent in illegal:
             continue
@@ -123,6 +137,11 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
 
 def removal_text(removed: RemovedOption) -> str:
     """Why a limit removed an agent, in words."""
+    if removed.limit == RESERVE:
+        return (
+            f"max_step {removed.maximum}: {removed.count} agents ran, and {removed.agent} "
+            "would leave no step for the agent that gives the final answer"
+        )
     if removed.limit == "max_step" and removed.count < removed.maximum:
         return (
             f"max_step {removed.maximum}: {removed.count} agents ran, and no verification "

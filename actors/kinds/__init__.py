@@ -19,6 +19,7 @@ from kernelflow.actors.kinds.base import (
     KindConfig,
     RunTools,
     Step,
+    ToolChoice,
     Turn,
 )
 from kernelflow.actors.kinds.durable import DivergenceError, DurableKind, Journal
@@ -44,6 +45,7 @@ __all__ = [
     "KindConfig",
     "RunTools",
     "Step",
+    "ToolChoice",
     "Turn",
     "UnknownAgentKind",
     "agent_kind",

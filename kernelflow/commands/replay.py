@@ -16,7 +16,7 @@ from kernelflow.commands.options import add_source_options
 from kernelflow.events.model import Event, QuarantinedEvent
 from kernelflow.offline.redecide import redecide
 from kernelflow.offline.sources import source_for
-from kernelflow.projections.counters import counters_at_decisions, repeat_counters
+from kernelflow.projections.counters import counters_at_decisions, state_counters
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.report import agent_rows, tool_rows
 from kernelflow.projections.rewards import REWARD_FUNCTIONS
@@ -89,7 +89,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         workflow = workflow_of(state)
         patterns = workflow.sequence_patterns
         cview = counters_view(
-            repeat_counters(state.history, patterns),
+            state_counters(state, patterns),
             workflow,
             counters_at_decisions(events, patterns),
         )
