@@ -73,7 +73,7 @@ def _predefined() -> dict[str, str]:
 
 
 # The predefined workflows under the names the workflow specification gives their files
-# (seed 001: default_workflow.yaml, coder_only_workflow.yaml, ...): NAME_workflow is NAME.
+# (default_workflow.yaml, ...): NAME_workflow is NAME (docs/workflows.md, "Named workflows").
 ALIAS_SUFFIX = "_workflow"
 
 
