@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kernelflow.events.model import (
     DISPATCH_RESULTS,
+    ROUTING_VERSION,
     AgentDispatched,
     AgentFailed,
     ConductorDecided,
@@ -79,7 +80,13 @@ def outcome_of(state: TaskState) -> Outcome:
 
 def current_route(state: TaskState, workflow: Workflow) -> Route:
     counters = state_counters(state, workflow.sequence_patterns)
-    return route(workflow, counters, outcome_of(state))
+    return route(workflow, counters, outcome_of(state), routing_version(state))
+
+
+def routing_version(state: TaskState) -> int:
+    """The version of the routing rules the task is decided by (the one it was submitted
+    under: ``TaskSubmitted.routing_version``)."""
+    return state.submitted.routing_version if state.submitted else ROUTING_VERSION
 
 
 def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) -> Plan:
@@ -239,7 +246,8 @@ def finish_event(state: TaskState, workflow: Workflow, decision: ConductorDecide
     reason = decision.reason
     if is_prompt_task(state):
         passed = current is not None and isinstance(current.result, OutputParsed)
-        if passed and current is not None and not workflow.ends_task(current.agent):
+        ends = routing_version(state) < 2 or current is None or workflow.ends_task(current.agent)
+        if passed and current is not None and not ends:
             # AgentFlow's rollout that never reached its solution generator: its last
             # answer is no final answer (docs/workflows.md, "Routing").
             passed = False
@@ -297,9 +305,10 @@ def end_task(
 def final_answer(state: TaskState, workflow: Workflow | None) -> str | None:
     """A prompt task's final answer: the ``answer`` field (or only field, or all fields as
     JSON) of the last parsed answer of an agent that may end the task; None when no such
-    agent answered (AgentFlow's: its solution generator's, never its verifier's)."""
+    agent answered (AgentFlow's: its solution generator's, never its verifier's). Under
+    routing version 1: the last parsed answer of any agent."""
     for d in reversed(state.dispatches):
-        if workflow is None or not workflow.ends_task(d.agent):
+        if routing_version(state) >= 2 and (workflow is None or not workflow.ends_task(d.agent)):
             continue
         if isinstance(d.result, OutputParsed):
             fields = d.result.fields

@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kernelflow.events.model import AgentDispatched, ConductorDecided, Event, ParseFailed
+from kernelflow.events.model import (
+    AgentDispatched,
+    ConductorDecided,
+    Event,
+    ParseFailed,
+    TaskSubmitted,
+)
 from kernelflow.projections.task_state import TaskState
 
 
@@ -84,9 +90,16 @@ def repeat_counters(
 
 
 def state_counters(state: TaskState, sequences: Mapping[str, Sequence[str]]) -> RepeatCounters:
-    """The counters of a task as it stands."""
+    """The counters of a task as it stands (a task under routing version 1 counts every run
+    in its sequences: ``TaskSubmitted.routing_version``)."""
+    if not _retries_give_way(state.submitted):
+        return repeat_counters(state.history, sequences)
     failed = [isinstance(d.result, ParseFailed) for d in state.dispatches]
     return repeat_counters(state.history, sequences, failed)
+
+
+def _retries_give_way(submitted: TaskSubmitted | None) -> bool:
+    return submitted is None or submitted.routing_version >= 2
 
 
 def counters_at_decisions(
@@ -98,12 +111,15 @@ def counters_at_decisions(
     failed: list[bool] = []
     runs: dict[str, int] = {}  # dispatch id -> its index in history
     decisions: list[tuple[ConductorDecided, RepeatCounters]] = []
+    retries_give_way = True
     for event in events:
-        if isinstance(event, AgentDispatched):
+        if isinstance(event, TaskSubmitted):
+            retries_give_way = _retries_give_way(event)
+        elif isinstance(event, AgentDispatched):
             runs[event.dispatch_id] = len(history)
             history.append(event.agent)
             failed.append(False)
-        elif isinstance(event, ParseFailed) and event.dispatch_id in runs:
+        elif isinstance(event, ParseFailed) and retries_give_way and event.dispatch_id in runs:
             failed[runs[event.dispatch_id]] = True
         elif isinstance(event, ConductorDecided):
             decisions.append((event, repeat_counters(history, sequences, failed)))

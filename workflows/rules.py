@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from kernelflow.events.model import RemovedOption
+from kernelflow.events.model import ROUTING_VERSION, RemovedOption
 from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
 
 # The ``limit`` of a removal that keeps, in a prompt workflow, the steps its final answer
@@ -82,9 +82,12 @@ class Counters(Protocol):
     def sequence_repeats(self, name: str) -> int: ...
 
 
-def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedOption]:
+def illegal_agents(
+    workflow: Workflow, counters: Counters, routing_version: int = ROUTING_VERSION
+) -> dict[str, RemovedOption]:
     """Agents the limits forbid to run next, each with the limit that forbids it (the
-    first that applies, in the order max_step, single_agent, sequences)."""
+    first that applies, in the order max_step, single_agent, sequences), under the task's
+    ``routing_version`` (``TaskSubmitted.routing_version``)."""
     if counters.step >= workflow.max_step:
         return {
             a: RemovedOption(
@@ -101,7 +104,7 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
                 illegal[agent] = RemovedOption(
                     agent=agent, limit="max_step", count=counters.step, maximum=workflow.max_step
                 )
-    elif VERIFIER not in workflow.agents:
+    elif VERIFIER not in workflow.agents and routing_version >= 2:
         # A prompt task's outcome is its final answer, which only an agent that may end
         # the task gives: an agent is not started unless the steps left hold it and the
         # shortest way from it to such an agent (AgentFlow's solution generator keeps its
@@ -162,12 +165,18 @@ def removal_text(removed: RemovedOption) -> str:
     return f"{removed.agent}: {removed.limit} {removed.count} of {removed.maximum}"
 
 
-def route(workflow: Workflow, counters: Counters, outcome: Outcome) -> Route:
-    """Decide what follows ``outcome``, given the counters of every agent run so far."""
+def route(
+    workflow: Workflow,
+    counters: Counters,
+    outcome: Outcome,
+    routing_version: int = ROUTING_VERSION,
+) -> Route:
+    """Decide what follows ``outcome``, given the counters of every agent run so far (the
+    task's ``routing_version``: the rules it was submitted under)."""
     agent = outcome.agent
     if outcome.agent_failed:
         return Route("finish", "auto", (), FINISH, f"{agent} could not complete its work")
-    illegal = illegal_agents(workflow, counters)
+    illegal = illegal_agents(workflow, counters, routing_version)
     if outcome.parse_failed:
         if agent not in illegal:
             return Route("run", "retry", (agent,), agent, "output failed to parse; retrying")

@@ -11,12 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from kernelflow.actors.agents import LLMAgent
 from kernelflow.actors.conductor import Conductor
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import (
+    ROUTING_VERSION,
     AgentDispatched,
     Event,
     OutputParsed,
@@ -25,6 +27,7 @@ from kernelflow.events.model import (
     ToolCalled,
 )
 from kernelflow.llm import make_provider
+from kernelflow.offline.redecide import redecide
 from kernelflow.projections.task_state import TaskState, fold
 from kernelflow.rollout import RolloutConfig, rollout_complete
 from tests.daemons import trigger_job
@@ -49,8 +52,23 @@ def agentflow(tools: tuple[str, ...] = ("calculator",), max_step: int | None = N
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def rollout(tmp_path: Path, script: dict[str, list[Any]], workflow: str | None = None) -> TaskState:
+def rollout(
+    tmp_path: Path,
+    script: dict[str, list[Any]],
+    workflow: str | None = None,
+    routing_version: int = ROUTING_VERSION,
+) -> TaskState:
     """Run one rollout of "What is 6 times 7?" to its end, rewards and judge included."""
+    return fold(T, rollout_events(tmp_path, script, workflow, routing_version))
+
+
+def rollout_events(
+    tmp_path: Path,
+    script: dict[str, list[Any]],
+    workflow: str | None = None,
+    routing_version: int = ROUTING_VERSION,
+) -> list[Event]:
+    """The log of ``rollout``."""
     path = tmp_path / "script.yaml"
     path.write_text(yaml.safe_dump(script))
     provider = make_provider(f"scripted:{path}")
@@ -58,15 +76,15 @@ def rollout(tmp_path: Path, script: dict[str, list[Any]], workflow: str | None =
         task_id=T, task_name="q", task_source="", workflow_name="agentflow",
         workflow_yaml=workflow or agentflow(), backend="triton", group_id="g",
         prompt="What is 6 times 7?", reference_answer="42", rewards=["judge@1"],
+        routing_version=routing_version,
     )  # fmt: skip
     with running_bridge() as bridge:
         conductor = Conductor(bridge, llm=provider)
         conductor.advance(bridge.call(bridge.log.append(TaskHistory(T), [submitted])))
         for _ in range(40):
             history = bridge.call(bridge.log.read_task(T))
-            state = fold(T, history.events)
-            if rollout_complete(state):
-                return state
+            if rollout_complete(fold(T, history.events)):
+                return list(history.events)
             assert isinstance(history.events[-1], AgentDispatched), history.events[-1]
             LLMAgent(bridge, history.events[-1].agent, provider).handle(trigger_job(history))
             conductor.advance(bridge.call(bridge.log.read_task(T)))
@@ -91,6 +109,8 @@ def judged_right(state: TaskState) -> None:
         state.judge_call.messages[-1].content
     )
     assert state.rewards["judge"].value == 1.0
+    rubric = state.judge_call.messages[0].content  # semantic, numeric and option equivalence
+    assert all(s in rubric for s in ('"B", "(B)"', '"option B"', "numeric equivalence"))
 
 
 def turns(state: TaskState) -> int:
@@ -229,3 +249,27 @@ def test_a_rollout_that_cannot_reach_the_solution_generator_fails_unjudged(
     )
     assert state.judge_call is None  # a failed rollout scores 0 without the judge
     assert {name: r.value for name, r in state.rewards.items()} == {"judge": 0.0}
+
+
+def test_a_task_decided_by_the_first_routing_rules_replays_by_them(tmp_path: Path) -> None:
+    """Recorded before routing version 2, a rollout whose planner was retried every turn
+    ran 5 turns into max_step and ended on the verifier's answer: its decisions still follow
+    from its log under the rules it ran by, and would not under today's."""
+    script = {
+        "planner": ["I would use the calculator.", PLAN] * 6,
+        "executor": [CALL] * 6,
+        "memory_verifier": [CONTINUE] * 6,
+        "judge": [RIGHT],
+    }
+    events = rollout_events(tmp_path, script, routing_version=1)
+    state = fold(T, events)
+    assert state.history == ["planner", "planner", "executor", "memory_verifier"] * 5
+    assert state.finished is not None and state.finished.final_answer == CONTINUE
+    assert redecide(T, events) == []
+    today = [
+        msgspec.structs.replace(e, routing_version=ROUTING_VERSION)
+        if isinstance(e, TaskSubmitted)
+        else e
+        for e in events
+    ]
+    assert redecide(T, today)  # the fifth turn: today the solution generator answers

@@ -72,8 +72,8 @@ def test_a_decision_recorded_otherwise_is_found() -> None:
 def test_a_rule_that_decides_otherwise_today_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     real_route = decide.route
 
-    def contrary(workflow, counters, outcome):  # type: ignore[no-untyped-def]
-        route: Route = real_route(workflow, counters, outcome)
+    def contrary(workflow, counters, outcome, routing_version):  # type: ignore[no-untyped-def]
+        route: Route = real_route(workflow, counters, outcome, routing_version)
         others = [o for o in route.options if o != route.chosen]
         if route.chosen is None or not others:
             return route
