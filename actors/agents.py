@@ -22,9 +22,9 @@ from kernelflow.actors.kinds import (
     CallLLM,
     Finish,
     GiveUp,
+    PlannedTool,
     RunTools,
     Step,
-    ToolChoice,
     Turn,
     agent_kind,
 )
@@ -67,7 +67,7 @@ def shared_tool(name: str, limits: tuple[tuple[str, Any], ...]) -> Tool:
     return make_tool(name, dataclasses.replace(base, **dict(limits)) if limits else None)
 
 
-def tools_of(spec: AgentSpec, choice: ToolChoice | None = None) -> dict[str, Tool]:
+def tools_of(spec: AgentSpec, choice: PlannedTool | None = None) -> dict[str, Tool]:
     """The agent's tools; only the one ``choice`` names where the agent before chose."""
     names = spec.tools if choice is None else [t for t in spec.tools if t == choice.tool]
     return {
@@ -76,7 +76,7 @@ def tools_of(spec: AgentSpec, choice: ToolChoice | None = None) -> dict[str, Too
     }
 
 
-def tool_choice(state: TaskState, workflow: Workflow, d: Dispatch) -> ToolChoice | None:
+def planned_tool(state: TaskState, workflow: Workflow, d: Dispatch) -> PlannedTool | None:
     """The tool the agent dispatched just before ``d`` chose with a ``tool`` field of its
     answer (docs/workflows.md, "agentflow"); None when that agent has no such field."""
     index = next(i for i, x in enumerate(state.dispatches) if x.dispatch_id == d.dispatch_id)
@@ -90,7 +90,7 @@ def tool_choice(state: TaskState, workflow: Workflow, d: Dispatch) -> ToolChoice
         return None
     fields = before.result.fields if isinstance(before.result, OutputParsed) else {}
     chosen = fields.get(field.name)
-    return ToolChoice(before.agent, chosen if isinstance(chosen, str) else None)
+    return PlannedTool(before.agent, chosen if isinstance(chosen, str) else None)
 
 
 class LLMAgent(DispatchWorker):
@@ -139,7 +139,7 @@ class LLMAgent(DispatchWorker):
         """What the agent's kind does next, and the agent's tools and workspace."""
         workflow = workflow_of(state)
         spec = workflow.agents[self.agent]
-        choice = tool_choice(state, workflow, d)
+        choice = planned_tool(state, workflow, d)
         tools = tools_of(spec, choice)
         files = workspace_files(state) if tools else {}
         turn = Turn(
@@ -150,7 +150,7 @@ class LLMAgent(DispatchWorker):
             files=files,
             task=state.submitted,
             dispatch=d.event,
-            tool_choice=choice,
+            planned_tool=choice,
         )
         kind = agent_kind(spec.kind)
         try:
@@ -288,8 +288,9 @@ class LLMAgent(DispatchWorker):
 def _refused_tool(state: TaskState, d: Dispatch, name: str, tools: Mapping[str, Tool]) -> str:
     """Why a tool call is not run: the agent has no such tool, or the agent before it
     chose another for this turn."""
-    choice = tool_choice(state, workflow_of(state), d)
-    if choice is not None and name in workflow_of(state).agents[d.agent].tools:
+    workflow = workflow_of(state)
+    choice = planned_tool(state, workflow, d)
+    if choice is not None and name in workflow.agents[d.agent].tools:
         return f"{name!r} was not run: {choice.agent} chose {choice.tool} for this turn"
     return f"unknown tool {name!r}; your tools: {', '.join(tools) or 'none'}"
 

@@ -17,9 +17,9 @@ from kernelflow.actors.kinds.base import (
     Finish,
     GiveUp,
     KindConfig,
+    PlannedTool,
     RunTools,
     Step,
-    ToolChoice,
     Turn,
 )
 from kernelflow.actors.kinds.durable import DivergenceError, DurableKind, Journal
@@ -43,9 +43,9 @@ __all__ = [
     "GiveUp",
     "Journal",
     "KindConfig",
+    "PlannedTool",
     "RunTools",
     "Step",
-    "ToolChoice",
     "Turn",
     "UnknownAgentKind",
     "agent_kind",

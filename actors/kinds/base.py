@@ -59,7 +59,7 @@ Step = CallLLM | RunTools | Finish | GiveUp
 
 
 @dataclass(frozen=True)
-class ToolChoice:
+class PlannedTool:
     """The tool that the agent which ran just before chose for this one to run: the
     ``tool`` field of its answer (AgentFlow's planner: docs/workflows.md, "agentflow");
     ``tool`` None when it chose none (its answer did not parse)."""
@@ -83,7 +83,7 @@ class Turn:
     task: TaskSubmitted | None = None
     dispatch: AgentDispatched | None = None
     # Set where the agent before chose the tool (``tools`` then offers that one alone).
-    tool_choice: ToolChoice | None = None
+    planned_tool: PlannedTool | None = None
 
     def results_of(self, call: LLMCalled) -> list[ToolCalled]:
         """The recorded results of the tool calls ``call`` made (natively, or in its text:

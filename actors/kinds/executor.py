@@ -7,7 +7,7 @@ without a call is the answer as it is; one whose calls cannot be read is answere
 what was wrong and asked again, up to ``max_steps`` replies. The settings are the ``tool``
 kind's.
 
-Where the planner chose the tool (a ``tool`` field: ``Turn.tool_choice``), that tool alone
+Where the planner chose the tool (a ``tool`` field: ``Turn.planned_tool``), that tool alone
 is offered and run (a call of another is recorded as failed); a planner that chose none,
 or one the executor does not have, ends the turn at once with no tool run, saying why:
 the memory shows the turn failed, and the planner's action and its execution never
@@ -26,7 +26,7 @@ class ExecutorKind(ToolKind):
     instructions = "kind_executor.txt"
 
     def next_step(self, turn: Turn) -> Step:
-        choice = turn.tool_choice
+        choice = turn.planned_tool
         if choice is not None and not turn.tools:
             if choice.tool is None:
                 return Finish(f"no tool run: {choice.agent} chose none (its answer did not parse)")
