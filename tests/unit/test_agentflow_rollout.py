@@ -273,3 +273,24 @@ def test_a_task_decided_by_the_first_routing_rules_replays_by_them(tmp_path: Pat
         for e in events
     ]
     assert redecide(T, today)  # the fifth turn: today the solution generator answers
+
+
+def test_an_executor_without_a_planned_tool_runs_none_and_says_so(tmp_path: Path) -> None:
+    """Three planner answers that do not parse (its single_agent limit): the turn goes on
+    without an action, and the executor, asked nothing, records why no tool ran."""
+    state = rollout(
+        tmp_path,
+        {
+            "planner": ["no plan"] * 3,
+            "memory_verifier": [STOP],
+            "solution_generator": [ANSWER],
+            "judge": [RIGHT],
+        },
+    )
+    assert state.history[:5] == ["planner"] * 3 + ["executor", "memory_verifier"]
+    executor = state.dispatches[3]
+    assert not executor.llm_calls and not executor.tool_calls
+    why = "no tool run: planner chose none (its answer did not parse)"
+    assert isinstance(executor.result, OutputParsed) and executor.result.fields["answer"] == why
+    assert why in state.dispatches[4].llm_calls[0].messages[-1].content  # in the memory
+    judged_right(state)
