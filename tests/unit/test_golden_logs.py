@@ -33,6 +33,7 @@ EXPECTED_STATUS = {
     "search": {"success", "failed"},
     "rollout": {"success"},
     "agentflow": {"success"},
+    "agentflow_retries": {"success"},
 }
 
 
