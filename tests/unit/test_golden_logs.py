@@ -1,5 +1,5 @@
 """Golden logs: what this version recorded for a success, a failure, a search, a rollout
-and an agentflow task (tests/data/golden, written by tests/golden_logs.py) is folded by
+and agentflow tasks (tests/data/golden, written by tests/golden_logs.py) is folded by
 today's code and every recorded decision made again from the log before it. A later
 version that decides one of them otherwise fails here: it needs an upcaster or a versioned
 rule, never a rewritten golden log (docs/extending.md)."""
