@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from kernelflow.actors.readmodel_client import status_row
 from kernelflow.cli.commands.verify import verdict_text
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
@@ -20,6 +21,7 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.projections.metrics import MetricsProjection
+from kernelflow.projections.render import row_speedup_text, summary
 from kernelflow.projections.rewards import RewardInput, get_reward, reward_events
 from kernelflow.projections.task_state import fold
 
@@ -99,6 +101,9 @@ def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction(
     assert t.final_sol_fraction == 0.44 and t.outcome().sol_fraction == 0.44
     (recorded,) = reward_events(fold("t", history), finished)
     assert (recorded.reward_fn, recorded.value) == ("sol", pytest.approx(0.44))
+    # status, from the read model's row and from the fold: beside the speedup.
+    assert row_speedup_text(status_row(t)) == "2.50x; 44% of speed-of-light"
+    assert summary(fold("t", [*history, finished]))["sol_fraction"] == 0.44
 
 
 def test_verify_prints_the_fraction_under_the_timing() -> None:
