@@ -54,6 +54,7 @@ from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from kernelflow.llm.budget import task_budget_error
 from kernelflow.projections.task_state import Dispatch, TaskState, fold, workflow_of
 from kernelflow.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
+from kernelflow.verification.engine import VerifierConfig
 from kernelflow.workflows.model import TOOL_FIELD_TYPE, AgentSpec, Workflow
 from kernelflow.workflows.parsing import ParseError, parse_output
 
@@ -93,11 +94,18 @@ def planned_tool(state: TaskState, workflow: Workflow, d: Dispatch) -> PlannedTo
 
 
 class LLMAgent(DispatchWorker):
-    def __init__(self, bridge: Bridge, agent: str, llm: LLMProvider) -> None:
+    def __init__(
+        self,
+        bridge: Bridge,
+        agent: str,
+        llm: LLMProvider,
+        verifier: VerifierConfig | None = None,
+    ) -> None:
         self.role = agent
         super().__init__(bridge)
         self.agent = agent
         self.llm = llm
+        self.verifier = verifier  # what its kernel tools check and time with
 
     def handle(self, job: Job) -> Settlement:
         dispatched = decode_event(job.data)
@@ -225,6 +233,7 @@ class LLMAgent(DispatchWorker):
                 task_source=state.submitted.task_source,
                 backend=state.submitted.backend,
                 policy=state.submitted.policy,
+                verifier=self.verifier,
             )
             tool = tools.get(use.name)
             if tool is None:

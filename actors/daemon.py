@@ -322,7 +322,7 @@ class Daemon:
             return [Conductor.start(bridge, config.llm) for _ in range(size)]
         if config.llm is None:
             raise ValueError(f"role {role!r} is an LLM agent and needs an LLM provider (--llm)")
-        return [LLMAgent.start(bridge, role, config.llm) for _ in range(size)]
+        return [LLMAgent.start(bridge, role, config.llm, config.verifier) for _ in range(size)]
 
     async def _start_pumps(self) -> None:
         self._heartbeat = asyncio.create_task(self._keep_in_progress(), name="kf-in-progress")

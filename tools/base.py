@@ -17,11 +17,14 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jsonschema
 
 from kernelflow.common.redact import scrub
+
+if TYPE_CHECKING:
+    from kernelflow.verification.engine import VerifierConfig
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class ToolContext:
     backend: str = "triton"
     policy: str = "strict"  # the verifier's strictness policy of the task
     scratch_dir: Path | None = None  # where a tool may materialise files for a command
+    # The configuration of the daemon's verifier (its extension cache, its node's timing
+    # slots, its threads): what kernel tools check and time with. None: the defaults.
+    verifier: VerifierConfig | None = None
 
 
 @dataclass(frozen=True)

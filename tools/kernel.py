@@ -1,26 +1,34 @@
-"""Kernel tools for a coder: check a candidate before handing it to the verifier.
+"""Kernel tools for a coder: check and time a candidate before handing it to the verifier.
 
 ``compile_kernel`` runs every check that needs no execution: the module compiles, defines
 ``ModelNew``, and passes the verifier's static reward-hack gate. ``check_kernel`` runs the
 real verifier (its sandbox, its comparison against the reference) on small shapes with
 one trial and no timing: a quick signal, not the verdict of the verifier agent, which
-checks the full shapes. A failed check is a failed call, with the reasons as its output.
+checks the full shapes. ``time_kernel`` runs it on the task's shapes with the verifier's
+own timing (the node's timing slots, the daemon's extension cache and threads): the
+speedup with its interval and whether it is conclusive, and the fraction of
+speed-of-light (docs/verifier.md, "Speed-of-light"). A failed check is a failed call,
+with the reasons as its output.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
+from kernelflow.events.model import VerificationReport
+from kernelflow.projections.speedups import report_conclusive, report_interval, speedup_text
 from kernelflow.tools.base import TEXT, Tool, ToolContext, ToolError, ToolLimits, arguments
 from kernelflow.tools.registry import register_tool
 from kernelflow.verification.engine import VerifierConfig, verify
 from kernelflow.verification.gate import check_candidate
 from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.verification.results import roofline_text, untimed_reason
 from kernelflow.verification.shapes import SizeBudget
 from kernelflow.verification.taskfile import CandidateError, check_candidate_source
 
-__all__ = ["CHECK_BUDGET", "CheckKernel", "CompileKernel", "static_problems"]
+__all__ = ["CHECK_BUDGET", "CheckKernel", "CompileKernel", "TimeKernel", "static_problems"]
 
 # On the CPU, check_kernel checks much smaller shapes than the verifier: it is an agent's
 # quick look, not the verdict.
@@ -79,25 +87,65 @@ class CheckKernel(Tool):
         )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        if not ctx.task_source:
-            raise ToolError("check_kernel needs a kernel task: this task has no reference model")
-        config = VerifierConfig(
-            timeout_s=self.limits.work_timeout_s,
-            memory_mb=self.limits.memory_mb or VerifierConfig.memory_mb,
-            trials=1,
-            timing=False,
-            cpu_budget=CHECK_BUDGET,
-        )
-        report = await asyncio.to_thread(
-            verify,
-            ctx.task_source,
-            args["code"],
-            backend=ctx.backend,
-            policy=ctx.policy,
-            config=config,
-        )
-        where = f" on {report.device}" if report.device else ""
-        text = f"verdict: {report.verdict}{where} in {report.duration_s:.1f} s\n{report.feedback}"
+        report = await _verified(self, args["code"], ctx, timing=False, cpu_budget=CHECK_BUDGET)
+        text = _verdict_line(report) + f"\n{report.feedback}"
         if not report.passed:
             raise ToolError(text)
         return text
+
+
+@register_tool
+class TimeKernel(Tool):
+    name = "time_kernel"
+    description = (
+        "Check a candidate kernel module on the task's shapes and time it against the "
+        "reference as the verifier does: the speedup with its 95 % interval (and whether "
+        "the machine let it say anything), and how close the kernel comes to the machine's "
+        "speed-of-light (memory- or compute-bound, the attainable time)."
+    )
+    parameters = _CODE
+
+    @classmethod
+    def default_limits(cls) -> ToolLimits:
+        # The task's shapes, its timing rounds, and a first build of an extension.
+        return ToolLimits(
+            timeout_s=600.0, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
+        )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        report = await _verified(self, args["code"], ctx, timing=True)
+        if not report.passed:
+            raise ToolError(_verdict_line(report) + f"\n{report.feedback}")
+        lines = [_verdict_line(report)]
+        if report.speedup is None:
+            lines.append(untimed_reason(report) or "not timed")
+            lines += [f"note: {note}" for note in report.errors]
+        else:
+            words = speedup_text(report.speedup, report_interval(report), report_conclusive(report))
+            baseline = report.timing.baseline if report.timing else "eager"
+            lines.append(f"speedup over {baseline} PyTorch: {words}")
+            if report.roofline is not None:
+                lines.append(roofline_text(report.roofline))
+        return "\n".join(lines)
+
+
+async def _verified(tool: Tool, code: str, ctx: ToolContext, **fields: Any) -> VerificationReport:
+    """The verifier's report on ``code``: one trial, within the tool's limits, with the
+    daemon's verifier configuration (``ToolContext.verifier``) and ``fields`` over it."""
+    if not ctx.task_source:
+        raise ToolError(f"{tool.name} needs a kernel task: this task has no reference model")
+    config = dataclasses.replace(
+        ctx.verifier or VerifierConfig(),
+        timeout_s=tool.limits.work_timeout_s,
+        memory_mb=tool.limits.memory_mb or VerifierConfig.memory_mb,
+        trials=1,
+        **fields,
+    )
+    return await asyncio.to_thread(
+        verify, ctx.task_source, code, backend=ctx.backend, policy=ctx.policy, config=config
+    )
+
+
+def _verdict_line(report: VerificationReport) -> str:
+    where = f" on {report.device}" if report.device else ""
+    return f"verdict: {report.verdict}{where} in {report.duration_s:.1f} s"

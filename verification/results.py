@@ -1,6 +1,7 @@
 """The parent's side of a sandbox's result: what the sandbox left behind (its exit, its
 output, the result its judge wrote on the result pipe) turned into a
-``VerificationReport``, and the bounded feedback text a coder reads.
+``VerificationReport``, and the texts a coder and a user read of it: the bounded
+feedback, why a pass has no speedup, how far it is from speed-of-light.
 
 The judge writes the result in :func:`kernelflow.verification.child.report.write_result`
 on a pipe the candidate's process never holds; a result that is missing or malformed is
@@ -13,8 +14,10 @@ import signal
 
 import msgspec
 
-from kernelflow.events.model import VerificationReport
+from kernelflow.events.model import Roofline, VerificationReport
 from kernelflow.sandbox import ProcessOutcome
+from kernelflow.verification.backends import UnknownBackend
+from kernelflow.verification.backends import backend as find_backend
 
 __all__ = ["feedback_text", "interpret"]
 
@@ -58,6 +61,36 @@ def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bo
         parts.append("\n".join(lines))
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
+
+
+def untimed_reason(report: VerificationReport, timing_on: bool = True) -> str | None:
+    """Why a passing check has no speedup, in one line (None: it has one, or it did not
+    pass)."""
+    if not report.passed or report.speedup is not None:
+        return None
+    if not timing_on:
+        return "not timed: timing is off"
+    try:
+        timed_on = find_backend(report.backend).timed_on
+    except UnknownBackend:
+        timed_on = frozenset()
+    if report.device not in timed_on:
+        if report.backend == "triton" and report.device == "cpu":
+            return "not timed: Triton runs interpreted on the CPU"
+        where = " and ".join(sorted(timed_on)) or "no device"
+        return f"not timed: {report.backend} kernels are timed on {where} only"
+    return "not timed: the timing failed (see the notes below)"
+
+
+def roofline_text(limit: Roofline) -> str:
+    """A timed kernel against the machine's limit, in one line (docs/verifier.md,
+    "Speed-of-light")."""
+    return (
+        f"speed-of-light: {limit.sol_fraction:.0%} ({limit.bound}-bound: "
+        f"{limit.attainable_ms:.3g} ms attainable for {limit.flops:.3g} FLOP and "
+        f"{limit.bytes / 1e6:.3g} MB at {limit.peak_gflops:.0f} GFLOP/s and "
+        f"{limit.peak_gbs:.0f} GB/s)"
+    )
 
 
 def _said(error: str, report: VerificationReport) -> bool:

@@ -8,6 +8,7 @@ checks them); the gate's rules run without compiling.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shlex
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from kernelflow.projections.speedups import interval_conclusive
+from kernelflow.tools.base import ToolContext, ToolError
+from kernelflow.tools.kernel import TimeKernel
 from kernelflow.verification import engine
 from kernelflow.verification.backends.extension import (
     LOAD_INLINE,
@@ -363,3 +366,17 @@ def test_a_timed_kernel_says_its_fraction_of_speed_of_light(fused) -> None:  # t
     median = fused.timing.candidate_ms["median"]
     assert fused.sol_fraction == pytest.approx(limit.attainable_ms / median)
     assert limit.peak_gbs > 0 and limit.peak_gflops > 0
+
+
+def test_time_kernel_times_a_candidate_as_the_verifier_does(config: VerifierConfig, fused) -> None:  # type: ignore[no-untyped-def]
+    """The coder's ``time_kernel``: the verifier's timing on the task's shapes, with the
+    daemon's verifier configuration (here the module's: the kernel is built already)."""
+    assert fused.passed
+    ctx = ToolContext(task_id="t", agent="coder", task_source=TASK, backend="cpp", verifier=config)
+    said = asyncio.run(TimeKernel().run({"code": FUSED}, ctx))
+    verdict, speed, light = said.splitlines()
+    assert verdict.startswith("verdict: pass on cpu in ")
+    assert speed.startswith("speedup over eager PyTorch: ")
+    assert light.startswith("speed-of-light: ") and "(memory-bound: " in light
+    with pytest.raises(ToolError, match="verdict: "):
+        asyncio.run(TimeKernel().run({"code": FUSED.replace("0.5f * v", "0.4f * v")}, ctx))

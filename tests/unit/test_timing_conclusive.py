@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelflow.cli.commands.verify import timing_line, untimed_reason, verdict_text
+from kernelflow.cli.commands.verify import timing_line, verdict_text
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     TaskFinished,
@@ -44,6 +44,7 @@ from kernelflow.verification.child.timing import (
     run_rounds,
     speedup_interval,
 )
+from kernelflow.verification.results import untimed_reason
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 positive = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)

@@ -21,12 +21,10 @@ from kernelflow.host.settings import Settings
 from kernelflow.projections.speedups import interval_conclusive, report_conclusive, speedup_text
 from kernelflow.verification.backends import (
     DEFAULT_BACKEND,
-    UnknownBackend,
     backend_names,
 )
-from kernelflow.verification.backends import backend as find_backend
 from kernelflow.verification.engine import verify
-from kernelflow.verification.results import feedback_text
+from kernelflow.verification.results import feedback_text, roofline_text, untimed_reason
 from kernelflow.verification.taskfile import (
     CandidateError,
     TaskFileError,
@@ -149,33 +147,9 @@ def timing_line(timing: TimingStats, conclusive: bool | None = None) -> str:
         line += f"; {timing.threads} thread" + ("s" if timing.threads != 1 else "")
     if timing.queued_s >= 0.5:
         line += f"; waited {timing.queued_s:.1f} s for the node's timing slot"
-    if (limit := timing.roofline) is not None:
-        line += (
-            f"\n  speed-of-light: {limit.sol_fraction:.0%} ({limit.bound}-bound: "
-            f"{limit.attainable_ms:.3g} ms attainable for {limit.flops:.3g} FLOP and "
-            f"{limit.bytes / 1e6:.3g} MB at {limit.peak_gflops:.0f} GFLOP/s and "
-            f"{limit.peak_gbs:.0f} GB/s)"
-        )
+    if timing.roofline is not None:
+        line += f"\n  {roofline_text(timing.roofline)}"
     return line + "".join(f"\n  flag: {flag}" for flag in timing.flags)
-
-
-def untimed_reason(report: VerificationReport, timing_on: bool = True) -> str | None:
-    """Why a passing check has no speedup, in one line (None: it has one, or it did not
-    pass)."""
-    if not report.passed or report.speedup is not None:
-        return None
-    if not timing_on:
-        return "not timed: timing is off"
-    try:
-        timed_on = find_backend(report.backend).timed_on
-    except UnknownBackend:
-        timed_on = frozenset()
-    if report.device not in timed_on:
-        if report.backend == "triton" and report.device == "cpu":
-            return "not timed: Triton runs interpreted on the CPU"
-        where = " and ".join(sorted(timed_on)) or "no device"
-        return f"not timed: {report.backend} kernels are timed on {where} only"
-    return "not timed: the timing failed (see the notes below)"
 
 
 def verdict_text(report: VerificationReport, timing_on: bool = True) -> str:
