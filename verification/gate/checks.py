@@ -8,12 +8,12 @@ through ``add``.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from kernelflow.verification.backends.base import Backend, dotted_name
-from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.language import Finding, KernelLanguage, Problem, Refusal
 from kernelflow.verification.gate.calls import lookup_findings, precision_findings
 from kernelflow.verification.gate.chains import judge_chain, refused_dunder, shown
+from kernelflow.verification.gate.feedback import Violation, replacement_text
 from kernelflow.verification.gate.rules import (
     BANNED_ATTRS,
     BUILTIN_TYPES,
@@ -43,20 +43,11 @@ __all__ = ["Checks", "Violation"]
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    line: int
-    message: str
-
-    def text(self) -> str:
-        return f"{self.rule}: line {self.line}: {self.message}"
-
-
 class Checks:
     """The checks; the walker that subclasses it fills these in before it walks."""
 
     tree: ast.Module
+    lines: list[str]  # the candidate's source, line by line
     backend: Backend
     extra_roots: tuple[str, ...]
     # The kernel languages a candidate may write (the backend's and those it borrows), by
@@ -80,6 +71,8 @@ class Checks:
     jit_ids: set[int]  # ids of every kernel function's node
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
     launch_sites: set[int]  # ids of the subscripts that launch a kernel (kernels)
+    calls_of: dict[int, ast.Call]  # ids of called expressions -> their call
+    backward: set[int]  # ids of the backward methods of custom autograd functions
 
     def language_of(self, scope: Scope) -> KernelLanguage | None:
         """The language of the kernel body ``scope`` is (None outside kernels)."""
@@ -95,8 +88,61 @@ class Checks:
 
     # ------------------------------------------------------------------ passes
 
-    def add(self, rule: str, node: ast.AST, message: str) -> None:
-        self.out.append(Violation(rule, getattr(node, "lineno", 0), message))
+    def add(
+        self,
+        rule: str,
+        node: ast.AST,
+        message: str | Problem,
+        instead: str = "",
+        *,
+        found: str | None = None,
+        missing: bool = False,
+    ) -> None:
+        """Record a broken rule at ``node``'s line: why (``message``, or a check's
+        Problem), what to write instead ("": the rule's advice) and what was found (the
+        code on that line unless given)."""
+        why = message
+        if isinstance(message, Problem):
+            why, instead = message.message, message.instead or instead
+        line = getattr(node, "lineno", 0)
+        if found is None:
+            found = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        self.out.append(Violation(rule, line, str(why), shown(found), instead, (), missing))
+
+    def add_refusal(self, verdict: Refusal, node: ast.AST) -> None:
+        """Record a chain's refusal at ``node``, its replacement spelled as the module
+        imports it (an idiom with ``{x}``: the call's argument put in)."""
+        instead = verdict.instead
+        if verdict.replacement:
+            written = dotted_name(node) or ""
+            spelled = self.spelled(verdict.replacement)
+            call = self.calls_of.get(id(node))
+            if "{x}" in spelled:
+                if call is not None and len(call.args) == 1 and not call.keywords:
+                    argument = ast.unparse(call.args[0])
+                    simple = isinstance(call.args[0], ast.Name | ast.Constant | ast.Attribute)
+                    spelled = spelled.format(x=argument if simple else f"({argument})")
+                    written = ast.unparse(call)
+                else:
+                    spelled = spelled.format(x="x")
+            direct = replacement_text(shown(written), shown(spelled))
+            instead = f"{direct} ({instead})" if instead else direct
+        self.add(verdict.rule, node, verdict.message, instead, missing=verdict.missing)
+
+    def spelled(self, text: str) -> str:
+        """``text`` (resolved paths, or an idiom written with ``tl.``) with the longest
+        imported path each starts with written as the module's alias for it."""
+        by_path = sorted(
+            ((path, local) for local, path in self.aliases.items() if "." not in local),
+            key=lambda item: -len(item[0]),
+        )
+        language = next((local for path, local in by_path if path == "triton.language"), "")
+        if language and "{x}" in text:
+            return text.replace("tl.", f"{language}.")
+        for path, local in by_path:
+            if text == path or text.startswith(path + "."):
+                return local + text[len(path) :]
+        return text
 
     def resolve(self, node: ast.AST) -> str | None:
         """Dotted name with the first part resolved through import aliases."""
@@ -125,20 +171,31 @@ class Checks:
                 self.add(
                     "file_io",
                     node,
-                    f"`{shown(path)}` builds files: build once, at module level or in __init__",
+                    f"`{shown(path)}` builds files each time it runs",
+                    "build once, at module level or in __init__, and keep the module",
                 )
             return
         kernel = self.language_of(scope)
         languages = list(self.languages.values())
         verdict = judge_chain(path, scope.context, self.extra_roots, languages, kernel)
+        if verdict is not None and scope.function in self.backward:
+            verdict = verdict._replace(
+                message=f"`{shown(path)}` in the backward of a custom autograd function: the "
+                "verifier never runs it (forward runs under torch.no_grad), so, like "
+                "__init__, it may use only what prepares parameters",
+                instead="leave backward out (the verifier checks forward only), or compute "
+                "the gradient with a kernel",
+            )
         if verdict is not None:
-            self.add(verdict[0], node, verdict[1])
+            self.add_refusal(verdict, node)
         decorator = any(language.decorator_only(path) for language in languages)
         if decorator and id(node) not in self.decorators:
             self.add(
                 "kernel_body",
                 node,
                 f"`{path}` is used only as the decorator of a module-level kernel",
+                f"decorate a module-level function with @{shown(dotted_name(node) or path)}"
+                " and launch it as kernel[grid](...)",
             )
 
     def check_node(self, node: ast.AST, scope: Scope) -> None:
@@ -260,11 +317,12 @@ class Checks:
         full_precision = not self.task_uses_half
         languages = list(self.languages.values())
         constructors = frozenset(c for lang in languages for c in lang.dtype_constructors)
-        findings = lookup_findings(node, builtin) + precision_findings(node, path, constructors)
+        findings: list[Finding] = lookup_findings(node, builtin)
+        findings += precision_findings(node, path, constructors)
         for language in languages:
             findings += language.call_findings(node, path, full_precision)
-        for rule, where, message in findings:
-            self.add(rule, where, message)
+        for rule, where, message, instead in findings:
+            self.add(rule, where, message, instead)
         launch = id(func) in self.launch_sites
         if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
             kernel = self.language_of(scope)
