@@ -276,8 +276,10 @@ def _feedback_section(state: TaskState, agent: str) -> str:
 
 def _attempt(check: VerificationCompleted) -> str:
     report = check.report
-    # The verifier writes bounded feedback for the coder; older reports have only errors.
-    errors = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
+    # The verifier writes bounded feedback for the coder, shown as written (it keeps each
+    # rule broken whole: docs/verifier.md, "Feedback that teaches"); older reports have
+    # only errors.
+    errors = report.feedback or "\n".join(report.errors + report.mismatches)[:MAX_ERROR_CHARS]
     return (
         f"## Previous attempt: {report.verdict}\n"
         f"{report.summary}\n"

@@ -45,9 +45,13 @@ def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bo
             )
         return text[:limit]
     advice = _VERDICT_ADVICE.get(report.verdict, "")
-    parts = [f"Verdict: {report.verdict}. {advice}", report.summary] if headline else [advice]
-    if report.reasons and report.verdict.startswith("rejected"):
-        parts.append("Rules broken:\n" + "\n".join(f"- {r}" for r in report.reasons[:8]))
+    rules = bool(report.reasons) and report.verdict.startswith("rejected")
+    # A summary quoting the first rule broken is said by the list below.
+    quoted = rules and report.reasons[0] in report.summary
+    summary = "" if quoted else report.summary
+    parts = [f"Verdict: {report.verdict}. {advice}", summary] if headline else [advice]
+    if rules:
+        parts.append(_rules_broken(report.reasons, limit - sum(len(p) + 1 for p in parts)))
     if report.mismatches:
         parts.append("First mismatching positions:\n" + "\n".join(report.mismatches[:5]))
     body = "\n".join(e for e in report.errors if e and not _said(e, report))
@@ -58,6 +62,22 @@ def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bo
         parts.append("\n".join(lines))
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
+
+
+def _rules_broken(reasons: list[str], room: int) -> str:
+    """The rules broken, each whole (the gate's three-part findings are never cut: the
+    coder's prompt, ``verify``'s output and the trajectory read the same words), as many
+    as fit in ``room`` characters (at least the first), then how many more."""
+    lines = ["Rules broken:"]
+    used = len(lines[0])
+    for index, reason in enumerate(reasons):
+        more = len(reasons) - index
+        if index and used + len(reason) + 3 + 40 > room:
+            lines.append(f"({more} more rule{'s' * (more > 1)} broken)")
+            break
+        lines.append(f"- {reason}")
+        used += len(reason) + 3
+    return "\n".join(lines)
 
 
 def _said(error: str, report: VerificationReport) -> bool:
