@@ -178,7 +178,8 @@ CASES = [
         "module_escape",
         _Y,
         "y = tl.maximum(x, 0.0) + 0.0 * tl.pi",
-        ("`tl.pi` does not exist", "PI = 3.141592653589793"),
+        ("`tl.pi` does not exist", "replace `tl.pi` with `3.141592653589793`"),
+        repairable=True,
     ),
     Case(
         "tl.numel",
@@ -241,7 +242,8 @@ CASES = [
         "introspection",
         "n = x.numel()",
         'n = getattr(x, "numel")()',
-        ("looks attributes up", "write obj.attr"),
+        ("looks attributes up", """replace `getattr(x, "numel")` with `x.numel`"""),
+        repairable=True,
     ),
     Case(
         "import-numpy",
@@ -290,7 +292,8 @@ CASES = [
         "reference_use",
         "class ModelNew(nn.Module):",
         "class ModelNew(Model):",
-        ("must not inherit from Model", "class ModelNew(torch.nn.Module)"),
+        ("must not inherit from Model", "replace `ModelNew(Model)` with `ModelNew(nn.Module)`"),
+        repairable=True,
     ),
     Case(
         "tl.dot-tf32",
@@ -305,7 +308,8 @@ CASES = [
         "precision_downgrade",
         "n = x.numel()",
         "x = x.half()\n        n = x.numel()",
-        ("full precision", "float32"),
+        ("full precision", "replace `x.half()` with `x.float()`"),
+        repairable=True,
     ),
     # Kernel bodies.
     Case(
@@ -314,6 +318,7 @@ CASES = [
         _STORE,
         "out_ptr[offs] = y",
         ("a kernel writes memory only through pointers", "`tl.store(out_ptr + offs, ...)`"),
+        repairable=True,
     ),
     Case(
         "pointer-index",

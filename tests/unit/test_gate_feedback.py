@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.feedback_cases import CASES, TRITON, Case
+from bench.feedback_quality import repair
 from kernelflow.events.model import VerificationReport
 from kernelflow.verification.backends import triton_names
 from kernelflow.verification.gate import gate_findings
@@ -35,6 +36,17 @@ def test_each_mistake_is_refused_by_its_rule_with_a_three_part_message(case: Cas
     assert THREE_PARTS.match(found.text()), found.text()
     for words in case.says:
         assert words in found.text(), found.text()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_doing_what_the_message_says_repairs_the_candidate(case: Case) -> None:
+    """The replacement a message names (``replace `X` with `Y```), applied as written,
+    makes the candidate pass where the case says it does; the others name none."""
+    found = first_finding(case)
+    fixed = repair(case.source, [found.text()])
+    assert (fixed != case.source) == case.repairable, found.text()
+    if case.repairable:
+        assert gate_findings(fixed, backend=case.backend, task_source=TASK)[0] == []
 
 
 @pytest.mark.parametrize("rule", sorted(RULE_ADVICE))

@@ -38,6 +38,8 @@ _IDIOMS = {
     "neg": "-{x}",
     "reciprocal": "1.0 / {x}",
 }
+# Literals standing in for constants a coder expects in the language.
+_LITERALS = {"pi": "3.141592653589793", "e": "2.718281828459045"}
 # What to write for names no function stands in for (in words).
 _WORDS = {
     "pi": "a module-level constant (`PI = 3.141592653589793`, read in the kernel)",
@@ -139,8 +141,8 @@ def suggest(path: str, accepted: Callable[[str], bool]) -> Suggestion:
     usable = [p for _, p in vendors if accepted(p)]
     if usable:
         return Suggestion(replacement=usable[0], words=device)
-    if leaf in _WORDS:
-        return Suggestion(words=_WORDS[leaf])
+    if leaf in _WORDS or leaf in _LITERALS:
+        return Suggestion(replacement=_LITERALS.get(leaf, ""), words=_WORDS.get(leaf, ""))
     names = _language_names(accepted)
     close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.75)
     if close:

@@ -23,12 +23,16 @@ def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
     found: list[Finding] = []
     if builtin == "getattr" or (builtin == "hasattr" and not _plain_lookup(node)):
         # A literal name is as good as `obj.name`; any other hides what is reached.
+        instead = 'write obj.attr (hasattr(obj, "attr") with a literal name is fine)'
+        if builtin == "getattr" and _plain_lookup(node):
+            direct = ast.Attribute(node.args[0], node.args[1].value, ast.Load())  # type: ignore[attr-defined]
+            instead = f"replace `{ast.unparse(node)}` with `{ast.unparse(direct)}`"
         found.append(
             Finding(
                 "introspection",
                 node,
-                f"{builtin}() looks attributes up by a name the gate cannot read",
-                'write obj.attr (hasattr(obj, "attr") with a literal name is fine)',
+                f"{builtin}() looks attributes up out of the gate's sight",
+                instead,
             )
         )
     if builtin == "type" and (len(node.args) != 1 or node.keywords):

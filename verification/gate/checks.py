@@ -8,6 +8,7 @@ through ``add``.
 from __future__ import annotations
 
 import ast
+import re
 
 from kernelflow.verification.backends.base import Backend, dotted_name
 from kernelflow.verification.backends.language import Finding, KernelLanguage, Problem, Refusal
@@ -41,6 +42,8 @@ from kernelflow.verification.gate.strict import (
 __all__ = ["Checks", "Violation"]
 
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
+# The one literal substitution a finding's advice may say (gate.feedback).
+_DIRECTIVE = re.compile(r"replace `([^`]+)` with `[^`]+`")
 
 
 class Checks:
@@ -107,7 +110,31 @@ class Checks:
         line = getattr(node, "lineno", 0)
         if found is None:
             found = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        instead = _DIRECTIVE.sub(lambda m: self.as_written(m, node), instead)
         self.out.append(Violation(rule, line, str(why), shown(found), instead, (), missing))
+
+    def as_written(self, directive: re.Match[str], node: ast.AST) -> str:
+        """A ``replace `X` with `Y``` directive whose X is code as ``ast.unparse`` writes
+        it, with X as the candidate wrote it (its quotes, its spacing) where a node of
+        ``node``'s lines unparses to it."""
+        written = directive.group(1)
+        if written in "\n".join(self.lines):
+            return directive.group(0)
+        try:
+            wanted = ast.unparse(ast.parse(written, mode="eval").body)
+        except SyntaxError:
+            return directive.group(0)
+        first = getattr(node, "lineno", 0)
+        last = getattr(node, "end_lineno", first) or first
+        source = "\n".join(self.lines)
+        for candidate in ast.walk(node if first else self.tree):
+            if not isinstance(candidate, ast.expr) or not first <= candidate.lineno <= last:
+                continue
+            if ast.unparse(candidate) == wanted:
+                segment = ast.get_source_segment(source, candidate)
+                if segment and "\n" not in segment:
+                    return directive.group(0).replace(f"`{written}`", f"`{segment}`", 1)
+        return directive.group(0)
 
     def add_refusal(self, verdict: Refusal, node: ast.AST) -> None:
         """Record a chain's refusal at ``node``, its replacement spelled as the module
@@ -426,8 +453,9 @@ class Checks:
             self.add(
                 "precision_downgrade",
                 node,
-                f"`{shown(name)}`: the task computes in full precision; do not downgrade to "
-                "fp16/bf16/fp8",
+                f"`{shown(name)}`: the task computes in full precision (fp16/bf16/fp8 round "
+                "its inputs and results)",
+                _full_precision(node, self.calls_of.get(id(node))),
             )
 
     def submodules(self) -> set[str]:
@@ -447,3 +475,19 @@ class Checks:
                     if full.startswith("torch.nn.") and full.split(".")[2] not in NN_ANYWHERE:
                         self._submodules.add(node.targets[0].attr)
         return self._submodules
+
+
+def _full_precision(node: ast.AST, call: ast.Call | None) -> str:
+    """What to write instead of a low-precision dtype at ``node`` (``call``: the call it
+    is the callee of): the fp32 conversion for a method (``x.half()``), the fp32 dtype
+    of the same module for a name (``torch.float16``, ``tl.bfloat16``)."""
+    if not isinstance(node, ast.Attribute):
+        return ""
+    written = ast.unparse(node)
+    if call is not None and not call.args and not call.keywords:
+        return replacement_text(
+            shown(ast.unparse(call)), f"{shown(ast.unparse(node.value))}.float()"
+        )
+    if call is None and isinstance(node.value, ast.Name | ast.Attribute):
+        return replacement_text(shown(written), f"{shown(ast.unparse(node.value))}.float32")
+    return ""

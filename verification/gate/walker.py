@@ -419,11 +419,13 @@ class _Gate(Checks):
             self.visit(dec, scope)
         for base in node.bases:
             if (dotted_name(base) or "").split(".")[-1] == "Model":
+                module = self.spelled("torch.nn.Module")
                 self.add(
                     "reference_use",
                     base,
                     "ModelNew must not inherit from Model: the reference would compute",
-                    "derive from torch.nn.Module: `class ModelNew(torch.nn.Module)`",
+                    f"replace `{node.name}({ast.unparse(base)})` with `{node.name}({module})` "
+                    "and compute the result with your own kernel",
                 )
             path = self.alias_path(base) or ""
             if path == AUTOGRAD_FUNCTION:
