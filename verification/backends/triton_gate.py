@@ -235,8 +235,9 @@ class TritonLanguage(KernelLanguage):
                 read = shown(".".join([name, first, *rest]))
                 return Problem(
                     f"`{read}` {self.kernel_place}: {_ARGUMENTS}",
-                    f"read `{read}` on the host and pass it to the kernel as an argument "
-                    "(a number or a tl.constexpr)",
+                    f"use `{name}` as a pointer: tl.load({name} + offsets, mask=...) and "
+                    f"tl.store({name} + offsets, value, mask=...); pass what else the kernel "
+                    "needs as arguments (numbers, tl.constexpr)",
                 )
         if node.attr in TL_VALUE_API or node.attr.startswith("is_"):
             return None

@@ -136,9 +136,13 @@ class Checks:
                     return directive.group(0).replace(f"`{written}`", f"`{segment}`", 1)
         return directive.group(0)
 
-    def add_refusal(self, verdict: Refusal, node: ast.AST) -> None:
-        """Record a chain's refusal at ``node``, its replacement spelled as the module
-        imports it (an idiom with ``{x}``: the call's argument put in)."""
+    def add_refusal(self, verdict: Refusal, node: ast.AST, path: str) -> None:
+        """Record the refusal of the chain ``path`` (resolved) at ``node``, the chain
+        named as the candidate wrote it, its replacement spelled as the module imports it
+        (an idiom with ``{x}``: the call's argument put in)."""
+        message = verdict.message
+        if dotted_name(node):
+            message = message.replace(f"`{shown(path)}`", f"`{shown(dotted_name(node) or '')}`")
         instead = verdict.instead
         if verdict.replacement:
             written = dotted_name(node) or ""
@@ -154,7 +158,7 @@ class Checks:
                     spelled = spelled.format(x="x")
             direct = replacement_text(shown(written), shown(spelled))
             instead = f"{direct} ({instead})" if instead else direct
-        self.add(verdict.rule, node, verdict.message, instead, missing=verdict.missing)
+        self.add(verdict.rule, node, message, instead, missing=verdict.missing)
 
     def spelled(self, text: str) -> str:
         """``text`` (resolved paths, or an idiom written with ``tl.``) with the longest
@@ -214,7 +218,7 @@ class Checks:
                 "the gradient with a kernel",
             )
         if verdict is not None:
-            self.add_refusal(verdict, node)
+            self.add_refusal(verdict, node, path)
         decorator = any(language.decorator_only(path) for language in languages)
         if decorator and id(node) not in self.decorators:
             self.add(
@@ -252,13 +256,21 @@ class Checks:
     def check_attribute_name(self, node: ast.Attribute) -> None:
         attr = node.attr
         if attr in BANNED_ATTRS and not self.backend.holds_kernel(self, node):
-            self.add("introspection", node, f"attribute `.{attr}` is not allowed")
+            self.add(
+                "introspection",
+                node,
+                f"attribute `.{attr}` reaches frames, tracing, the module table, hooks, "
+                "PyTorch's internals or numpy (compute no runtime guard sees)",
+                "compute with torch tensors and your kernel; read only public tensor "
+                "attributes (shape, dtype, device, stride())",
+            )
         elif refused_dunder(attr):
             self.add(
                 "introspection",
                 node,
                 f"attribute `.{shown(attr)}`: dunder attributes reach Python's and PyTorch's "
                 "internals (__class__, __globals__, __array__, __torch_function__ ...)",
+                "use the public API: x.dtype, isinstance(x, torch.Tensor), super().__init__()",
             )
         if attr in LOW_PRECISION:
             self.check_half(node, attr)
@@ -269,7 +281,8 @@ class Checks:
                 node,
                 f"`.{shown(attr)}` makes a tensor subclass (a lazy tensor): PyTorch calls its "
                 "class's code on every operation, out of every check's sight (KernelBench's "
-                "lazy_eval); return plain tensors made with torch.empty and the like",
+                "lazy_eval)",
+                "return plain tensors made with torch.empty and the like, filled by your kernel",
             )
         if path.startswith(STREAM_MODULES) and attr in STREAM_ATTRS:
             self.add(
@@ -295,28 +308,36 @@ class Checks:
                 "introspection",
                 node,
                 f"`{owner.id}.{shown(node.attr)}`: unbound builtin methods act on objects out "
-                "of the gate's sight (dict.setdefault(d, ...)); call methods on the object",
+                "of the gate's sight (dict.setdefault(d, ...))",
+                f"call the method on the object itself: `d.{shown(node.attr)}(...)`",
             )
 
     def check_decorator(self, dec: ast.expr) -> None:
         dotted = dotted_name(dec.func if isinstance(dec, ast.Call) else dec) or ""
         name = dotted.split(".")[-1]
         if name in CACHE_DECORATORS:
-            self.add("caching", dec, f"@{name}: results must not be cached across calls")
+            self.add(
+                "caching",
+                dec,
+                f"@{name}: results must not be cached across calls",
+                f"remove @{name}: compute the result from the inputs in every call",
+            )
         elif dotted == "property":
             self.add(
                 "callback",
                 dec,
                 "@property runs candidate code whenever the attribute is read (in launch "
-                "callbacks too): set plain attributes in __init__",
+                "callbacks too)",
+                "set a plain attribute in __init__ (self.name = value), or call a method",
             )
         elif dotted.split(".")[0] in self.candidate:
             self.add(
                 "caching",
                 dec,
                 f"@{shown(dotted)}: a decorator of the candidate's own wraps calls out of the "
-                "gate's sight (a result cache?); decorate only with triton's, torch.no_grad(), "
-                "staticmethod and the like",
+                "gate's sight (a result cache?)",
+                f"remove @{shown(dotted)} and call what it adds from the function itself; "
+                "decorate only with triton's, torch.no_grad(), staticmethod and the like",
             )
 
     def check_function_name(self, node: _AnyFunction, *, method: bool) -> None:
@@ -325,8 +346,9 @@ class Checks:
                 "callback",
                 node,
                 f"defining `{shown(node.name)}` makes PyTorch or Triton call candidate code on "
-                "their own (protocol methods, dunders): a class defines __init__, forward and "
-                "helpers",
+                "their own (protocol methods, dunders)",
+                f"give `{shown(node.name)}` a name of your own and call it from forward; a "
+                "class defines __init__, forward and helpers",
             )
 
     def check_call(self, node: ast.Call, scope: Scope) -> None:
@@ -374,6 +396,8 @@ class Checks:
                 "torch_compute",
                 node,
                 f"`{path}(...)` outside __init__: PyTorch modules must not do the work",
+                "build the module in __init__ for its parameters, and compute with them in "
+                "your kernel",
             )
         if not isinstance(func, ast.Attribute) or path is not None:
             return
@@ -388,8 +412,9 @@ class Checks:
             self.add(
                 "torch_compute",
                 node,
-                f"`self.{func.attr}(...)` runs a PyTorch module; use its parameters in your "
-                "kernel instead",
+                f"`self.{func.attr}(...)` runs a PyTorch module",
+                f"pass its parameters (self.{func.attr}.weight, .bias) to your kernel and "
+                "compute with them there",
             )
 
     def check_mutation(self, node: ast.Call, scope: Scope) -> None:
@@ -408,7 +433,13 @@ class Checks:
         own_container = isinstance(func.value, ast.Name) and scope.container_here(func.value)
         if own_container and func.attr in MUTATING_METHODS:
             return  # a container made in the call, changed itself (perm.pop(d))
-        self.add("caching", node, kept_state(root, scope, f"`.{func.attr}(...)` changes"))
+        self.add(
+            "caching",
+            node,
+            kept_state(root, scope, f"`.{func.attr}(...)` changes"),
+            "change only what the call made (a local list, a tensor from torch.empty); keep "
+            "the module's state as __init__ set it",
+        )
 
     def check_write(self, target: ast.Attribute | ast.Subscript, scope: Scope) -> None:
         """An assignment, augmented assignment or del of an attribute or item. In forward

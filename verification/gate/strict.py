@@ -87,6 +87,12 @@ def node_problem(
     that may return a host value they are given)."""
     if kernel is not None and scope.where == "jit":
         return kernel.node_problem(node, scope, passing)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return Problem(
+            f"`{type(node).__name__}` {_place(scope, kernel)}",
+            f"define `{node.name}` at module level or as a method; a launch callback "
+            "computes sizes only",
+        )
     if not isinstance(node, _LAUNCH_NODES):
         return f"`{type(node).__name__}` {_place(scope, kernel)}"
     if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
