@@ -587,7 +587,8 @@ def gate_findings(
     """What the gate finds in ``source`` as a candidate of ``backend`` (a registered name:
     raises UnknownBackend otherwise) under ``policy`` (raises UnknownPolicy): the rules
     that refuse it, and the ones the policy records as warnings (at most MAX_VIOLATIONS
-    each, the first by line). ``source`` must parse."""
+    each, root cause first, repeats folded: docs/verifier.md "Feedback that teaches").
+    ``source`` must parse."""
     judged_by = find_policy(policy)
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
