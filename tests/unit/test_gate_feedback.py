@@ -13,7 +13,7 @@ from bench.feedback_cases import CASES, TRITON, Case
 from bench.feedback_quality import repair
 from kernelflow.events.model import VerificationReport
 from kernelflow.verification.backends import triton_names
-from kernelflow.verification.gate import gate_findings
+from kernelflow.verification.gate import gate_findings, installed
 from kernelflow.verification.gate.feedback import RULE_ADVICE, Violation
 from kernelflow.verification.results import feedback_text
 
@@ -79,12 +79,12 @@ def test_a_missing_name_is_judged_by_the_installed_triton(monkeypatch: pytest.Mo
     import triton.language as tl
 
     monkeypatch.setattr(tl, "tanh", tl.sigmoid, raising=False)
-    triton_names.exists.cache_clear()
+    installed.exists.cache_clear()
     try:
         assert "does not exist" not in first_finding(case).text()
     finally:
         monkeypatch.undo()
-        triton_names.exists.cache_clear()
+        installed.exists.cache_clear()
 
 
 def test_the_missing_name_leads_and_repeats_fold() -> None:
@@ -113,3 +113,22 @@ def test_the_coder_reads_every_rule_broken_whole() -> None:
     assert shown[0] == reasons[0] and len(shown) >= 2
     assert text.count(reasons[0]) == 1  # the summary quoting it is not said twice
     assert f"({len(reasons) - len(shown)} more rules broken)" in text
+
+
+def test_a_torch_name_the_installed_torch_lacks_is_said_to_be_missing() -> None:
+    source = TRITON.replace("return out\n", "return torch.nn.functional.gelu_tanh(out)\n")
+    refused, _ = gate_findings(source, task_source=TASK)
+    assert refused[0].rule == "torch_compute" and refused[0].missing
+    assert "`torch.nn.functional.gelu_tanh` does not exist in the installed torch" in (
+        refused[0].text()
+    )
+
+
+def test_looking_a_name_up_imports_nothing_the_candidate_names() -> None:
+    import sys
+
+    assert "torch.utils.bottleneck" not in sys.modules
+    assert installed.exists("torch.utils.bottleneck.main") is False
+    assert "torch.utils.bottleneck" not in sys.modules
+    assert installed.exists("torch.nn.functional.relu") is True
+    assert installed.exists("nonexistent_package_53.x") is None

@@ -3,9 +3,10 @@ that teaches"): whether a name a candidate writes exists, and what to write inst
 does not (a name of the language the gate accepts, a libdevice function per vendor, an
 idiom built from the language's own functions).
 
-Everything is read from the installed package when asked (``hasattr`` along the path,
-the ``libdevice`` modules found under ``triton.language.extra``), never from a list of
-what a release holds; without an importable Triton nothing is claimed to be missing.
+Everything is read from the installed package when asked (``hasattr`` along the path:
+:mod:`kernelflow.verification.gate.installed`; the ``libdevice`` modules found under
+``triton.language.extra``, imported by the names the package lists), never from a list
+of what a release holds; without an importable Triton nothing is claimed to be missing.
 
 Daemon side only.
 """
@@ -17,7 +18,10 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
-from types import ModuleType
+from pathlib import Path
+
+from kernelflow.verification.gate.installed import exists as installed_exists
+from kernelflow.verification.gate.installed import version
 
 __all__ = ["Suggestion", "exists", "libdevice_paths", "suggest", "triton_version"]
 
@@ -48,56 +52,36 @@ _WORDS = {
 }
 
 
-@functools.cache
-def _triton() -> ModuleType | None:
-    try:
-        return importlib.import_module("triton")
-    except ImportError:
-        return None
-
-
 def triton_version() -> str:
     """The installed Triton's version ("" without one)."""
-    triton = _triton()
-    return str(getattr(triton, "__version__", "")) if triton is not None else ""
+    return version("triton")
 
 
-@functools.cache
 def exists(path: str) -> bool | None:
-    """Whether the installed Triton has the dotted ``path`` (``triton.language.tanh``);
-    None when no Triton can be imported here."""
-    triton = _triton()
-    if triton is None:
-        return None
-    value: object = triton
-    parts = path.split(".")
-    for index, part in enumerate(parts[1:], start=2):
-        if hasattr(value, part):
-            value = getattr(value, part)
-            continue
-        try:  # a submodule not imported yet (triton.language.extra.cuda.libdevice)
-            value = importlib.import_module(".".join(parts[:index]))
-        except ImportError:
-            return False
-    return True
+    """Whether the installed Triton has the dotted ``path`` (``triton.language.tanh``;
+    its libdevice modules imported first); None when no Triton can be imported here."""
+    libdevice_paths()
+    return installed_exists(path)
 
 
 @functools.cache
 def libdevice_paths() -> tuple[tuple[str, str], ...]:
-    """The installed Triton's libdevice modules: (vendor, module path), the dispatching
-    one (vendor "") first."""
-    triton = _triton()
-    if triton is None:
-        return ()
+    """The installed Triton's libdevice modules, each imported: (vendor, module path),
+    the dispatching one (vendor "") first."""
     try:
         extra = importlib.import_module(f"{_TL}.extra")
     except ImportError:
         return ()
     found = []
-    for info in pkgutil.walk_packages(extra.__path__, f"{_TL}.extra."):
-        if info.name.endswith(".libdevice"):
-            vendor = info.name[len(f"{_TL}.extra.") : -len(".libdevice")]
-            found.append((vendor, info.name))
+    for info in pkgutil.iter_modules(extra.__path__):
+        if info.name == "libdevice":
+            found.append(("", f"{_TL}.extra.libdevice"))
+        elif info.ispkg:
+            folder = [str(Path(str(getattr(info.module_finder, "path", ""))) / info.name)]
+            if any(sub.name == "libdevice" for sub in pkgutil.iter_modules(folder)):
+                found.append((info.name, f"{_TL}.extra.{info.name}.libdevice"))
+    for _, name in found:
+        importlib.import_module(name)
     return tuple(sorted(found))
 
 
@@ -163,8 +147,7 @@ def _called(idiom: str) -> list[str]:
 
 def _language_names(accepted: Callable[[str], bool]) -> list[str]:
     """The public names of the installed triton.language the gate accepts."""
-    triton = _triton()
-    if triton is None:
+    if not exists(_TL):
         return []
     language = importlib.import_module(_TL)
     return [n for n in dir(language) if not n.startswith("_") and accepted(f"{_TL}.{n}")]

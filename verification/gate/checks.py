@@ -14,7 +14,8 @@ from kernelflow.verification.backends.base import Backend, dotted_name
 from kernelflow.verification.backends.language import Finding, KernelLanguage, Problem, Refusal
 from kernelflow.verification.gate.calls import lookup_findings, precision_findings
 from kernelflow.verification.gate.chains import judge_chain, refused_dunder, shown
-from kernelflow.verification.gate.feedback import Violation, replacement_text
+from kernelflow.verification.gate.feedback import RULE_ADVICE, Violation, replacement_text
+from kernelflow.verification.gate.installed import closest, exists, version
 from kernelflow.verification.gate.rules import (
     BANNED_ATTRS,
     BUILTIN_TYPES,
@@ -42,6 +43,9 @@ from kernelflow.verification.gate.strict import (
 __all__ = ["Checks", "Violation"]
 
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
+# Packages whose refused names are looked up in the installed package (installed); a
+# kernel language looks up its own (triton: backends.triton_names).
+_LOOKED_UP = ("torch", "math")
 # The one literal substitution a finding's advice may say (gate.feedback).
 _DIRECTIVE = re.compile(r"replace `([^`]+)` with `[^`]+`")
 
@@ -217,6 +221,8 @@ class Checks:
                 instead="leave backward out (the verifier checks forward only), or compute "
                 "the gradient with a kernel",
             )
+        if verdict is not None and not verdict.missing and path.split(".")[0] in _LOOKED_UP:
+            verdict = _if_missing(verdict, path)
         if verdict is not None:
             self.add_refusal(verdict, node, path)
         decorator = any(language.decorator_only(path) for language in languages)
@@ -522,3 +528,18 @@ def _full_precision(node: ast.AST, call: ast.Call | None) -> str:
     if call is None and isinstance(node.value, ast.Name | ast.Attribute):
         return replacement_text(shown(written), f"{shown(ast.unparse(node.value))}.float32")
     return ""
+
+
+def _if_missing(verdict: Refusal, path: str) -> Refusal:
+    """``verdict`` said of a name the installed package does not have: that it does not
+    exist (with the package's version), and the closest name it has."""
+    if exists(path) is not False:
+        return verdict
+    root = path.split(".")[0]
+    near = closest(path)
+    advice = verdict.instead or RULE_ADVICE[verdict.rule]
+    return verdict._replace(
+        message=f"`{shown(path)}` does not exist in the installed {root} {version(root)}".rstrip(),
+        instead=(f"the installed {root} has `{near}`; " if near else "") + advice,
+        missing=True,
+    )
