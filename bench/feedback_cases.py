@@ -174,6 +174,24 @@ CASES = [
         repairable=True,
     ),
     Case(
+        "import-tanh",
+        "module_escape",
+        "import triton.language as tl\n",
+        "import triton.language as tl\nfrom triton.language.math import tanh\n",
+        ("`tl.math.tanh` does not exist", "drop the import and write `2 * tl.sigmoid(2 * x) - 1`"),
+    ),
+    Case(
+        "import-tl.libdevice",
+        "module_escape",
+        "import triton.language as tl\n",
+        "import triton.language as tl\nimport triton.language.libdevice as libdevice\n",
+        (
+            "`tl.libdevice` does not exist",
+            "replace `triton.language.libdevice` with `triton.language.extra.libdevice`",
+        ),
+        repairable=True,
+    ),
+    Case(
         "tl.pi",
         "module_escape",
         _Y,

@@ -101,6 +101,9 @@ def suggest(path: str, accepted: Callable[[str], bool]) -> Suggestion:
     lacks it): its last name where the language has it under a path the gate accepts
     (``accepted``), an idiom, the libdevice function per vendor, or the closest name."""
     leaf = path.rsplit(".", 1)[-1]
+    if leaf == "libdevice":  # the module itself, where it was once (tl.libdevice)
+        modules = [module for _, module in libdevice_paths() if accepted(f"{module}.exp")]
+        return Suggestion(replacement=modules[0]) if modules else Suggestion()
     for candidate in (f"{_TL}.{leaf}", f"{_TL}.math.{leaf}"):
         if candidate != path and accepted(candidate) and exists(candidate):
             return Suggestion(replacement=candidate)

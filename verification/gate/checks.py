@@ -148,7 +148,18 @@ class Checks:
         if dotted_name(node):
             message = message.replace(f"`{shown(path)}`", f"`{shown(dotted_name(node) or '')}`")
         instead = verdict.instead
-        if verdict.replacement:
+        if (
+            verdict.replacement
+            and isinstance(node, ast.Import)
+            and "{x}" not in verdict.replacement
+        ):
+            direct = replacement_text(path, verdict.replacement)  # import a.b as c
+            instead = f"{direct} ({instead})" if instead else direct
+        elif verdict.replacement and isinstance(node, ast.Import | ast.ImportFrom):
+            what = verdict.replacement.format(x="x")
+            use = f"write `{what}`" if "{x}" in verdict.replacement else f"use `{what}`"
+            instead = f"drop the import and {use}" + (f" ({instead})" if instead else "")
+        elif verdict.replacement:
             written = dotted_name(node) or ""
             spelled = self.spelled(verdict.replacement)
             call = self.calls_of.get(id(node))

@@ -306,7 +306,7 @@ class _Gate(Checks):
                 imported, self.extra_roots, self.backend.glue_paths, list(self.languages.values())
             )
             if verdict is not None:
-                self.add(verdict[0], node, verdict[1])
+                self.add_refusal(verdict, node, imported)
                 self.refused_imports.add(local)
             if alias.name in LOW_PRECISION:
                 self.check_half(node, alias.name)
