@@ -204,7 +204,7 @@ CASES = [
         "module_escape",
         "mask = offs < n",
         "mask = offs < tl.numel(x_ptr)",
-        ("`tl.numel` does not exist", "element count as a kernel argument"),
+        ("`tl.numel` does not exist", "pass the element count as a kernel argument"),
     ),
     Case(
         "triton.runtime",

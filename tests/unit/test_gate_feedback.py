@@ -20,7 +20,10 @@ from kernelflow.verification.results import feedback_text
 ROOT = Path(__file__).resolve().parents[2]
 TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()
 # rule: line N: `code`: why. Instead: what to write.  (or "the module" for no line)
-THREE_PARTS = re.compile(r"^(?P<rule>\w+): (line \d+: `[^`]+`|the module): .+?\. Instead: .+\.")
+THREE_PARTS = re.compile(
+    r"^(?P<rule>\w+): ((\w+ )?line \d+( \(built at line \d+\))?: `[^`]+`|the module): "
+    r".+?\. Instead: .+\."
+)
 
 
 def first_finding(case: Case) -> Violation:

@@ -55,10 +55,12 @@ class CandidateModule(Protocol):
         instead: str = "",
         *,
         found: str | None = None,
+        place: str = "",
     ) -> None:
         """Record a broken rule at ``node``'s line: why, what to write instead ("": the
-        rule's advice, docs/verifier.md "Feedback that teaches") and what was found (the
-        code on that line unless given)."""
+        rule's advice, docs/verifier.md "Feedback that teaches"), what was found (the
+        code on that line unless given) and where it is when not on that line (``place``:
+        "cuda_sources line 12")."""
         ...
 
 

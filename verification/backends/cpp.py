@@ -102,7 +102,7 @@ class ExtensionBackend(Backend):
                     ):
                         code = lines[line - 1].strip() if line <= len(lines) else ""
                         module.add(
-                            rule, node, f"{kind} line {line}: {message}", instead, found=code
+                            rule, node, message, instead, found=code, place=f"{kind} line {line}"
                         )
         calls = self._uses(module).calls
         in_forward = {

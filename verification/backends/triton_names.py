@@ -46,9 +46,9 @@ _IDIOMS = {
 _LITERALS = {"pi": "3.141592653589793", "e": "2.718281828459045"}
 # What to write for names no function stands in for (in words).
 _WORDS = {
-    "pi": "a module-level constant (`PI = 3.141592653589793`, read in the kernel)",
-    "numel": "the element count as a kernel argument (`n = x.numel()` on the host)",
-    "meshgrid": "broadcasting: `rows[:, None]` and `cols[None, :]`",
+    "pi": "or a module-level constant `PI = 3.141592653589793` read in the kernel",
+    "numel": "pass the element count as a kernel argument (`n = x.numel()` on the host)",
+    "meshgrid": "broadcast instead: `rows[:, None]` and `cols[None, :]`",
 }
 
 

@@ -104,6 +104,7 @@ class Checks:
         *,
         found: str | None = None,
         missing: bool = False,
+        place: str = "",
     ) -> None:
         """Record a broken rule at ``node``'s line: why (``message``, or a check's
         Problem), what to write instead ("": the rule's advice) and what was found (the
@@ -115,7 +116,7 @@ class Checks:
         if found is None:
             found = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
         instead = _DIRECTIVE.sub(lambda m: self.as_written(m, node), instead)
-        self.out.append(Violation(rule, line, str(why), shown(found), instead, (), missing))
+        self.out.append(Violation(rule, line, str(why), shown(found), instead, (), missing, place))
 
     def as_written(self, directive: re.Match[str], node: ast.AST) -> str:
         """A ``replace `X` with `Y``` directive whose X is code as ``ast.unparse`` writes

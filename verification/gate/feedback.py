@@ -86,7 +86,9 @@ class Violation:
     """One broken rule: ``rule`` (of RULE_ADVICE), the ``line`` (0: the module as a
     whole), ``message`` (why), ``found`` (the code on that line), ``instead`` (what to
     write instead; "": the rule's advice), ``more`` (the lines of the same finding folded
-    into this one), ``missing`` (it names what the installed package does not have)."""
+    into this one), ``missing`` (it names what the installed package does not have),
+    ``place`` (where the code is when not on the module's own line: a line of a C++
+    source the module builds)."""
 
     rule: str
     line: int
@@ -95,6 +97,7 @@ class Violation:
     instead: str = ""
     more: tuple[int, ...] = ()
     missing: bool = False
+    place: str = ""
 
     def __post_init__(self) -> None:
         if self.rule not in RULE_ADVICE:
@@ -107,6 +110,8 @@ class Violation:
     def text(self) -> str:
         """``rule: line N: `code`: why. Instead: what to write.`` and the folded lines."""
         where = f"line {self.line}" if self.line else "the module"
+        if self.place:
+            where = f"{self.place} (built at line {self.line})"
         if self.found:
             where += f": `{self.found}`"
         more = ""
@@ -118,11 +123,12 @@ class Violation:
 
 
 def arranged(found: Iterable[Violation]) -> list[Violation]:
-    """``found`` folded (the same rule and reason on several lines: the first, with the
-    others' lines) and ordered root cause first, then by line."""
-    groups: dict[tuple[str, str], list[Violation]] = {}
+    """``found`` folded (the same rule and reason on several lines of the module: the
+    first, with the others' lines) and ordered root cause first, then by line."""
+    groups: dict[tuple[str, str, str], list[Violation]] = {}
     for violation in sorted(set(found), key=lambda v: (v.line, v.rule, v.message, v.found)):
-        groups.setdefault((violation.rule, violation.message), []).append(violation)
+        key = (violation.rule, violation.message, violation.place)
+        groups.setdefault(key, []).append(violation)
     folded = []
     for group in groups.values():
         first = group[0]
@@ -136,6 +142,7 @@ def arranged(found: Iterable[Violation]) -> list[Violation]:
                 first.instead,
                 lines,
                 any(v.missing for v in group),
+                first.place,
             )
         )
     return sorted(folded, key=_rank)
