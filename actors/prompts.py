@@ -38,6 +38,7 @@ from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
 from kernelflow.tools import make_tool
 from kernelflow.verification.backends import UnknownBackend, backend
+from kernelflow.verification.results import cut_at_line
 from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
@@ -243,7 +244,7 @@ def _prior_kernels_section(kernels: Sequence[PriorKernel]) -> str:
             measured = ", its speed could not be told from the baseline's (timing inconclusive)"
         elif k.candidate_ms is not None:
             measured += f", {k.candidate_ms:.4g} ms"
-        feedback = k.feedback.strip()[:MAX_ERROR_CHARS]
+        feedback = cut_at_line(k.feedback.strip(), MAX_ERROR_CHARS)
         parts.append(
             f"## {title} ({k.verdict}{measured})\n```python\n{k.code.strip()}\n```\n"
             + (f"Verifier feedback:\n```\n{feedback}\n```\n" if feedback else "")

@@ -16,7 +16,7 @@ import msgspec
 from kernelflow.events.model import VerificationReport
 from kernelflow.sandbox import ProcessOutcome
 
-__all__ = ["feedback_text", "interpret"]
+__all__ = ["cut_at_line", "feedback_text", "interpret"]
 
 _FEEDBACK_LINES = 30
 
@@ -62,6 +62,23 @@ def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bo
         parts.append("\n".join(lines))
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 15] + "\n[... trimmed]"
+
+
+def cut_at_line(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut only between lines (a rule broken is one
+    line: never half of one), saying how many lines were left out."""
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    lines = text.splitlines()
+    used = 0
+    for index, line in enumerate(lines):
+        note = f"[... {len(lines) - index} more lines]"
+        if used + len(line) + 1 + len(note) > limit:
+            return "\n".join([*kept, note])
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept)
 
 
 def _rules_broken(reasons: list[str], room: int) -> str:

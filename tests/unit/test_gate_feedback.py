@@ -15,7 +15,7 @@ from kernelflow.events.model import VerificationReport
 from kernelflow.verification.backends import triton_names
 from kernelflow.verification.gate import gate_findings, installed
 from kernelflow.verification.gate.feedback import RULE_ADVICE, Violation
-from kernelflow.verification.results import feedback_text
+from kernelflow.verification.results import cut_at_line, feedback_text
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = (ROOT / "examples" / "tasks" / "relu.py").read_text()
@@ -135,3 +135,13 @@ def test_looking_a_name_up_imports_nothing_the_candidate_names() -> None:
     assert "torch.utils.bottleneck" not in sys.modules
     assert installed.exists("torch.nn.functional.relu") is True
     assert installed.exists("nonexistent_package_53.x") is None
+
+
+def test_a_shorter_bound_drops_whole_rules_never_half_of_one() -> None:
+    reasons = [first_finding(c).text() for c in CASES[:6]]
+    feedback = "Rules broken:\n" + "\n".join(f"- {r}" for r in reasons)
+    cut = cut_at_line(feedback, 900)
+    assert len(cut) <= 900 and cut != feedback
+    kept = cut.splitlines()
+    assert kept[-1].startswith("[... ") and kept[-1].endswith(" more lines]")
+    assert all(line in feedback.splitlines() for line in kept[:-1])
