@@ -291,7 +291,17 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=Fals
         return type(self).__struct_config__.tag  # type: ignore[return-value]
 
 
+# The version of the routing rules a new task is decided by (docs/workflows.md,
+# "Routing"); a task keeps the version it was submitted under, so that its recorded
+# decisions replay as they were made. 2: a sequence counts a retried run once, a prompt
+# workflow keeps its final answer's steps, and a prompt task ends well only after an agent
+# that may end it (issue 54).
+ROUTING_VERSION = 2
+
+
 class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
+    # v2 records ``routing_version``; a v1 task (before it) reads as routing version 1.
+    v: int = 2
     task_name: str
     task_source: str
     workflow_name: str
@@ -309,6 +319,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     rewards: list[str] = []
     prior_kernels: list[PriorKernel] = []
     verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
+    routing_version: int = ROUTING_VERSION
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):
@@ -419,7 +430,9 @@ class RemovedOption(msgspec.Struct, frozen=True, kw_only=True):
     """An agent a workflow limit took out of a decision, and the counts that did it."""
 
     agent: str
-    limit: str  # "max_step", "single_agent" or "sequence"
+    # "max_step", "max_step_reserve" (the steps a prompt task's final answer needs),
+    # "single_agent" or "sequence"
+    limit: str
     count: int  # agents run so far / runs of the agent in a row / back-to-back repeats
     maximum: int  # the limit that count reached
     sequence: str = ""  # the sequence's name, for a "sequence" limit

@@ -34,8 +34,9 @@ For prompt tasks (``kernelflow rollout``), comparing the final answer with the r
 - ``numeric_match@1``: 1.0 when the last number in the answer equals the reference's
   number within ``rel_tol`` (1e-6, absolute 1e-9 near zero); fractions ``a/b`` count.
 - ``judge@1``: an LLM judge's verdict (AgentFlow's ``{analysis, true_false}``). The
-  conductor asks the judge after the finish and records the call; the reward is read from
-  that recorded answer, so it replays like the others.
+  conductor asks the judge after the finish of a task that succeeded and records the
+  call; the reward is read from that recorded answer, so it replays like the others. A
+  task that failed (a rollout that never gave its final answer) scores 0 unjudged.
 
 The conductor records the task's reward functions (``SubmitTask.rewards``; by default the
 three kernel ones, or the two rule-based prompt ones) right after its ``TaskFinished``
@@ -352,9 +353,15 @@ def judge_verdict(text: str) -> bool | None:
     return None
 
 
+def judged(finished: TaskFinished) -> bool:
+    """Whether the judge is asked about a finished task: only a success has an answer
+    worth judging (a rollout that failed before its final answer scores 0 unasked)."""
+    return finished.status == "success"
+
+
 def needs_judge(state: TaskState) -> bool:
     """A finished task whose rewards include the judge, which has not been asked yet."""
-    if state.finished is None or state.judge_call is not None:
+    if state.finished is None or state.judge_call is not None or not judged(state.finished):
         return False
     wants = any(f.name == JUDGE_REWARD for f in rewards_for(state.submitted))
     return wants and JUDGE_REWARD not in state.rewards
@@ -484,9 +491,11 @@ def _assigned(
 
 
 def finish_reward_events(state: TaskState, finished: TaskFinished) -> list[RewardAssigned]:
-    """The rewards appended together with ``finished``: all of the task's but the judge's,
-    which waits for the judge's answer."""
-    functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
+    """The rewards appended together with ``finished``: all of the task's but the judge's
+    when the judge is to be asked (it waits for the judge's answer)."""
+    functions = [
+        f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD or not judged(finished)
+    ]
     return reward_events(state, finished, functions)
 
 

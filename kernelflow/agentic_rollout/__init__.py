@@ -6,9 +6,18 @@ standalone with every call recorded in an in-process log, on verl's batches
 from kernelflow.actors.kinds.durable import DivergenceError
 from kernelflow.agentic_rollout.agent import BaseAgent
 from kernelflow.agentic_rollout.analysis import TrajectoryAnalyzer
+from kernelflow.agentic_rollout.coding import (
+    CodebaseState,
+    CodingAgent,
+    SWEPhase,
+    Workspace,
+    WorkspaceTool,
+)
 from kernelflow.agentic_rollout.config import AgenticRolloutConfig
-from kernelflow.agentic_rollout.kinds import CodingAgent, ReactAgent, ReactAgentConfig, ToolAgent
+from kernelflow.agentic_rollout.health import HealthChecker
+from kernelflow.agentic_rollout.kinds import ReactAgent, ReactAgentConfig, ToolAgent
 from kernelflow.agentic_rollout.limits import RetryPolicy, ToolLimits, ToolResultCache
+from kernelflow.agentic_rollout.monitoring import MetricsCollector, PerformanceMetrics
 from kernelflow.agentic_rollout.registry import get_agent_class, list_agents, register_agent
 from kernelflow.agentic_rollout.rollout import AgenticRollout
 from kernelflow.agentic_rollout.tools import (
@@ -26,11 +35,16 @@ __all__ = [
     "BaseAgent",
     "BaseTool",
     "CalculatorTool",
+    "CodebaseState",
     "CodingAgent",
     "DivergenceError",
+    "HealthChecker",
+    "MetricsCollector",
+    "PerformanceMetrics",
     "ReactAgent",
     "ReactAgentConfig",
     "RetryPolicy",
+    "SWEPhase",
     "StepType",
     "ToolAgent",
     "ToolConfigError",
@@ -40,6 +54,8 @@ __all__ = [
     "Trajectory",
     "TrajectoryAnalyzer",
     "TrajectoryStep",
+    "Workspace",
+    "WorkspaceTool",
     "get_agent_class",
     "list_agents",
     "register_agent",

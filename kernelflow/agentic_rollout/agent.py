@@ -32,6 +32,7 @@ from kernelflow.actors.kinds.formats import (
 )
 from kernelflow.agentic_rollout.config import default_tool_timeout
 from kernelflow.agentic_rollout.limits import RetryPolicy, ToolLimits, ToolResultCache, cut_output
+from kernelflow.agentic_rollout.monitoring import collector_of
 from kernelflow.agentic_rollout.recording import RunLog, error_text
 from kernelflow.agentic_rollout.session import (
     JournaledTool,
@@ -42,7 +43,13 @@ from kernelflow.agentic_rollout.session import (
     tool_spec,
 )
 from kernelflow.agentic_rollout.tools import DaemonTool
-from kernelflow.projections.trajectory import StepType, Trajectory, TrajectoryStep, conversation
+from kernelflow.projections.trajectory import (
+    StepType,
+    Trajectory,
+    TrajectoryStep,
+    build_trajectory,
+    conversation,
+)
 
 RunTrajectory = Callable[..., Awaitable[Any]]
 # The settings BaseAgent itself reads (the rest are the agent's own).
@@ -123,6 +130,20 @@ class BaseAgent(ABC):
             "`Final Answer: ...` when you are done.\n\n"
             f"## Tools\n{tool_catalogue(specs)}"
         )
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """A record per run of this agent in its log, as the log's events give it (seed
+        003 §10.2; ``kernelflow.agentic_rollout.monitoring``)."""
+        if self.run_log is None:
+            return []
+        name = type(self).__dict__.get("registered_as") or type(self).__name__.lower()
+        return collector_of(self.run_log).runs(agent=str(name))
+
+    def default_tools(self) -> dict[str, Any]:
+        """The tools the agent comes with (``CodingAgent``'s: docs/agents.md, "CodingAgent"); an
+        ``AgenticRollout`` adds those its ``tools_config`` names."""
+        return {}
 
     def set_tools(self, tools: dict[str, Any]) -> None:
         """Give the agent its tools: ``self.tools[name]`` is each as the agent calls it
@@ -268,6 +289,10 @@ def _journaled(run_trajectory: RunTrajectory) -> RunTrajectory:
         answer = trajectory.get_final_response() if isinstance(trajectory, Trajectory) else None
         await recorded.end(answer)
         if isinstance(trajectory, Trajectory):
+            if trajectory.final_reward is None:  # the reward the log records for the run
+                trajectory.final_reward = build_trajectory(
+                    recorded.task_id, recorded.history.events
+                ).final_reward
             calls = recorded.llm_calls
             trajectory.metadata.setdefault("agent_type", name)
             trajectory.metadata.setdefault("total_time", time.monotonic() - started)

@@ -74,16 +74,45 @@ class AgenticRolloutConfig:
             )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgenticRolloutConfig:
-        """The config of a verl-style mapping: a whole config
-        (``actor_rollout_ref.rollout``) or its ``rollout`` section, whose ``name`` (verl's
-        choice of rollout) is left out. Unknown keys are refused."""
-        section = data.get("actor_rollout_ref", {}).get("rollout", data)
+    def from_dict(cls, data: Any) -> AgenticRolloutConfig:
+        """The config of verl's: a whole config (``actor_rollout_ref.rollout``) or its
+        ``rollout`` section, as a mapping or verl's ``RolloutConfig``. The section's keys
+        that are settings here are taken, and those under ``engine_kwargs.agentic`` (unknown
+        ones refused there); verl's others (``n``, ``prompt_length``...) are ignored, with
+        one warning naming them."""
+        whole = _mapping(data)
+        section = _mapping(_mapping(whole.get("actor_rollout_ref")).get("rollout") or whole)
         known = {f.name for f in dataclasses.fields(cls)}
-        given = {str(k): v for k, v in section.items() if k != "name"}
-        unknown = sorted(k for k in given if k not in known)
+        given = {str(k): v for k, v in section.items() if str(k) in known}
+        ignored = sorted(str(k) for k in section if str(k) not in known | _VERL_META)
+        own = _mapping(_mapping(section.get("engine_kwargs")).get(ROLLOUT_NAME))
+        unknown = sorted(str(k) for k in own if str(k) not in known)
         if unknown:
             raise ValueError(
-                f"rollout.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}"
+                f"rollout.engine_kwargs.{ROLLOUT_NAME}.{unknown[0]}: unknown setting; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        given.update({str(k): v for k, v in own.items()})
+        if ignored:
+            logging.getLogger(LOGGER).warning(
+                "rollout: %d of verl's settings are not the agentic rollout's and are ignored: %s",
+                len(ignored),
+                ", ".join(ignored),
             )
         return cls(**given)
+
+
+# verl's keys that say what the section is, not how to run it.
+_VERL_META = frozenset({"name", "_target_", "engine_kwargs"})
+# The rollout's name in verl (``actor_rollout_ref.rollout.name``).
+ROLLOUT_NAME = "agentic"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A config node as a mapping: a mapping as it is (omegaconf's too), a dataclass
+    (verl's ``RolloutConfig``) as its fields, nothing as empty."""
+    if isinstance(value, Mapping):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return {}

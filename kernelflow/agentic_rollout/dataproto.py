@@ -6,10 +6,12 @@ or, with a tokenizer, decoded from ``input_ids``; the row's ``reward_model.groun
 is the reference answer its rewards compare with and its ``uid`` the group its rollouts
 share.
 
-Out: per row, the task its run was recorded as (``kernelflow_task_id``), the final response
-and, with ``include_trajectory_in_output``, the agent's trajectory (``trajectory``: its
-``to_dict``). With a tokenizer, the tensors verl's trainer reads after a rollout, laid out
-as verl's own agent loops lay them out: ``prompts`` (left-padded), ``responses`` (each
+Out: per row, the task its run was recorded as (``kernelflow_task_id``), the final response,
+the reward the log records for the run (``final_reward``) and, with
+``include_trajectory_in_output``, the agent's trajectory (``trajectory``: its ``to_dict``),
+in a batch of the rows' size that joins verl's (``DataProto.union``). With a tokenizer,
+the tensors verl's trainer reads after a rollout, laid out as verl's own agent loops lay
+them out: ``prompts`` (left-padded), ``responses`` (each
 LLM turn's tokens, and between turns the tokens of the messages the agent added,
 right-padded), ``response_mask`` (1 for the model's tokens only), ``input_ids``,
 ``attention_mask``, ``position_ids``, and ``rollout_log_probs`` when every turn's
@@ -83,12 +85,17 @@ def to_data_proto(
     non_tensors = {
         "kernelflow_task_id": column(task_ids),
         "final_response": column([t.get_final_response() for t in trajectories]),
+        "final_reward": column([t.final_reward for t in trajectories]),
     }
     if include_trajectories:
         non_tensors["trajectory"] = column([t.to_dict() for t in trajectories])
     meta: dict[str, Any] = {}
     if tokenizer is None:
-        return DataProto.from_dict(non_tensors=non_tensors, meta_info=meta)
+        # No tensors, but a batch of the rows' size: what verl's ``union`` joins.
+        from tensordict import TensorDict  # type: ignore[import-untyped,unused-ignore]
+
+        rows = TensorDict({}, batch_size=[len(trajectories)])
+        return DataProto(batch=rows, non_tensor_batch=non_tensors, meta_info=meta)
     turns = [_turns(events_of(task_id)) if task_id else [] for task_id in task_ids]
     tensors = _tensors(prompts, turns, tokenizer)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)

@@ -1,5 +1,5 @@
-"""``ReactAgent``, ``ToolAgent`` and ``CodingAgent``: kernelflow's kinds (``react``,
-``tool``, ``coding``; docs/agents.md, "Kinds") as ``BaseAgent``s.
+"""``ReactAgent`` and ``ToolAgent``: kernelflow's kinds ``react`` and ``tool`` (docs/agents.md,
+"Kinds") as ``BaseAgent``s (``CodingAgent``, the ``coding`` kind: ``coding.py``).
 
 Each runs its kind's step function in ``run_trajectory``: the kind says what comes next
 from the calls made so far, the agent makes it (the LLM through ``llm_generate_func``,
@@ -20,6 +20,7 @@ from kernelflow.actors.kinds import (
     CallLLM,
     Finish,
     RunTools,
+    Step,
     Turn,
     agent_kind,
 )
@@ -89,6 +90,11 @@ class KindAgent(BaseAgent):
         """The thought a reply states, if the kind's format has one."""
         return None
 
+    def next_step(self, turn: Turn, trajectory: Trajectory) -> Step:
+        """What the run does next: the kind's step on ``turn`` (``trajectory``: the run's
+        so far, for agents that keep state of their own: ``CodingAgent``)."""
+        return self.kind.next_step(turn)
+
     def _specs(self) -> list[dict[str, Any]]:
         return [tool_spec(name, t) for name, t in self.tools.items()]
 
@@ -106,7 +112,7 @@ class KindAgent(BaseAgent):
         specs = self._specs()
         while True:
             turn = Turn(prompt=journal.prompt, llm_calls=calls, tool_calls=results, tools=specs)
-            step = self.kind.next_step(turn)
+            step = self.next_step(turn, trajectory)
             seq = len(calls) + len(results) + 1
             if isinstance(step, CallLLM):
                 if step.messages and step.messages[0].role == "system":
@@ -236,12 +242,3 @@ class ToolAgent(KindAgent):
         "allow_multiple_tool_calls": "allow_multiple",
         "max_tool_calls_per_step": "max_calls_per_step",
     }
-
-
-@register_agent("coding")
-class CodingAgent(ReactAgent):
-    """A ReAct engineer: phases understanding → exploration → planning → implementation
-    → testing → refinement, read off what it did and shown to it after every step.
-    Settings: the ``react`` ones, ``answer_file``, ``exploration_before_planning``."""
-
-    kind_name = "coding"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from typing import Any
 from kernelflow.agentic_rollout.agent import BaseAgent
 from kernelflow.agentic_rollout.config import LOGGER, AgenticRolloutConfig, apply_log_level
 from kernelflow.agentic_rollout.dataproto import prompts_of, to_data_proto
+from kernelflow.agentic_rollout.monitoring import collector_of
 from kernelflow.agentic_rollout.recording import RunLog, error_text
 from kernelflow.agentic_rollout.registry import get_agent_class, list_agents
 from kernelflow.agentic_rollout.session import ModelFunction, ProviderModel
@@ -53,8 +55,13 @@ class AgenticRollout:
         self.llm_generate_func = (
             llm_generate_func if llm_generate_func is not None else _provider_model(config.llm)
         )
-        self.tools: dict[str, Any] = tools_from_config(config.tools_config)
+        configured = tools_from_config(config.tools_config)
+        self.agent_kwargs = kwargs
         self.agent = self._create_agent(**kwargs)
+        # The runs' numbers, folded from the log (docs/agents.md, "Monitoring").
+        self.metrics_collector = collector_of(self.run_log)
+        # The agent's own tools, then the configured ones (which win on a name).
+        self.tools: dict[str, Any] = {**self.agent.default_tools(), **configured}
         self.agent.set_tools(self.tools)
         self._saves = 0
 
@@ -134,7 +141,9 @@ class AgenticRollout:
 
     def save_log(self, path: str | Path) -> Path:
         """Write every run recorded since the last save as a log file (``kernelflow export
-        grpo --from FILE`` reads it), and free them from memory; its path."""
+        grpo --from FILE`` reads it), and free them from memory (the metrics collector
+        reads them first); its path."""
+        self.metrics_collector.refresh()
         return self.run_log.save(Path(path))
 
     def trajectory(self, task_id: str) -> Trajectory:
@@ -143,6 +152,7 @@ class AgenticRollout:
 
 
 def _provider_model(spec: str | None) -> ProviderModel | None:
-    """The model of a provider spec (else the configured default), if there is one."""
-    spec = spec or default_llm_spec()
+    """The model of a provider spec, else of ``KF_LLM`` (as kernelflow's commands read it),
+    else of the configured default, if there is one."""
+    spec = spec or os.environ.get("KF_LLM") or default_llm_spec()
     return None if spec is None else ProviderModel(make_provider(spec), SOLVER)

@@ -196,7 +196,7 @@ def test_coding_state_and_phases_follow_what_the_agent_did() -> None:
     failing = [*edited, r("run_tests", ok=False)]
     state = codebase_state(failing)
     assert phase_of(state, 3) == "refinement" and state.tests_failed == 1
-    assert state.modified_files == ["a.py"] and state.viewed_files == ["a.py"]
+    assert state.modified_files == {"a.py"} and state.viewed_files == {"a.py"}
     fixed = [*failing, r("edit_file", path="a.py", old_str="b", new_str="c")]
     assert phase_of(codebase_state(fixed), 3) == "refinement"
     assert phase_of(codebase_state([*fixed, r("run_tests")]), 3) == "testing"

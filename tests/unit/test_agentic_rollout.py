@@ -354,8 +354,11 @@ def test_config_reads_verl_yaml_and_the_environment(monkeypatch: pytest.MonkeyPa
     }
     config = AgenticRolloutConfig.from_dict({"actor_rollout_ref": {"rollout": section}})
     assert (config.max_steps, config.trajectory_save_path) == (6, "./trajectories")
-    with pytest.raises(ValueError, match=r"rollout\.max_stepz: unknown setting"):
-        AgenticRolloutConfig.from_dict({"max_stepz": 3})
+    # A key of verl's section that is not a setting here is ignored (with a warning:
+    # tests/unit/test_seed003_port_b.py); one under engine_kwargs.agentic is refused.
+    assert AgenticRolloutConfig.from_dict({"max_stepz": 3}).max_steps == 10
+    with pytest.raises(ValueError, match=r"rollout\.engine_kwargs\.agentic\.max_stepz: unknown"):
+        AgenticRolloutConfig.from_dict({"engine_kwargs": {"agentic": {"max_stepz": 3}}})
     with pytest.raises(ValueError, match="interactions_config: not supported"):
         AgenticRolloutConfig(interactions_config={"x": 1})
     monkeypatch.setenv("AGENTIC_MAX_CONCURRENT_REQUESTS", "8")

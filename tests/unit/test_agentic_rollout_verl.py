@@ -154,13 +154,15 @@ def test_generate_sequences_gives_verl_a_batch_its_trainer_reads(
 
 
 def test_prompts_given_as_ids_are_read_with_the_tokenizer(tokenizer: Any) -> None:
-    """Without a tokenizer the batch carries the trajectories only; prompts given only as
-    ids (older verl rollouts) are read with it, and refused without it."""
+    """Without a tokenizer the batch carries no tensors (a batch of the rows' size that
+    joins verl's); prompts given only as ids (older verl rollouts) are read with it, and
+    refused without it."""
     rollout = AgenticRollout(AgenticRolloutConfig(max_steps=4), llm_generate_func=policy(tokenizer))
     rollout.agent.set_tools({"calculator": CalculatorTool()})
     _, gen = verl_batch(n=1)
     out = asyncio.run(rollout.generate_sequences(gen))
-    assert out.batch is None and list(out.non_tensor_batch["final_response"]) == ["42", "42"]
+    assert list(out.batch.keys()) == [] and out.batch.batch_size == torch.Size([2])
+    assert list(out.non_tensor_batch["final_response"]) == ["42", "42"]
     task = out.non_tensor_batch["kernelflow_task_id"][0]
     calls = [e for e in rollout.run_log.events(task) if isinstance(e, LLMCalled)]
     assert calls[0].token_ids == tokenizer.encode(calls[0].response_text, add_special_tokens=False)
