@@ -33,6 +33,7 @@ from kernelflow.events.model import (
     PriorKernel,
     TaskSubmitted,
     VerificationCompleted,
+    VerificationReport,
 )
 from kernelflow.projections.agent_memory import memory, render_memory
 from kernelflow.projections.counters import state_counters
@@ -254,7 +255,7 @@ def _last_verification(state: TaskState, prompt_task: bool) -> str:
     if current is not None and current.result is checks[-1]:
         return "(the latest result above)"
     report = checks[-1].report
-    feedback = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
+    feedback = _verifier_feedback(report)
     return f"{report.verdict}: {report.summary}" + (
         f"\nVerifier feedback:\n```\n{feedback}\n```" if feedback else ""
     )
@@ -347,12 +348,18 @@ def _feedback_section(state: TaskState, agent: str) -> str:
     return ("\n" + "\n\n".join(parts) + "\n") if parts else ""
 
 
+def _verifier_feedback(report: VerificationReport) -> str:
+    """What the verifier said of a check: its feedback for the coder, as written (bounded
+    by the verifier, each rule broken whole: docs/verifier.md, "Feedback that teaches");
+    older reports have only errors."""
+    return report.feedback or cut_at_line(
+        "\n".join(report.errors + report.mismatches), MAX_ERROR_CHARS
+    )
+
+
 def _attempt(check: VerificationCompleted) -> str:
     report = check.report
-    # The verifier writes bounded feedback for the coder, shown as written (it keeps each
-    # rule broken whole: docs/verifier.md, "Feedback that teaches"); older reports have
-    # only errors.
-    errors = report.feedback or "\n".join(report.errors + report.mismatches)[:MAX_ERROR_CHARS]
+    errors = _verifier_feedback(report)
     return (
         f"## Previous attempt: {report.verdict}\n"
         f"{report.summary}\n"
