@@ -149,8 +149,8 @@ class TritonLanguage(KernelLanguage):
 
     def counterpart(self, path: str) -> str | None:
         """``tl.exp`` for ``torch.exp``, ``math.exp``: the language's function of the same
-        name where the gate accepts it and the installed Triton has it; else the one
-        :func:`.triton_names.suggest` finds (a libdevice function)."""
+        name where the gate accepts it and the installed Triton has it; else what
+        :func:`.triton_names.suggest` finds (an idiom with ``{x}``, a libdevice function)."""
         leaf = path.rsplit(".", 1)[-1]
         if not leaf.isidentifier():
             return None
@@ -159,8 +159,8 @@ class TritonLanguage(KernelLanguage):
             return own
         if exists(own) is None:
             return None
-        found = suggest(own, _accepted).replacement
-        return found or None
+        found = suggest(own, _accepted)
+        return found.replacement or found.idiom or None
 
     def host_names(
         self,
