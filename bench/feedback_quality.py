@@ -4,11 +4,15 @@ mistake each, the ones coder models make), and the bench counts how many then pa
 gate: with the messages of a base revision (``--base``, default ``main``: its gate runs
 in a process of its own, bench/revision.py) and with this checkout's, in the same run.
 
-The repair coder reads nothing but the messages' text, and understands one instruction:
-``replace `X` with `Y``` (where X ends in ``= ...`` and Y holds ``...``, the ``...`` of Y
-is the value X's line assigns). It replaces every X of the candidate with Y, gates the
-result again, and tries again on what is still refused, for at most ``--rounds`` rounds
-(a coder's attempts). A message that names no replacement leaves the candidate as it is.
+The repair coder reads nothing but the messages' text. It understands ``replace `X` with
+`Y``` (where X ends in ``= ...`` and Y holds ``...``, the ``...`` of Y is the value X's
+line assigns): it replaces every X of the candidate with Y. Where a message says no such
+thing, it takes a name the message suggests: a dotted name in it (quoted or not) of a
+module the candidate imports, ending in the same name as the one refused (the first
+quoted in the message), put in that one's place on the message's line (``triton.cdiv``
+for ``tl.cdiv``). It gates the result again
+and tries again on what is still refused, for at most ``--rounds`` rounds (a coder's
+attempts). A message that suggests nothing leaves the candidate as it is.
 
     .venv/bin/python bench/feedback_quality.py [--base REF] [--rounds N] [--verbose]
 
@@ -18,6 +22,7 @@ docs/verifier.md ("Feedback that teaches") records the last counts.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import sys
@@ -50,6 +55,7 @@ for item in json.load(sys.stdin):
 json.dump(out, sys.stdout)
 """
 _REPLACE = re.compile(r"replace `([^`]+)` with `([^`]+)`")
+_DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 Gate = Callable[[list[tuple[str, str]]], list[list[str]]]  # (source, backend) -> texts
 
@@ -70,8 +76,11 @@ def gate_at(ref: str) -> Gate:
 
 
 def repair(source: str, messages: list[str]) -> str:
-    """``source`` with every ``replace `X` with `Y``` the messages say applied."""
+    """``source`` with every ``replace `X` with `Y``` the messages say applied, or, for a
+    message that says none, the name it suggests."""
     for message in messages:
+        if not _REPLACE.search(message):
+            source = _suggested_name(source, message)
         for old, new in _REPLACE.findall(message):
             if old.endswith(" = ...") and "..." in new:
                 target = re.escape(old[: -len(" = ...")])
@@ -82,6 +91,36 @@ def repair(source: str, messages: list[str]) -> str:
             elif old in source:
                 source = source.replace(old, new)
     return source
+
+
+def _suggested_name(source: str, message: str) -> str:
+    """``source`` with the name ``message`` refuses (its first quoted dotted name) replaced,
+    on the message's line, by a dotted name the message mentions with the same last name."""
+    quoted = [q for q in re.findall(r"`([^`]+)`", message) if _DOTTED.fullmatch(q)]
+    line = re.search(r": line (\d+)", message)
+    if not quoted or line is None:
+        return source
+    refused = quoted[0]
+    leaf = refused.rsplit(".", 1)[-1]
+    imported = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    offered = [
+        name
+        for name in _DOTTED.findall(message)
+        if name != refused and name.endswith("." + leaf) and name.split(".")[0] in imported
+    ]
+    if not offered:
+        return source
+    lines = source.splitlines(keepends=True)
+    index = int(line.group(1)) - 1
+    if not 0 <= index < len(lines):
+        return source
+    lines[index] = re.sub(rf"\b[\w.]*\.{re.escape(leaf)}\b", offered[0], lines[index])
+    return "".join(lines)
 
 
 def repaired(gate: Gate, rounds: int) -> tuple[list[bool], list[list[str]]]:
