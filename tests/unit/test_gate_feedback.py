@@ -13,7 +13,7 @@ from bench.feedback_cases import CASES, TRITON, Case
 from bench.feedback_quality import repair
 from kernelflow.events.model import VerificationReport
 from kernelflow.verification.backends import triton_names
-from kernelflow.verification.gate import gate_findings, installed
+from kernelflow.verification.gate import MAX_VIOLATIONS, gate_findings, installed
 from kernelflow.verification.gate.feedback import RULE_ADVICE, Violation
 from kernelflow.verification.results import cut_at_line, feedback_text
 
@@ -145,3 +145,16 @@ def test_a_shorter_bound_drops_whole_rules_never_half_of_one() -> None:
     kept = cut.splitlines()
     assert kept[-1].startswith("[... ") and kept[-1].endswith(" more lines]")
     assert all(line in feedback.splitlines() for line in kept[:-1])
+
+
+def test_a_long_report_still_names_every_rule_broken() -> None:
+    names = "relu sigmoid exp log sin cos tan abs neg sqrt rsqrt erf floor ceil round trunc"
+    names += " sign square exp2 log2 log10 expm1 log1p"
+    computing = "".join(f"        out = torch.{name}(out)\n" for name in names.split())
+    fallback = "        try:\n            out = out + 0\n        except Exception:\n            pass\n"
+    source = TRITON.replace("        return out\n", computing + fallback + "        return out\n")
+    refused, _ = gate_findings(source, task_source=TASK)
+    assert len(refused) == MAX_VIOLATIONS
+    assert {v.rule for v in refused} == {"torch_compute", "exception_fallback"}
+    lines = [v.line for v in refused if v.rule == "torch_compute"]
+    assert lines == sorted(lines)

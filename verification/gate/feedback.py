@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["RULE_ADVICE", "Violation", "arranged", "replacement_text"]
+__all__ = ["RULE_ADVICE", "Violation", "arranged", "bounded", "replacement_text"]
 
 RULE_ADVICE = {
     "no_kernel": (
@@ -146,6 +146,20 @@ def arranged(found: Iterable[Violation]) -> list[Violation]:
             )
         )
     return sorted(folded, key=_rank)
+
+
+def bounded(found: list[Violation], limit: int) -> list[Violation]:
+    """At most ``limit`` of ``found`` (arranged), in its order: the first of each rule
+    broken (every rule is named), then the others as they come."""
+    firsts: dict[str, int] = {}
+    for index, violation in enumerate(found):
+        firsts.setdefault(violation.rule, index)
+    kept = set(list(firsts.values())[:limit])
+    for index in range(len(found)):
+        if len(kept) >= limit:
+            break
+        kept.add(index)
+    return [found[index] for index in sorted(kept)]
 
 
 def _rank(violation: Violation) -> tuple[int, int, str, str]:

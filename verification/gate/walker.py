@@ -103,7 +103,7 @@ from kernelflow.verification.gate.context import (
     dead_functions,
     init_functions,
 )
-from kernelflow.verification.gate.feedback import Violation, arranged
+from kernelflow.verification.gate.feedback import Violation, arranged, bounded
 from kernelflow.verification.gate.kernels import kernel_uses
 from kernelflow.verification.gate.rules import (
     AUTOGRAD_FUNCTION,
@@ -606,7 +606,7 @@ def gate_findings(
     found = _Gate(tree, source.splitlines(), judge, languages, task_uses_half).run()
     refusals = [v for v in found if judged_by.refuses(v.rule)]
     warnings = [v for v in found if not judged_by.refuses(v.rule)]
-    return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
+    return bounded(refusals, MAX_VIOLATIONS), bounded(warnings, MAX_VIOLATIONS)
 
 
 def check_candidate(
