@@ -151,7 +151,8 @@ def test_a_long_report_still_names_every_rule_broken() -> None:
     names = "relu sigmoid exp log sin cos tan abs neg sqrt rsqrt erf floor ceil round trunc"
     names += " sign square exp2 log2 log10 expm1 log1p"
     computing = "".join(f"        out = torch.{name}(out)\n" for name in names.split())
-    fallback = "        try:\n            out = out + 0\n        except Exception:\n            pass\n"
+    fallback = "        try:\n            out = out + 0\n"
+    fallback += "        except Exception:\n            pass\n"
     source = TRITON.replace("        return out\n", computing + fallback + "        return out\n")
     refused, _ = gate_findings(source, task_source=TASK)
     assert len(refused) == MAX_VIOLATIONS
