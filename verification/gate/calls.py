@@ -15,7 +15,7 @@ from kernelflow.verification.backends.language import Finding
 from kernelflow.verification.gate.chains import reported_by_attribute_rules
 from kernelflow.verification.gate.rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
 
-__all__ = ["Finding", "lookup_findings", "precision_findings"]
+__all__ = ["lookup_findings", "precision_findings"]
 
 
 def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
