@@ -2,7 +2,8 @@
 by name (``getattr``/``hasattr`` at all, three-argument ``type()``, ``str.format``
 templates) and the ways to change precision without naming a low-precision dtype (dtypes
 built from values, tf32 precision arguments; a kernel language adds its own:
-``KernelLanguage.call_findings``). Each returns its findings as ``(rule, node, message)``.
+``KernelLanguage.call_findings``). Each returns its findings as ``Finding``s (rule, node,
+why, what to write instead).
 """
 
 from __future__ import annotations
