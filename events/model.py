@@ -182,6 +182,20 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     tool_call_id: str | None = None
 
 
+class Roofline(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a timed candidate is from the machine's limit (docs/verifier.md,
+    "Speed-of-light"): the reference's work and least traffic at the task's shapes, the
+    peaks measured where it was timed, the time they allow, and the candidate's share."""
+
+    flops: float  # floating-point operations of one call (torch's FLOP counter)
+    bytes: float  # inputs, parameters and outputs, each once
+    peak_gbs: float  # a large copy's bandwidth
+    peak_gflops: float  # a square matmul's throughput in the inputs' dtype
+    attainable_ms: float  # max(flops / peak compute, bytes / peak bandwidth)
+    bound: Literal["memory", "compute"]
+    sol_fraction: float  # attainable_ms / the candidate's median
+
+
 class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     """Timing of candidate and baseline (milliseconds per call) on the device that checked
     them (a GPU; the CPU for C++ kernels), measured interleaved."""
@@ -208,6 +222,9 @@ class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     # The speedup's range over each baseline timed ("eager"; "compile" too when asked
     # for); empty in reports that predate it.
     speedup_intervals: dict[str, list[float]] = {}
+    # The candidate against the machine's limit; None: not counted (an op torch's FLOP
+    # counter cannot follow), or recorded before it was.
+    roofline: Roofline | None = None
     # Seconds the timing waited for one of the node's timing slots (verifiers of a node
     # time one at a time, KF_TIMING_SLOTS).
     queued_s: float = 0.0
@@ -257,6 +274,16 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
+
+    @property
+    def roofline(self) -> Roofline | None:
+        """The candidate against the machine's limit, where it was counted."""
+        return self.timing.roofline if self.timing is not None else None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        """The candidate's fraction of speed-of-light (``Roofline.sol_fraction``)."""
+        return self.roofline.sol_fraction if self.roofline is not None else None
 
     @property
     def fault(self) -> str | None:

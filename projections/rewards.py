@@ -20,6 +20,10 @@ Registered functions (``name@version``):
   task was ``rejected_static`` or ``rejected_runtime`` (an attempted reward hack), else
   ``binary``; so a rollout that tried a hack and then passed gets 0, one that only
   hacked gets -1.
+- ``sol@1``: ``correct * clip(sol_fraction, 0, 1)``: how close a passing kernel came to the
+  machine's speed-of-light (``Roofline.sol_fraction``; docs/verifier.md, "Speed-of-light");
+  0.0 where nothing was timed or counted. Chosen, not a default: it is a figure of the
+  node that timed the kernel.
 - ``clean@1``: 1.0 for a pass with no warnings, ``warned`` (0.5) for a pass its task's
   strictness policy let through with warnings (PyTorch compute kept, lower precision:
   ``kernelbench``), else 0.0. The default of kernel tasks under a policy that warns.
@@ -87,6 +91,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     answer: str | None = None
     reference: str | None = None
     judged_correct: bool | None = None
+    # The last verification's fraction of speed-of-light (None: not timed, or not counted).
+    sol_fraction: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -118,6 +124,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
             out |= {"answer": self.answer, "reference": self.reference}
         if self.judged_correct is not None:
             out["judged_correct"] = self.judged_correct
+        if self.sol_fraction is not None:
+            out["sol_fraction"] = self.sol_fraction
         return out
 
 
@@ -152,6 +160,13 @@ def _speedup(r: RewardInput, p: dict[str, float]) -> float:
         return 0.0
     s = 1.0 if r.speedup is None else r.speedup
     return min(max(s, 0.0), p["cap"])
+
+
+def _sol(r: RewardInput, p: dict[str, float]) -> float:
+    """``sol@1``: a correct kernel's fraction of speed-of-light, at most 1."""
+    if not r.correct or r.sol_fraction is None:
+        return 0.0
+    return min(max(r.sol_fraction, 0.0), 1.0)
 
 
 def _conclusive_speedup(r: RewardInput, p: dict[str, float]) -> float:
@@ -251,6 +266,14 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             {"cap": 10.0},
             doc="correct * clip(speedup, 0, cap); unmeasured or inconclusive speedup counts as 1",
             means="speedup of a passing kernel, at most 10 (untimed or inconclusive: 1)",
+            uses_speed=True,
+        ),
+        RewardFn(
+            "sol",
+            1,
+            _sol,
+            doc="correct * clip(sol_fraction, 0, 1); untimed or uncounted: 0",
+            means="fraction of speed-of-light of a passing kernel (untimed: 0)",
             uses_speed=True,
         ),
         RewardFn(
@@ -396,6 +419,7 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
             speedup=end.speedup,
             speedup_conclusive=conclusive if end.speedup is not None else None,
             warned=warned,
+            sol_fraction=checks[-1].report.sol_fraction if checks else None,
         )
     if end is not None:
         return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))
@@ -412,6 +436,7 @@ def revised_outcome(
     speedup: float | None,
     warned: bool = False,
     conclusive: bool | None = None,
+    sol_fraction: float | None = None,
 ) -> RewardInput:
     """A task's outcome once its final kernel was checked again: that check's verdict and
     speedup (``conclusive``: whether it is), and a finished task succeeds exactly when it
@@ -429,6 +454,7 @@ def revised_outcome(
         speedup_conclusive=conclusive if speedup is not None else None,
         verdicts=(*recorded.verdicts, verdict),
         warned=warned,
+        sol_fraction=sol_fraction,
     )
 
 
@@ -460,7 +486,12 @@ def revised_reward_events(state: TaskState, check: KernelReverified) -> list[Rew
     report = check.report
     warned = report.passed and bool(report.warnings)
     inputs = revised_outcome(
-        reward_input(state), report.verdict, report.speedup, warned, report_conclusive(report)
+        reward_input(state),
+        report.verdict,
+        report.speedup,
+        warned,
+        report_conclusive(report),
+        report.sol_fraction,
     )
     functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
     cause = f"{state.task_id}:{state.events_seen + 1}"
