@@ -33,6 +33,7 @@ from kernelflow.events.model import (
     PriorKernel,
     TaskSubmitted,
     VerificationCompleted,
+    VerificationReport,
 )
 from kernelflow.projections.agent_memory import memory, render_memory
 from kernelflow.projections.counters import state_counters
@@ -40,6 +41,7 @@ from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
 from kernelflow.tools import make_tool
 from kernelflow.verification.backends import UnknownBackend, backend
+from kernelflow.verification.results import cut_at_line
 from kernelflow.workflows.model import (
     ANSWER_FIELD,
     CODE_FIELD,
@@ -253,7 +255,7 @@ def _last_verification(state: TaskState, prompt_task: bool) -> str:
     if current is not None and current.result is checks[-1]:
         return "(the latest result above)"
     report = checks[-1].report
-    feedback = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
+    feedback = _verifier_feedback(report)
     return f"{report.verdict}: {report.summary}" + (
         f"\nVerifier feedback:\n```\n{feedback}\n```" if feedback else ""
     )
@@ -315,7 +317,7 @@ def _prior_kernels_section(kernels: Sequence[PriorKernel]) -> str:
             measured = ", its speed could not be told from the baseline's (timing inconclusive)"
         elif k.candidate_ms is not None:
             measured += f", {k.candidate_ms:.4g} ms"
-        feedback = k.feedback.strip()[:MAX_ERROR_CHARS]
+        feedback = cut_at_line(k.feedback.strip(), MAX_ERROR_CHARS)
         parts.append(
             f"## {title} ({k.verdict}{measured})\n```python\n{k.code.strip()}\n```\n"
             + (f"Verifier feedback:\n```\n{feedback}\n```\n" if feedback else "")
@@ -346,10 +348,18 @@ def _feedback_section(state: TaskState, agent: str) -> str:
     return ("\n" + "\n\n".join(parts) + "\n") if parts else ""
 
 
+def _verifier_feedback(report: VerificationReport) -> str:
+    """What the verifier said of a check: its feedback for the coder, as written (bounded
+    by the verifier, each rule broken whole: docs/verifier.md, "Feedback that teaches");
+    older reports have only errors."""
+    return report.feedback or cut_at_line(
+        "\n".join(report.errors + report.mismatches), MAX_ERROR_CHARS
+    )
+
+
 def _attempt(check: VerificationCompleted) -> str:
     report = check.report
-    # The verifier writes bounded feedback for the coder; older reports have only errors.
-    errors = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
+    errors = _verifier_feedback(report)
     return (
         f"## Previous attempt: {report.verdict}\n"
         f"{report.summary}\n"

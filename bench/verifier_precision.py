@@ -30,11 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
-import tempfile
 import time
-import tomllib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +47,7 @@ from bench.precision_kernelbench import (  # noqa: E402
     judge_with_kernelbench,
     load_checker,
 )
+from bench.revision import run_at_revision  # noqa: E402
 from kernelflow.verification.engine import VerifierConfig, verify  # noqa: E402
 from kernelflow.verification.gate import gate_findings  # noqa: E402
 from kernelflow.verification.policy import CHOICE_RULES, policy_names  # noqa: E402
@@ -173,38 +171,10 @@ def judge_statically(entries: list[Entry], policies: list[str]) -> None:
 def judge_with_baseline(entries: list[Entry], ref: str) -> str:
     """Judge every entry with REF's gate; the label of that column."""
     label = f"baseline {ref}"
-    with tempfile.TemporaryDirectory(prefix="kf-baseline-") as tmp:
-        tree = Path(tmp, "tree")
-        tree.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        layout = Path(tmp, "layout")
-        package_dirs = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"][
-            "package-dir"
-        ]
-        for package, folder in sorted(package_dirs.items()):
-            target = layout.joinpath(*package.split("."))
-            if package == "kernelflow":
-                target.mkdir(parents=True)
-                for item in (tree / folder).iterdir():
-                    target.joinpath(item.name).symlink_to(item)
-            else:
-                target.symlink_to(tree / folder)
-        items = [
-            {"id": e.id, "backend": e.backend, "kernel": e.kernel, "task": e.task} for e in entries
-        ]
-        found = subprocess.run(
-            [sys.executable, "-c", BASELINE_JUDGE],
-            input=json.dumps(items),
-            capture_output=True,
-            text=True,
-            check=True,
-            env={"PYTHONPATH": str(layout), "PATH": "/usr/bin:/bin"},
-            cwd=tmp,  # not this checkout: `-c` puts the working directory first on the path
-        ).stdout
-    judged = json.loads(found)
+    items = [
+        {"id": e.id, "backend": e.backend, "kernel": e.kernel, "task": e.task} for e in entries
+    ]
+    judged = json.loads(run_at_revision(ref, BASELINE_JUDGE, json.dumps(items)))
     for entry in entries:
         rules = judged[entry.id]
         entry.refused[label] = None if rules is None else list(rules)

@@ -317,10 +317,13 @@ class _Builder:
         )
 
     def verified(self, e: VerificationCompleted) -> None:
+        # The observation is what the coder's next prompt shows of the check: the
+        # verifier's feedback, word for word (docs/verifier.md, "Feedback that teaches");
+        # the summary where a report has none.
         self.steps.append(
             TrajectoryStep(
                 StepType.ACTION_RESULT,
-                e.report.summary,
+                e.report.feedback or e.report.summary,
                 {"event": e.event_id, "at": e.at, "agent": e.agent, "dispatch_id": e.dispatch_id},
                 tool_name=e.agent,
                 tool_args={"code": e.code},

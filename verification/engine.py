@@ -398,10 +398,11 @@ def _check_statically(
         candidate_source, backend=backend, task_source=task_source, policy=policy.name
     )
     if violations:
-        first = violations[0]
+        # The summary quotes the first finding (the root cause: gate.feedback) as the
+        # reasons and the coder's feedback say it, word for word.
         raise _Refused(
             "rejected_static",
-            f"static check: {first.rule} at line {first.line}: {first.message}"
+            f"static check: {violations[0].text()}"
             + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
             errors=[v.text() for v in violations[:10]],
             reasons=[v.text() for v in violations],

@@ -19,7 +19,7 @@ from kernelflow.sandbox import ProcessOutcome
 from kernelflow.verification.backends import UnknownBackend
 from kernelflow.verification.backends import backend as find_backend
 
-__all__ = ["feedback_text", "interpret"]
+__all__ = ["cut_at_line", "feedback_text", "interpret", "roofline_text", "untimed_reason"]
 
 _FEEDBACK_LINES = 30
 
@@ -48,9 +48,13 @@ def feedback_text(report: VerificationReport, limit: int = 2000, *, headline: bo
             )
         return text[:limit]
     advice = _VERDICT_ADVICE.get(report.verdict, "")
-    parts = [f"Verdict: {report.verdict}. {advice}", report.summary] if headline else [advice]
-    if report.reasons and report.verdict.startswith("rejected"):
-        parts.append("Rules broken:\n" + "\n".join(f"- {r}" for r in report.reasons[:8]))
+    rules = bool(report.reasons) and report.verdict.startswith("rejected")
+    # A summary quoting the first rule broken is said by the list below.
+    quoted = rules and report.reasons[0] in report.summary
+    summary = "" if quoted else report.summary
+    parts = [f"Verdict: {report.verdict}. {advice}", summary] if headline else [advice]
+    if rules:
+        parts.append(_rules_broken(report.reasons, limit - sum(len(p) + 1 for p in parts)))
     if report.mismatches:
         parts.append("First mismatching positions:\n" + "\n".join(report.mismatches[:5]))
     body = "\n".join(e for e in report.errors if e and not _said(e, report))
@@ -91,6 +95,39 @@ def roofline_text(limit: Roofline) -> str:
         f"{limit.bytes / 1e6:.3g} MB at {limit.peak_gflops:.0f} GFLOP/s and "
         f"{limit.peak_gbs:.0f} GB/s)"
     )
+
+
+def cut_at_line(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut only between lines (a rule broken is one
+    line: never half of one), saying how many lines were left out."""
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    lines = text.splitlines()
+    used = 0
+    for index, line in enumerate(lines):
+        note = f"[... {len(lines) - index} more lines]"
+        if used + len(line) + 1 + len(note) > limit:
+            return "\n".join([*kept, note])
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept)
+
+
+def _rules_broken(reasons: list[str], room: int) -> str:
+    """The rules broken, each whole (the gate's three-part findings are never cut: the
+    coder's prompt, ``verify``'s output and the trajectory read the same words), as many
+    as fit in ``room`` characters (at least the first), then how many more."""
+    lines = ["Rules broken:"]
+    used = len(lines[0])
+    for index, reason in enumerate(reasons):
+        more = len(reasons) - index
+        if index and used + len(reason) + 3 + 40 > room:
+            lines.append(f"({more} more rule{'s' * (more > 1)} broken)")
+            break
+        lines.append(f"- {reason}")
+        used += len(reason) + 3
+    return "\n".join(lines)
 
 
 def _said(error: str, report: VerificationReport) -> bool:

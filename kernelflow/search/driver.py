@@ -53,6 +53,7 @@ from kernelflow.search.strategies import (
     strategy,
 )
 from kernelflow.verification.policy import DEFAULT_POLICY
+from kernelflow.verification.results import cut_at_line
 
 # What a prompt shows of a prior kernel at most: a search's prompts stay bounded however
 # long the kernels it builds on.
@@ -426,7 +427,7 @@ def _prior(c: Candidate, role: str) -> PriorKernel:
         code=code,
         verdict=c.verdict or "unknown",
         speedup=c.speedup if c.speedup is None or math.isfinite(c.speedup) else None,
-        feedback=c.feedback[:MAX_PRIOR_FEEDBACK_CHARS],
+        feedback=cut_at_line(c.feedback, MAX_PRIOR_FEEDBACK_CHARS),
         candidate_ms=c.candidate_ms,
         speedup_conclusive=c.speedup_conclusive,
     )

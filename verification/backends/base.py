@@ -47,8 +47,20 @@ class CandidateModule(Protocol):
         """Every function but the jit kernels, with whether it is an ``__init__``."""
         ...
 
-    def add(self, rule: str, node: ast.AST, message: str) -> None:
-        """Record a broken rule at ``node``'s line."""
+    def add(
+        self,
+        rule: str,
+        node: ast.AST,
+        message: str,
+        instead: str = "",
+        *,
+        found: str | None = None,
+        place: str = "",
+    ) -> None:
+        """Record a broken rule at ``node``'s line: why, what to write instead ("": the
+        rule's advice, docs/verifier.md "Feedback that teaches"), what was found (the
+        code on that line unless given) and where it is when not on that line (``place``:
+        "cuda_sources line 12")."""
         ...
 
 
@@ -123,10 +135,11 @@ class Backend(ABC):
         Daemon side only: import the rules inside this method."""
         return None
 
-    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str] | None:
+    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str, str] | None:
         """When the candidate ``tree``, judged as ``judge``'s, is plainly written for this
         backend (it builds a load_inline extension ``judge`` does not take): the line that
-        shows it and a hint, refused as ``no_kernel`` without any other rule."""
+        shows it, why, and what to do instead, refused as ``no_kernel`` without any other
+        rule."""
         return None
 
     def holds_kernel(self, module: CandidateModule, node: ast.AST) -> bool:

@@ -35,8 +35,13 @@ __all__ = ["CPP", "PREBUILT_MANIFEST", "CppBackend", "ExtensionBackend"]
 
 # In the candidate's work dir: the extensions the verifier built for it.
 PREBUILT_MANIFEST = "extensions/manifest.json"
+_BUILD_ONE = (
+    'build it at module level: `ext = load_inline(name="my_ext", cpp_sources=SRC, '
+    'functions=["my_forward"])` and call `ext.my_forward(x)` in forward'
+)
 _EXTENSION_ELSEWHERE = (
-    "this candidate builds a C++/CUDA extension: did you mean --backend cpp (or cuda on a GPU)?"
+    "this candidate builds a C++/CUDA extension (load_inline), which this backend does not take",
+    "verify it with --backend cpp (or cuda on a GPU), or write this backend's kernel instead",
 )
 
 DSL_NOTES = """\
@@ -70,20 +75,35 @@ class ExtensionBackend(Backend):
         """An extension built with ``load_inline`` from readable sources that pass the C++
         rules, one of whose functions a function of the module calls."""
         built, problems = extension_specs(module.tree, module.resolve)
-        for node, problem in problems:
-            module.add("no_kernel", node, problem)
+        for node, problem, instead in problems:
+            module.add("no_kernel", node, problem, instead)
         if not built and not problems:
-            module.add("no_kernel", module.tree, "no extension is built with load_inline")
+            module.add(
+                "no_kernel",
+                module.tree,
+                "no extension is built with load_inline",
+                _BUILD_ONE,
+            )
             return
         for node, spec in built:
             if spec.cuda_sources and "cuda_sources" not in self.source_kinds:
-                module.add("no_kernel", node, f"backend {self.name!r} builds no CUDA sources")
+                module.add(
+                    "no_kernel",
+                    node,
+                    f"backend {self.name!r} builds no CUDA sources",
+                    "verify it with --backend cuda on a GPU, or write the kernel in "
+                    "cpp_sources (C++ with OpenMP)",
+                )
             for kind in self.source_kinds:
                 for source in getattr(spec, kind):
-                    for rule, line, message in cpp_findings(
+                    lines = source.splitlines()
+                    for rule, line, message, instead in cpp_findings(
                         source, task_uses_half=module.task_uses_half
                     ):
-                        module.add(rule, node, f"{kind} line {line}: {message}")
+                        code = lines[line - 1].strip() if line <= len(lines) else ""
+                        module.add(
+                            rule, node, message, instead, found=code, place=f"{kind} line {line}"
+                        )
         calls = self._uses(module).calls
         in_forward = {
             id(node)
@@ -96,11 +116,12 @@ class ExtensionBackend(Backend):
             module.add(
                 "no_kernel",
                 module.tree,
-                "no function of the extension is called by the module's forward "
-                "(ext.my_forward(x), self.ext.my_forward(x))",
+                "no function of the extension is called by the module's forward",
+                "call one of the functions load_inline's functions=[...] names from forward: "
+                "`ext.my_forward(x)` or `self.ext.my_forward(x)`",
             )
 
-    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str] | None:
+    def foreign_kernel(self, tree: ast.Module, judge: Backend) -> tuple[int, str, str] | None:
         """The module's first ``load_inline`` call, if it makes one and ``judge`` takes no
         extensions."""
         if LOAD_INLINE in judge.glue_paths:
@@ -108,7 +129,7 @@ class ExtensionBackend(Backend):
         resolve = module_resolver(tree)
         calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call))
         call = next((call for call in calls if resolve(call.func) == LOAD_INLINE), None)
-        return (call.lineno, _EXTENSION_ELSEWHERE) if call is not None else None
+        return (call.lineno, *_EXTENSION_ELSEWHERE) if call is not None else None
 
     def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
         """A call of the extension's functions (``ext.fn(x)``, ``self.fn(x)``...) is the

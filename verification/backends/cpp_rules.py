@@ -31,7 +31,9 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-CppFinding = tuple[str, int, str]  # (rule, line in the source, message)
+# (rule, line in the source, why, what to write instead): docs/verifier.md, "Feedback that
+# teaches".
+CppFinding = tuple[str, int, str, str]
 
 # Headers a source may include: those that declare what a kernel computes with (the
 # language's and the C library's, torch's, OpenMP's, intrinsics, the CUDA toolkit's and its
@@ -88,18 +90,27 @@ _ESCAPES = [
     (
         re.compile(r"\bstd\s*::\s*(thread|jthread|async)\b|\bpthread_\w+"),
         "module_escape",
-        "threads escape the timer and the check: parallelise with OpenMP or at::parallel_for",
+        "threads escape the timer and the check",
+        "parallelise with OpenMP (`#pragma omp parallel for`, -fopenmp in extra_cflags and "
+        "extra_ldflags) or at::parallel_for",
     ),
     (
         re.compile(r"\b(asm|__asm__|__asm)\b"),
         "module_escape",
-        "inline assembly is out of the gate's sight: write C++ (intrinsics are fine)",
+        "inline assembly is out of the gate's sight",
+        "write C++ or CUDA; intrinsics (<immintrin.h>, __shfl_sync, __ldg ...) are fine",
     ),
-    (re.compile(r"##"), "module_escape", "token pasting builds names the gate cannot read"),
+    (
+        re.compile(r"##"),
+        "module_escape",
+        "token pasting builds names the gate cannot read",
+        "spell names out, or use a template parameter",
+    ),
     (
         re.compile(r"\bstd\s*::\s*chrono\b|\bclock_gettime\b|\bgettimeofday\b|\brdtsc\b"),
         "module_escape",
         "timers: a kernel's work does not depend on the time",
+        "leave timing to the verifier, which times forward() itself",
     ),
     (
         re.compile(
@@ -109,11 +120,13 @@ _ESCAPES = [
         ),
         "file_io",
         "files, processes, the environment and the network are out of a kernel's reach",
+        "compute from the tensors passed in; take sizes and options as arguments",
     ),
     (
         re.compile(r"\bstd\s*::\s*(i|o)?fstream\b|\bFILE\s*\*"),
         "file_io",
         "files are out of a kernel's reach (no saved or precomputed results)",
+        "compute from the tensors passed in, in every call; report with TORCH_CHECK",
     ),
 ]
 _STATE = re.compile(r"\b(static|thread_local)\b")
@@ -141,8 +154,8 @@ def cpp_findings(source: str, *, task_uses_half: bool = False) -> list[CppFindin
     text = blank(source)
     found: list[CppFinding] = []
 
-    def add(rule: str, offset: int, message: str) -> None:
-        found.append((rule, text.count("\n", 0, offset) + 1, message))
+    def add(rule: str, offset: int, message: str, instead: str) -> None:
+        found.append((rule, text.count("\n", 0, offset) + 1, message, instead))
 
     for match in re.finditer(r"^[ \t]*#[ \t]*include[ \t]*[<\"]", text, re.M):
         named = re.match(r"[^>\"\n]*", source[match.end() :])
@@ -151,9 +164,11 @@ def cpp_findings(source: str, *, task_uses_half: bool = False) -> list[CppFindin
             add(
                 "forbidden_import",
                 match.start(),
-                f"#include <{header}> is not allowed (the headers of the language, the C "
-                "library, torch, OpenMP, intrinsics and the CUDA toolkit are; not the "
-                "system's files, processes, threads or network)",
+                f"#include <{header}> is not allowed: the system's files, processes, threads "
+                "and network (and files of the candidate's own) are out of the gate's sight",
+                "include only <torch/extension.h>, ATen/c10 headers, the C and C++ standard "
+                "library (<cmath>, <vector> ...), <omp.h>, intrinsics (<immintrin.h>) and the "
+                "CUDA toolkit's (<cuda_runtime.h>, <cuda_fp16.h>, cub, cutlass)",
             )
     for match in re.finditer(r"\b(at|torch|c10)\s*::\s*(?:\w+\s*::\s*)*(\w+)", text):
         name = match.group(2)
@@ -161,15 +176,17 @@ def cpp_findings(source: str, *, task_uses_half: bool = False) -> list[CppFindin
             add(
                 "torch_compute",
                 match.start(),
-                f"`{match.group(0)}`: ATen computing in the "
-                "kernel's place (allocation, shapes and data pointers are glue)",
+                f"`{match.group(0)}`: ATen computing in the kernel's place",
+                "compute it in your own loop or kernel; of ATen keep allocation "
+                "(torch::empty), shapes, options and data pointers (x.data_ptr<float>())",
             )
     for match in _LIBRARY_COMPUTE.finditer(text):
         add(
             "torch_compute",
             match.start(),
-            f"`{match.group(1)}(...)`: a library computing in the kernel's place "
-            "(its handles and settings are glue)",
+            f"`{match.group(1)}(...)`: a library computing in the kernel's place",
+            "write the computation as your own __global__ kernel (its handles and settings "
+            "may stay)",
         )
     for match in re.finditer(r"\.\s*(\w+)\s*\(", text):
         if match.group(1) in _TENSOR_COMPUTE:
@@ -177,25 +194,28 @@ def cpp_findings(source: str, *, task_uses_half: bool = False) -> list[CppFindin
                 "torch_compute",
                 match.start(),
                 f"`.{match.group(1)}(...)` computes with ATen instead of the kernel",
+                "loop over the data yourself (x.data_ptr<float>(), x.numel()) in the "
+                "extension's function or kernel",
             )
     if not task_uses_half:
         for match in _LOW_PRECISION.finditer(text):
             add(
                 "precision_downgrade",
                 match.start(),
-                f"`{match.group(0).strip()}`: the task "
-                "computes in full precision; do not downgrade to fp16/bf16/fp8",
+                f"`{match.group(0).strip()}`: the task computes in full precision",
+                "compute in float (and accumulate in float); no fp16/bf16/fp8 types",
             )
-    for pattern, rule, message in _ESCAPES:
+    for pattern, rule, message, instead in _ESCAPES:
         for match in pattern.finditer(text):
-            add(rule, match.start(), message)
+            add(rule, match.start(), message, instead)
     for match in _STATE.finditer(text):
         if not _declares_constant_or_function(text, match.start()):
             add(
                 "caching",
                 match.start(),
-                f"`{match.group(1)}` state outlives the call "
-                "(result caching): keep state in the module's __init__",
+                f"`{match.group(1)}` state outlives the call (result caching)",
+                "use a local variable, a `const`/`constexpr` constant, or __shared__ memory; "
+                "keep state in the module's __init__",
             )
     expanded = _macros_expanded(text)  # line for line, not offset for offset
     for offset, statement in _namespace_scope_statements(expanded):
@@ -207,15 +227,13 @@ def cpp_findings(source: str, *, task_uses_half: bool = False) -> list[CppFindin
         if re.search(r"\b__(constant|device)__\b", head):
             message = (
                 "GPU memory at namespace scope (__constant__, __device__) outlives the call: "
-                "what one call copies into it another reads (a result cache); pass shapes "
-                "and strides as kernel arguments (a struct by value) instead"
+                "what one call copies into it another reads (a result cache)"
             )
+            instead = "pass shapes and strides as kernel arguments (a struct by value)"
         else:
-            message = (
-                "a variable at namespace scope outlives the call (result caching): make it "
-                "const, or keep state in the module's __init__"
-            )
-        found.append(("caching", line, message))
+            message = "a variable at namespace scope outlives the call (result caching)"
+            instead = "make it const (or constexpr), or keep state in the module's __init__"
+        found.append(("caching", line, message, instead))
     return sorted(set(found), key=lambda f: (f[1], f[0]))
 
 

@@ -88,10 +88,21 @@ class CudaBackend(ExtensionBackend):
         cuda = "\n".join(source for _, spec in built for source in spec.cuda_sources)
         kernels = _GLOBAL_KERNEL.findall(blank(cuda))
         if built and not kernels:
-            module.add("no_kernel", module.tree, "no `__global__` kernel in the CUDA sources")
+            module.add(
+                "no_kernel",
+                module.tree,
+                "no `__global__` kernel in the CUDA sources",
+                "write `__global__ void my_kernel(const float* x, float* out, int n)` in "
+                "cuda_sources and launch it from the host function",
+            )
         elif built and not launched_kernels(blank(cuda), kernels):
             module.add(
-                "no_kernel", module.tree, "no `__global__` kernel is launched (kernel<<<...>>>)"
+                "no_kernel",
+                module.tree,
+                "no `__global__` kernel is launched by the CUDA sources",
+                "launch it from the extension's host function with the triple-chevron form: "
+                "`my_kernel<<<blocks, threads>>>(x.data_ptr<float>(), out.data_ptr<float>(), "
+                "n);` (blocks = (n + threads - 1) / threads)",
             )
 
 

@@ -122,8 +122,9 @@ class CupyBackend(Backend):
             module.add(
                 "no_kernel",
                 module.tree,
-                f"{problem}: a CUDA candidate must compile a `__global__` kernel with "
-                "cupy.RawModule or cupy.RawKernel and launch it in forward()",
+                problem,
+                'compile a `__global__` kernel with cupy.RawKernel(SRC, "name") (or '
+                "RawModule) and launch it in forward(): kernel((blocks,), (threads,), (args...))",
             )
 
     def check_library_call(self, module: CandidateModule, node: ast.Call, name: str) -> bool:
@@ -133,13 +134,20 @@ class CupyBackend(Backend):
         parts = name.split(".")
         if parts[1] == "cuda":
             if parts[2:3] != ["Device"]:
-                module.add("stream_trick", node, f"`{name}` is not allowed")
+                module.add(
+                    "stream_trick",
+                    node,
+                    f"`{name}`: CuPy's streams, events and graphs move work out of the timed "
+                    "stream",
+                    "launch on the current stream; of cupy.cuda use only Device",
+                )
         elif parts[1] not in CUPY_GLUE or len(parts) > 2:
             module.add(
                 "torch_compute",
                 node,
-                f"`{name}` is CuPy library compute standing in for the kernel (allowed: "
-                "cupy.from_dlpack / cupy.asarray views, dtypes, RawKernel/RawModule)",
+                f"`{name}` is CuPy library compute standing in for the kernel",
+                "compute it in your RawKernel; of CuPy use cupy.from_dlpack / cupy.asarray "
+                "views, dtypes and RawKernel/RawModule",
             )
         return True
 

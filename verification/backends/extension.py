@@ -157,12 +157,13 @@ def _block_end(source: str, start: int) -> int:
 
 def extension_specs(
     tree: ast.Module, resolve: Resolve
-) -> tuple[list[tuple[ast.Call, ExtensionSpec]], list[tuple[ast.AST, str]]]:
+) -> tuple[list[tuple[ast.Call, ExtensionSpec]], list[tuple[ast.AST, str, str]]]:
     """Every ``load_inline`` call of the module with its spec, and the problems of those
-    whose arguments cannot be read from the source (node, what is wrong)."""
+    whose arguments cannot be read from the source (node, what is wrong, what to write
+    instead)."""
     scopes = call_scopes(tree)
     found: list[tuple[ast.Call, ExtensionSpec]] = []
-    problems: list[tuple[ast.AST, str]] = []
+    problems: list[tuple[ast.AST, str, str]] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and resolve(node.func) == LOAD_INLINE):
             continue
@@ -178,7 +179,12 @@ def extension_specs(
                 continue  # extra_include_paths=[], build_directory=None: nothing asked
             if name is None or name not in GIVEN_BY_CANDIDATE:
                 problems.append(
-                    (value, f"load_inline({name or '**'}=...) is the verifier's to choose")
+                    (
+                        value,
+                        f"load_inline({name or '**'}=...) is the verifier's to choose",
+                        f"leave {name or '**'}=... out; give only "
+                        + ", ".join(sorted(GIVEN_BY_CANDIDATE)),
+                    )
                 )
                 readable = False
                 continue
@@ -187,9 +193,10 @@ def extension_specs(
                 problems.append(
                     (
                         value,
-                        f"load_inline's {name} must be spelled out in the module: literals, "
-                        "names bound once to them, text formatted from them (the verifier "
+                        f"load_inline's {name} is not spelled out in the module (the verifier "
                         "compiles exactly what it reads)",
+                        f"give {name} as literals, names bound once to them, or text "
+                        "formatted from them, at module level",
                     )
                 )
                 readable = False
@@ -203,19 +210,28 @@ def extension_specs(
             problems.append(
                 (
                     node,
-                    f"compiler flag {bad!r} is not allowed (optimisation, target, OpenMP, "
-                    "warning and macro flags, nvcc's and ptxas's own, the toolchain's "
-                    "libraries are; no paths or files)",
+                    f"compiler flag {bad!r} is not allowed: paths, files, plugins and other "
+                    "compilers point the build at what the gate never read",
+                    "use optimisation, target, OpenMP, warning and macro flags (-O3, "
+                    "-march=native, -fopenmp, -DNAME), nvcc's and ptxas's own (--use_fast_math, "
+                    "-arch=sm_90, -Xptxas=-v) and the toolchain's libraries (-lcublas)",
                 )
             )
         if not spec.name or not (spec.cpp_sources or spec.cuda_sources):
-            problems.append((node, "load_inline needs a name and the sources to build"))
+            problems.append(
+                (
+                    node,
+                    "load_inline needs a name and the sources to build",
+                    'give name="my_ext" and cpp_sources (and cuda_sources for CUDA)',
+                )
+            )
         elif not spec.exposed():
             problems.append(
                 (
                     node,
-                    "load_inline builds no function to call: name them in functions=[...] "
-                    "or bind them in the sources' PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)",
+                    "load_inline builds no function to call",
+                    'name them in functions=["my_forward"] or bind them in the sources\' '
+                    "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)",
                 )
             )
         found.append((node, spec))

@@ -17,13 +17,44 @@ from __future__ import annotations
 import ast
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
-__all__ = ["Finding", "KernelLanguage", "KernelScope", "Refusal"]
+__all__ = ["Finding", "KernelLanguage", "KernelScope", "Problem", "Refusal"]
 
-Refusal = tuple[str, str]  # (rule, message)
-Finding = tuple[str, ast.AST, str]  # (rule, node, message)
 AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class Refusal(NamedTuple):
+    """Why a chain may not be used (docs/verifier.md, "Feedback that teaches"): the rule,
+    why (``message``), what to write instead (``instead``; "": the rule's own advice,
+    :data:`kernelflow.verification.gate.feedback.RULE_ADVICE`) and, where one dotted path
+    stands in for it, that path resolved (``replacement``: the gate spells it the way the
+    candidate imports it)."""
+
+    rule: str
+    message: str
+    instead: str = ""
+    replacement: str = ""
+    # Whether the chain names what the installed package does not have: such a finding
+    # explains the others it causes and leads the report.
+    missing: bool = False
+
+
+class Finding(NamedTuple):
+    """A rule a node breaks, why, and what to write instead ("": the rule's advice)."""
+
+    rule: str
+    node: ast.AST
+    message: str
+    instead: str = ""
+
+
+class Problem(NamedTuple):
+    """Why a node may not be in a kernel body or a callback, and what to write instead
+    (a check may return a plain ``str``: the rule's own advice then)."""
+
+    message: str
+    instead: str = ""
 
 
 class KernelScope(Protocol):
@@ -113,19 +144,26 @@ class KernelLanguage(ABC):
     @abstractmethod
     def node_problem(
         self, node: ast.AST, scope: KernelScope, passing: frozenset[str]
-    ) -> str | None:
+    ) -> str | Problem | None:
         """Whether ``node``'s kind may appear in a kernel body (``passing``: the kernels
         that may return a host value they are given)."""
 
     @abstractmethod
-    def name_problem(self, name: str, scope: KernelScope, kernel_globals: set[str]) -> str | None:
+    def name_problem(
+        self, name: str, scope: KernelScope, kernel_globals: set[str]
+    ) -> str | Problem | None:
         """A name (not an import) read in a kernel body (``kernel_globals``: the module's
         kernels and constants)."""
 
     @abstractmethod
-    def attribute_problem(self, node: ast.Attribute, scope: KernelScope) -> str | None:
+    def attribute_problem(self, node: ast.Attribute, scope: KernelScope) -> str | Problem | None:
         """An attribute of a value (not of a module) read in a kernel body."""
 
     @abstractmethod
     def builtin_call(self, name: str) -> bool:
         """Whether a kernel body may call the builtin ``name``."""
+
+    def counterpart(self, path: str) -> str | None:
+        """The language's own dotted path (resolved) doing what the host's ``path``
+        (``torch.exp``) does in a kernel body, where the installed package has one."""
+        return None

@@ -75,16 +75,27 @@ class TritonBackend(Backend):
             )
         }
         if not module.jit_kernels:
-            module.add("no_kernel", module.tree, "no @triton.jit kernel is defined")
+            module.add(
+                "no_kernel",
+                module.tree,
+                "no @triton.jit kernel is defined",
+                "define a module-level `@triton.jit` function that loads with tl.load, "
+                "computes, stores with tl.store, and launch it from forward as "
+                "`kernel[grid](...)`",
+            )
         elif not storing:
             module.add(
-                "no_kernel", module.tree, "no @triton.jit kernel writes its result (tl.store)"
+                "no_kernel",
+                module.tree,
+                "no @triton.jit kernel writes its result",
+                "end the kernel with `tl.store(out_ptr + offsets, result, mask=offsets < n)`",
             )
         elif not storing & module.launched:
             module.add(
                 "no_kernel",
                 module.tree,
-                "no storing @triton.jit kernel is launched (kernel[grid](...)) by the module",
+                "no storing @triton.jit kernel is launched by the module",
+                "launch it from forward: `kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=1024)`",
             )
 
     def preload(self) -> None:

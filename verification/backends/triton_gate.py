@@ -17,9 +17,11 @@ from kernelflow.verification.backends.language import (
     Finding,
     KernelLanguage,
     KernelScope,
+    Problem,
     Refusal,
 )
 from kernelflow.verification.backends.triton_host import HostValues, host_names
+from kernelflow.verification.backends.triton_names import exists, suggest, triton_version
 from kernelflow.verification.backends.triton_rules import (
     CALLBACK_KEYWORDS,
     JIT_BUILTINS,
@@ -79,9 +81,12 @@ class TritonLanguage(KernelLanguage):
         if len(parts) == 2 and parts[1] in TRITON_TOP:
             arithmetic = parts[1] in TRITON_ARITHMETIC
             if where == "jit" and not arithmetic:
-                return (
+                return Refusal(
                     "kernel_body",
-                    f"`{shown(path)}` in a @triton.jit kernel: use the language (tl.cdiv ...)",
+                    f"`{shown(path)}` in a @triton.jit kernel: a kernel body runs the "
+                    "language only (triton.jit, autotune and Config belong to the host)",
+                    "decorate the kernel at module level; in its body use tl.* "
+                    "(tl.cdiv, tl.arange ...)",
                 )
             if where == "launch" and not arithmetic:
                 return refused(path, where)
@@ -97,21 +102,31 @@ class TritonLanguage(KernelLanguage):
             for keyword in node.keywords:
                 if keyword.arg in CALLBACK_KEYWORDS:
                     found.append(
-                        (
+                        Finding(
                             "callback",
                             keyword.value,
                             f"`{keyword.arg}=`: a hook Triton runs around launches, out of "
                             "the runtime guard's sight",
+                            f"leave `{keyword.arg}=` out: prepare buffers in forward before "
+                            "the launch (torch.zeros for an accumulator), and prune configs "
+                            "by hand in the list given to @triton.autotune",
                         )
                     )
         given_precision = {k.arg for k in node.keywords} & set(FULL_PRECISION_DOT)
         if path == "triton.language.dot" and full_precision and not given_precision:
+            written = ast.unparse(node)
+            fixed = ast.Call(
+                node.func,
+                node.args,
+                [*node.keywords, ast.keyword("input_precision", ast.Constant("ieee"))],
+            )
             found.append(
-                (
+                Finding(
                     "precision_downgrade",
                     node,
                     "`tl.dot` without input_precision multiplies fp32 in tf32 on NVIDIA GPUs "
-                    '(Triton\'s default): pass input_precision="ieee"',
+                    "(Triton's default), 10 mantissa bits instead of fp32's 23",
+                    f"replace `{shown(written)}` with `{shown(ast.unparse(fixed))}`",
                 )
             )
         return found
@@ -132,6 +147,21 @@ class TritonLanguage(KernelLanguage):
                 return f"`{name}` must be given a @triton.jit function of the module"
         return None
 
+    def counterpart(self, path: str) -> str | None:
+        """``tl.exp`` for ``torch.exp``, ``math.exp``: the language's function of the same
+        name where the gate accepts it and the installed Triton has it; else what
+        :func:`.triton_names.suggest` finds (an idiom with ``{x}``, a libdevice function)."""
+        leaf = path.rsplit(".", 1)[-1]
+        if not leaf.isidentifier():
+            return None
+        own = f"{_TL}.{leaf}"
+        if _accepted(own) and exists(own):
+            return own
+        if exists(own) is None:
+            return None
+        found = suggest(own, _accepted)
+        return found.replacement or found.idiom or None
+
     def host_names(
         self,
         kernels: Mapping[str, list[AnyFunction]],
@@ -144,12 +174,30 @@ class TritonLanguage(KernelLanguage):
 
     def node_problem(
         self, node: ast.AST, scope: KernelScope, passing: frozenset[str]
-    ) -> str | None:
+    ) -> str | Problem | None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            what = "a lambda" if isinstance(node, ast.Lambda) else f"`def {node.name}`"
+            return Problem(
+                f"{what} {self.kernel_place}: the Triton language has no nested functions",
+                "define it at module level as its own @triton.jit function and call it from "
+                "the kernel (tl.reduce and tl.associative_scan take such a function too)",
+            )
         if not isinstance(node, _KERNEL_NODES):
             return f"`{type(node).__name__}` {self.kernel_place}"
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            where = ast.unparse(node.value)
+            offsets = ast.unparse(node.slice)
+            return Problem(
+                f"writing an item {self.kernel_place}: a kernel writes memory only through "
+                "pointers, with tl.store (its tensors are values, not buffers)",
+                f"replace `{shown(ast.unparse(node))} = ...` with "
+                f"`tl.store({shown(where)} + {shown(offsets)}, ...)` (a pointer plus offsets; "
+                "for a block of offsets add `mask=offsets < n`)",
+            )
         if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
-            return (
-                f"writing an attribute or item {self.kernel_place}: only local names may be bound"
+            return Problem(
+                f"writing an attribute {self.kernel_place}: only local names may be bound",
+                "bind a local name, and store results with tl.store(pointer + offsets, value)",
             )
         if isinstance(node, ast.Subscript):
             values = HostValues(scope.host, scope.makers, passing)
@@ -158,48 +206,104 @@ class TritonLanguage(KernelLanguage):
             element = isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)
             if values.holds(node.value) and not element:
                 what = shown(ast.unparse(node.value))
-                return f"indexing `{what}` {self.kernel_place}: {_ARGUMENTS}"
+                offsets = shown(ast.unparse(node.slice))
+                return Problem(
+                    f"indexing `{what}` {self.kernel_place}: {_ARGUMENTS}",
+                    f"replace `{shown(ast.unparse(node))}` with `tl.load({what} + {offsets})` "
+                    "(a pointer plus offsets; for a block of offsets add `mask=offsets < n`)",
+                )
         return None
 
-    def name_problem(self, name: str, scope: KernelScope, kernel_globals: set[str]) -> str | None:
+    def name_problem(
+        self, name: str, scope: KernelScope, kernel_globals: set[str]
+    ) -> str | Problem | None:
         if name in scope.bound or name in kernel_globals or name in JIT_BUILTINS:
             return None
-        return (
+        return Problem(
             f"`{shown(name)}` {self.kernel_place}: a kernel reads its arguments, its locals, "
-            "Triton-language names, other @triton.jit functions and module constants"
+            "Triton-language names, other @triton.jit functions and module constants",
+            f"pass `{shown(name)}` to the kernel as an argument (a pointer, a number or a "
+            "tl.constexpr), or make it a module-level constant or @triton.jit function",
         )
 
-    def attribute_problem(self, node: ast.Attribute, scope: KernelScope) -> str | None:
+    def attribute_problem(self, node: ast.Attribute, scope: KernelScope) -> str | Problem | None:
         argument = _argument_path(node)
         if argument is not None and argument[0] in scope.host:
             name, (first, *rest) = argument
             dtype = all(a in KERNEL_DTYPE_ATTRS or a.startswith("is_") for a in rest)
             if first not in KERNEL_ARGUMENT_ATTRS or not dtype:
                 read = shown(".".join([name, first, *rest]))
-                return f"`{read}` {self.kernel_place}: {_ARGUMENTS}"
+                return Problem(
+                    f"`{read}` {self.kernel_place}: {_ARGUMENTS}",
+                    f"use `{name}` as a pointer: tl.load({name} + offsets, mask=...) and "
+                    f"tl.store({name} + offsets, value, mask=...); pass what else the kernel "
+                    "needs as arguments (numbers, tl.constexpr)",
+                )
         if node.attr in TL_VALUE_API or node.attr.startswith("is_"):
             return None
+        own = f"{_TL}.{node.attr}"
+        if _accepted(own) and exists(own):
+            return Problem(
+                f"`.{shown(node.attr)}` {self.kernel_place}: the language's values have no "
+                "such method",
+                f"call the function: `tl.{node.attr}(value, ...)`",
+            )
         return f"`.{shown(node.attr)}` {self.kernel_place}"
 
     def builtin_call(self, name: str) -> bool:
         return name in JIT_BUILTINS
 
 
-def _judge_tl(path: str, rest: list[str], where: str) -> Refusal | None:
-    if not rest or tuple(rest) in TL_NAMESPACES:
-        return None
-    language = (
+def _accepted(path: str) -> bool:
+    """Whether the gate accepts ``path`` (under triton.language) as the language."""
+    rest = path.split(".")[2:]
+    return bool(rest) and (
         (len(rest) == 1 and rest[0] in TL_NAMES)
         or (rest[0] == "math" and len(rest) == 2 and rest[1] in TL_MATH)
         or (tuple(rest[:-1]) in TL_LIBDEVICE and is_public(rest[-1]) and rest[-1] != "core")
     )
-    if not language:
-        return (
+
+
+def _judge_tl(path: str, rest: list[str], where: str) -> Refusal | None:
+    if not rest or tuple(rest) in TL_NAMESPACES:
+        return None
+    if not _accepted(path):
+        if exists(path) is False:
+            return _missing(path)
+        return Refusal(
             "module_escape",
             f"`{shown(path)}` is not part of the Triton language a candidate may use (tl.*, "
-            "tl.math.*, libdevice functions); its modules reach Python internals",
+            "tl.math.*, libdevice functions): Triton's modules (core, semantic, runtime ...) "
+            "reach Python internals",
+            "call the language's functions directly (tl.load, tl.exp, "
+            "tl.extra.cuda.libdevice.<function> ...)",
         )
-    return refused(path, where) if where == "launch" else None
+    if where == "launch":
+        host = f"triton.{rest[-1]}"
+        if len(rest) == 1 and rest[0] in TRITON_ARITHMETIC and exists(host):
+            return Refusal(
+                "callback",
+                f"`{shown(path)}` in code run on the host during a launch (a grid lambda, "
+                f"heuristic or hook): tl.{rest[0]} is a device function, for @triton.jit "
+                "bodies only",
+                replacement=host,
+            )
+        return refused(path, where)
+    return None
+
+
+def _missing(path: str) -> Refusal:
+    """The refusal of a name under triton.language the installed Triton does not have."""
+    name = "tl" + path[len(_TL) :]
+    found = suggest(path, _accepted)
+    words = f"on a GPU {found.words}" if found.idiom and found.words else found.words
+    return Refusal(
+        "module_escape",
+        f"`{shown(name)}` does not exist in the installed Triton {triton_version()}",
+        words,
+        found.idiom or found.replacement,
+        missing=True,
+    )
 
 
 def _argument_path(node: ast.Attribute) -> tuple[str, list[str]] | None:

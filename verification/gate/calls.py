@@ -2,7 +2,8 @@
 by name (``getattr``/``hasattr`` at all, three-argument ``type()``, ``str.format``
 templates) and the ways to change precision without naming a low-precision dtype (dtypes
 built from values, tf32 precision arguments; a kernel language adds its own:
-``KernelLanguage.call_findings``). Each returns its findings as ``(rule, node, message)``.
+``KernelLanguage.call_findings``). Each returns its findings as ``Finding``s (rule, node,
+why, what to write instead).
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ import ast
 import string
 
 from kernelflow.verification.backends.base import dotted_name
+from kernelflow.verification.backends.language import Finding
 from kernelflow.verification.gate.chains import reported_by_attribute_rules
 from kernelflow.verification.gate.rules import DTYPE_CONSTRUCTORS, FULL_PRECISION_DOT
 
-__all__ = ["Finding", "lookup_findings", "precision_findings"]
-
-Finding = tuple[str, ast.AST, str]
+__all__ = ["lookup_findings", "precision_findings"]
 
 
 def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
@@ -24,20 +24,38 @@ def lookup_findings(node: ast.Call, builtin: str) -> list[Finding]:
     found: list[Finding] = []
     if builtin == "getattr" or (builtin == "hasattr" and not _plain_lookup(node)):
         # A literal name is as good as `obj.name`; any other hides what is reached.
-        found.append(("introspection", node, f"{builtin}() looks attributes up: write obj.attr"))
+        instead = 'write obj.attr (hasattr(obj, "attr") with a literal name is fine)'
+        if builtin == "getattr" and _plain_lookup(node):
+            direct = ast.Attribute(node.args[0], node.args[1].value, ast.Load())  # type: ignore[attr-defined]
+            instead = f"replace `{ast.unparse(node)}` with `{ast.unparse(direct)}`"
+        found.append(
+            Finding(
+                "introspection",
+                node,
+                f"{builtin}() looks attributes up out of the gate's sight",
+                instead,
+            )
+        )
     if builtin == "type" and (len(node.args) != 1 or node.keywords):
-        found.append(("introspection", node, "type() with three arguments builds a class"))
+        found.append(
+            Finding(
+                "introspection",
+                node,
+                "type() with three arguments builds a class out of the gate's sight",
+                "write a class statement, or compare dtypes (x.dtype == torch.float32)",
+            )
+        )
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in ("format", "format_map"):
         template = func.value
         text = template.value if isinstance(template, ast.Constant) else None
         if not isinstance(text, str) or _format_reaches_attributes(text):
             found.append(
-                (
+                Finding(
                     "introspection",
                     node,
-                    "str.format reads attributes of its arguments ({0.attr}); use a literal "
-                    "template with plain fields, or an f-string",
+                    "str.format reads attributes of its arguments ({0.attr})",
+                    "use a literal template with plain fields, or an f-string",
                 )
             )
     return found
@@ -67,11 +85,11 @@ def precision_findings(
     named = all(isinstance(v, ast.Constant) or dotted_name(v) for v in given)
     if (path in DTYPE_CONSTRUCTORS | constructors and not literal) or (retyped and not named):
         found.append(
-            (
+            Finding(
                 "precision_downgrade",
                 node,
-                "a dtype built at run time (`tl.dtype(name)`, `.type(name)`) hides its "
-                "precision: name dtypes literally (tl.float32, torch.float32)",
+                "a dtype built at run time (`tl.dtype(name)`, `.type(name)`) hides its precision",
+                "name dtypes literally (tl.float32, torch.float32)",
             )
         )
     for keyword in node.keywords:
@@ -79,11 +97,11 @@ def precision_findings(
         value = keyword.value
         if allowed and not (isinstance(value, ast.Constant) and value.value in allowed):
             found.append(
-                (
+                Finding(
                     "precision_downgrade",
                     value,
-                    f"`{keyword.arg}`: tf32 rounds fp32 inputs to 10 mantissa bits; use "
-                    'input_precision="ieee"',
+                    f"`{keyword.arg}`: tf32 rounds fp32 inputs to 10 mantissa bits",
+                    f'replace `{keyword.arg}={ast.unparse(value)}` with `input_precision="ieee"`',
                 )
             )
     return found

@@ -63,6 +63,11 @@ _NAMESPACES = {
     *(f"torch.nn.{name}" for name in NN_NAMESPACES),
 }
 _MAX_SHOWN = 80
+# What to write instead of PyTorch compute in forward.
+_COMPUTE_INSTEAD = (
+    "compute it in your kernel (fuse it into the kernel you launch, or launch another); "
+    "forward keeps only allocation (torch.empty), views and the launches"
+)
 
 
 def shown(text: str) -> str:
@@ -97,15 +102,22 @@ def judge_import(
     dsl_roots = [root for language in languages for root in language.roots]
     roots = (*ALLOWED_IMPORTS, *dsl_roots, *extra_roots)
     if not any(path == root or path.startswith(root + ".") for root in roots):
-        return (
+        allowed = ", ".join(["torch", *dsl_roots, "math", "typing", *extra_roots])
+        return Refusal(
             "forbidden_import",
-            f"import of {shown(path)!r} is not allowed (allowed: "
-            + ", ".join(["torch", *dsl_roots, "math", "typing", *extra_roots])
-            + "): no threads, processes, files, sockets, timers or introspection",
+            f"import of {shown(path)!r} is not allowed: threads, processes, files, sockets, "
+            "timers and introspection are out of a kernel's business",
+            f"import only {allowed}; write what {shown(path)!r} did in the kernel or with "
+            "torch glue (numpy's work: torch tensors; timing: the verifier times)",
         )
     hidden = [part for part in path.split(".")[1:] if reported_by_attribute_rules(part)]
     if hidden and path != AUTOGRAD_FUNCTION:
-        return ("introspection", f"importing `{shown(hidden[0])}` is not allowed")
+        return Refusal(
+            "introspection",
+            f"importing `{shown(hidden[0])}` is not allowed: it reaches interpreter or "
+            "PyTorch internals",
+            "import the public module and use its public names (import torch; torch.empty)",
+        )
     if is_namespace(path, extra_roots, languages):
         return None
     if judge_chain(path, "init", extra_roots, languages) is None:
@@ -129,10 +141,12 @@ def judge_chain(
     if any(reported_by_attribute_rules(part) for part in parts[1:]):
         return None
     if path.startswith(FILE_CALLS):
-        return (
+        return Refusal(
             "file_io",
             f"`{shown(path)}` reads or writes files: candidates must not touch the file "
             "system (no saved or precomputed results)",
+            "compute everything from the inputs in every call; build weights in __init__ "
+            "with torch.empty and nn.init",
         )
     if parts[0] == "torch":
         return _judge_torch(path, parts, where, kernel)
@@ -166,10 +180,11 @@ def _judge_torch(
     if name == "cuda":
         if len(parts) == 2 or (len(parts) == 3 and parts[2] in TORCH_CUDA_GLUE):
             return refused(path, where, kernel=kernel) if where in ("launch", "jit") else None
-        return (
+        return Refusal(
             "stream_trick",
-            f"`{shown(path)}`: no streams, events or graphs; launch on the current stream "
-            "(of torch.cuda only " + ", ".join(sorted(TORCH_CUDA_GLUE)) + ")",
+            f"`{shown(path)}`: streams, events and graphs move work out of the timed stream",
+            "launch on the current stream, as kernel[grid](...) does; of torch.cuda use "
+            "only " + ", ".join(sorted(TORCH_CUDA_GLUE)),
         )
     if len(parts) == 2 and name in TORCH_GLUE:
         if where == "jit" or (where == "launch" and name not in TORCH_DTYPES):
@@ -196,11 +211,16 @@ def _judge_nn(
             return None
         functional = head == "functional" and _function_like(rest[-1])
         if where == "forward" and (functional or initialiser):
-            return (
+            if head == "functional":
+                return Refusal(
+                    "torch_compute",
+                    f"`{shown(path)}` is PyTorch compute standing in for the kernel",
+                    _COMPUTE_INSTEAD,
+                )
+            return Refusal(
                 "torch_compute",
-                f"`{shown(path)}` is PyTorch compute standing in for the kernel"
-                if head == "functional"
-                else f"`{shown(path)}` outside __init__: initialise parameters in __init__",
+                f"`{shown(path)}` outside __init__: initialising parameters is not forward's work",
+                "initialise parameters in __init__ (nn.init runs there once)",
             )
         return refused(path, where, kernel=kernel)
     if head[:1].isupper() and rest[1:] in ([], ["__init__"]):
@@ -217,42 +237,54 @@ def refused(
     of the kernel body ``where`` is "jit")."""
     shown_path = shown(path)
     if where == "jit":
-        return (
+        counterpart = kernel.counterpart(path) if kernel is not None else None
+        return Refusal(
             "kernel_body",
             f"`{shown_path}` in a {kernel.kernel_title if kernel else 'kernel'}: a kernel may "
             f"use only {kernel.language_words if kernel else 'its language'}, its arguments "
             "and arithmetic",
+            ""
+            if counterpart
+            else "compute it on the host and pass the result in as an "
+            "argument, or write it with the language's functions",
+            counterpart or "",
         )
     if where == "launch":
-        return (
+        return Refusal(
             "callback",
             f"`{shown_path}` in code Triton runs during a launch (a grid function, heuristic "
-            "or hook): such code may only compute launch sizes (arithmetic, triton.cdiv, "
-            "tensor sizes and strides)",
+            "or hook): such code may only compute launch sizes",
+            "compute the grid from sizes only: `lambda meta: (triton.cdiv(n, "
+            'meta["BLOCK"]),)` with n = x.numel() read in forward',
         )
     if where == "forward" and compute:
-        return (
+        return Refusal(
             "torch_compute",
             f"`{shown_path}` is PyTorch compute standing in for the kernel (allowed in "
             "forward: allocation, views, reshapes, .contiguous(), .to())",
+            _COMPUTE_INSTEAD,
         )
     if where == "init":
-        return (
+        return Refusal(
             "module_escape",
             f"`{shown_path}` is not among the torch names __init__ may use: tensor creation "
             "and random initialisation, torch.nn modules, nn.init and tensor functions to "
             "prepare parameters (no modules reached through torch: torch.os, torch._C ...)",
+            "build parameters with torch.empty/torch.randn and nn.init, or keep the "
+            "nn module whose parameters the kernel reads",
         )
     return escape(path)
 
 
 def escape(path: str) -> Refusal:
     """The refusal of a chain that is on no allow-list (a module reached through another)."""
-    return (
+    return Refusal(
         "module_escape",
         f"`{shown(path)}` is not among the names a candidate may use from its imports "
         "(modules reached through an allowed one, like torch.os, torch.importlib, "
         "torch._C or triton.runtime, are refused)",
+        "use the public functions of the allowed modules directly (torch.empty, tl.load, "
+        "math.sqrt)",
     )
 
 

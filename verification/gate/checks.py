@@ -8,12 +8,14 @@ through ``add``.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import re
 
 from kernelflow.verification.backends.base import Backend, dotted_name
-from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.language import Finding, KernelLanguage, Problem, Refusal
 from kernelflow.verification.gate.calls import lookup_findings, precision_findings
 from kernelflow.verification.gate.chains import judge_chain, refused_dunder, shown
+from kernelflow.verification.gate.feedback import RULE_ADVICE, Violation, replacement_text
+from kernelflow.verification.gate.installed import closest, exists, version
 from kernelflow.verification.gate.rules import (
     BANNED_ATTRS,
     BUILTIN_TYPES,
@@ -41,22 +43,18 @@ from kernelflow.verification.gate.strict import (
 __all__ = ["Checks", "Violation"]
 
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    line: int
-    message: str
-
-    def text(self) -> str:
-        return f"{self.rule}: line {self.line}: {self.message}"
+# Packages whose refused names are looked up in the installed package (installed); a
+# kernel language looks up its own (triton: backends.triton_names).
+_LOOKED_UP = ("torch", "math")
+# The one literal substitution a finding's advice may say (gate.feedback).
+_DIRECTIVE = re.compile(r"replace `([^`]+)` with `[^`]+`")
 
 
 class Checks:
     """The checks; the walker that subclasses it fills these in before it walks."""
 
     tree: ast.Module
+    lines: list[str]  # the candidate's source, line by line
     backend: Backend
     extra_roots: tuple[str, ...]
     # The kernel languages a candidate may write (the backend's and those it borrows), by
@@ -80,6 +78,8 @@ class Checks:
     jit_ids: set[int]  # ids of every kernel function's node
     launched: set[str]  # kernels launched: kernel[grid](...), self.kernel[...]
     launch_sites: set[int]  # ids of the subscripts that launch a kernel (kernels)
+    calls_of: dict[int, ast.Call]  # ids of called expressions -> their call
+    backward: set[int]  # ids of the backward methods of custom autograd functions
 
     def language_of(self, scope: Scope) -> KernelLanguage | None:
         """The language of the kernel body ``scope`` is (None outside kernels)."""
@@ -95,8 +95,101 @@ class Checks:
 
     # ------------------------------------------------------------------ passes
 
-    def add(self, rule: str, node: ast.AST, message: str) -> None:
-        self.out.append(Violation(rule, getattr(node, "lineno", 0), message))
+    def add(
+        self,
+        rule: str,
+        node: ast.AST,
+        message: str | Problem,
+        instead: str = "",
+        *,
+        found: str | None = None,
+        missing: bool = False,
+        place: str = "",
+    ) -> None:
+        """Record a broken rule at ``node``'s line: why (``message``, or a check's
+        Problem), what to write instead ("": the rule's advice) and what was found (the
+        code on that line unless given)."""
+        why = message
+        if isinstance(message, Problem):
+            why, instead = message.message, message.instead or instead
+        line = getattr(node, "lineno", 0)
+        if found is None:
+            found = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        instead = _DIRECTIVE.sub(lambda m: self.as_written(m, node), instead)
+        self.out.append(Violation(rule, line, str(why), shown(found), instead, (), missing, place))
+
+    def as_written(self, directive: re.Match[str], node: ast.AST) -> str:
+        """A ``replace `X` with `Y``` directive whose X is code as ``ast.unparse`` writes
+        it, with X as the candidate wrote it (its quotes, its spacing) where a node of
+        ``node``'s lines unparses to it."""
+        written = directive.group(1)
+        if written in "\n".join(self.lines):
+            return directive.group(0)
+        try:
+            wanted = ast.unparse(ast.parse(written, mode="eval").body)
+        except SyntaxError:
+            return directive.group(0)
+        first = getattr(node, "lineno", 0)
+        last = getattr(node, "end_lineno", first) or first
+        source = "\n".join(self.lines)
+        for candidate in ast.walk(node if first else self.tree):
+            if not isinstance(candidate, ast.expr) or not first <= candidate.lineno <= last:
+                continue
+            if ast.unparse(candidate) == wanted:
+                segment = ast.get_source_segment(source, candidate)
+                if segment and "\n" not in segment:
+                    return directive.group(0).replace(f"`{written}`", f"`{segment}`", 1)
+        return directive.group(0)
+
+    def add_refusal(self, verdict: Refusal, node: ast.AST, path: str) -> None:
+        """Record the refusal of the chain ``path`` (resolved) at ``node``, the chain
+        named as the candidate wrote it, its replacement spelled as the module imports it
+        (an idiom with ``{x}``: the call's argument put in)."""
+        message = verdict.message
+        if dotted_name(node):
+            message = message.replace(f"`{shown(path)}`", f"`{shown(dotted_name(node) or '')}`")
+        instead = verdict.instead
+        if (
+            verdict.replacement
+            and isinstance(node, ast.Import)
+            and "{x}" not in verdict.replacement
+        ):
+            direct = replacement_text(path, verdict.replacement)  # import a.b as c
+            instead = f"{direct} ({instead})" if instead else direct
+        elif verdict.replacement and isinstance(node, ast.Import | ast.ImportFrom):
+            what = verdict.replacement.format(x="x")
+            use = f"write `{what}`" if "{x}" in verdict.replacement else f"use `{what}`"
+            instead = f"drop the import and {use}" + (f" ({instead})" if instead else "")
+        elif verdict.replacement:
+            written = dotted_name(node) or ""
+            spelled = self.spelled(verdict.replacement)
+            call = self.calls_of.get(id(node))
+            if "{x}" in spelled:
+                if call is not None and len(call.args) == 1 and not call.keywords:
+                    argument = ast.unparse(call.args[0])
+                    simple = isinstance(call.args[0], ast.Name | ast.Constant | ast.Attribute)
+                    spelled = spelled.format(x=argument if simple else f"({argument})")
+                    written = ast.unparse(call)
+                else:
+                    spelled = spelled.format(x="x")
+            direct = replacement_text(shown(written), shown(spelled))
+            instead = f"{direct} ({instead})" if instead else direct
+        self.add(verdict.rule, node, message, instead, missing=verdict.missing)
+
+    def spelled(self, text: str) -> str:
+        """``text`` (resolved paths, or an idiom written with ``tl.``) with the longest
+        imported path each starts with written as the module's alias for it."""
+        by_path = sorted(
+            ((path, local) for local, path in self.aliases.items() if "." not in local),
+            key=lambda item: -len(item[0]),
+        )
+        language = next((local for path, local in by_path if path == "triton.language"), "")
+        if language and "{x}" in text:
+            return text.replace("tl.", f"{language}.")
+        for path, local in by_path:
+            if text == path or text.startswith(path + "."):
+                return local + text[len(path) :]
+        return text
 
     def resolve(self, node: ast.AST) -> str | None:
         """Dotted name with the first part resolved through import aliases."""
@@ -125,20 +218,33 @@ class Checks:
                 self.add(
                     "file_io",
                     node,
-                    f"`{shown(path)}` builds files: build once, at module level or in __init__",
+                    f"`{shown(path)}` builds files each time it runs",
+                    "build once, at module level or in __init__, and keep the module",
                 )
             return
         kernel = self.language_of(scope)
         languages = list(self.languages.values())
         verdict = judge_chain(path, scope.context, self.extra_roots, languages, kernel)
+        if verdict is not None and scope.function in self.backward:
+            verdict = verdict._replace(
+                message=f"`{shown(path)}` in the backward of a custom autograd function: the "
+                "verifier never runs it (forward runs under torch.no_grad), so, like "
+                "__init__, it may use only what prepares parameters",
+                instead="leave backward out (the verifier checks forward only), or compute "
+                "the gradient with a kernel",
+            )
+        if verdict is not None and not verdict.missing and path.split(".")[0] in _LOOKED_UP:
+            verdict = _if_missing(verdict, path)
         if verdict is not None:
-            self.add(verdict[0], node, verdict[1])
+            self.add_refusal(verdict, node, path)
         decorator = any(language.decorator_only(path) for language in languages)
         if decorator and id(node) not in self.decorators:
             self.add(
                 "kernel_body",
                 node,
                 f"`{path}` is used only as the decorator of a module-level kernel",
+                f"decorate a module-level function with @{shown(dotted_name(node) or path)}"
+                " and launch it as kernel[grid](...)",
             )
 
     def check_node(self, node: ast.AST, scope: Scope) -> None:
@@ -168,13 +274,21 @@ class Checks:
     def check_attribute_name(self, node: ast.Attribute) -> None:
         attr = node.attr
         if attr in BANNED_ATTRS and not self.backend.holds_kernel(self, node):
-            self.add("introspection", node, f"attribute `.{attr}` is not allowed")
+            self.add(
+                "introspection",
+                node,
+                f"attribute `.{attr}` reaches frames, tracing, the module table, hooks, "
+                "PyTorch's internals or numpy (compute no runtime guard sees)",
+                "compute with torch tensors and your kernel; read only public tensor "
+                "attributes (shape, dtype, device, stride())",
+            )
         elif refused_dunder(attr):
             self.add(
                 "introspection",
                 node,
                 f"attribute `.{shown(attr)}`: dunder attributes reach Python's and PyTorch's "
                 "internals (__class__, __globals__, __array__, __torch_function__ ...)",
+                "use the public API: x.dtype, isinstance(x, torch.Tensor), super().__init__()",
             )
         if attr in LOW_PRECISION:
             self.check_half(node, attr)
@@ -185,7 +299,8 @@ class Checks:
                 node,
                 f"`.{shown(attr)}` makes a tensor subclass (a lazy tensor): PyTorch calls its "
                 "class's code on every operation, out of every check's sight (KernelBench's "
-                "lazy_eval); return plain tensors made with torch.empty and the like",
+                "lazy_eval)",
+                "return plain tensors made with torch.empty and the like, filled by your kernel",
             )
         if path.startswith(STREAM_MODULES) and attr in STREAM_ATTRS:
             self.add(
@@ -211,28 +326,36 @@ class Checks:
                 "introspection",
                 node,
                 f"`{owner.id}.{shown(node.attr)}`: unbound builtin methods act on objects out "
-                "of the gate's sight (dict.setdefault(d, ...)); call methods on the object",
+                "of the gate's sight (dict.setdefault(d, ...))",
+                f"call the method on the object itself: `d.{shown(node.attr)}(...)`",
             )
 
     def check_decorator(self, dec: ast.expr) -> None:
         dotted = dotted_name(dec.func if isinstance(dec, ast.Call) else dec) or ""
         name = dotted.split(".")[-1]
         if name in CACHE_DECORATORS:
-            self.add("caching", dec, f"@{name}: results must not be cached across calls")
+            self.add(
+                "caching",
+                dec,
+                f"@{name}: results must not be cached across calls",
+                f"remove @{name}: compute the result from the inputs in every call",
+            )
         elif dotted == "property":
             self.add(
                 "callback",
                 dec,
                 "@property runs candidate code whenever the attribute is read (in launch "
-                "callbacks too): set plain attributes in __init__",
+                "callbacks too)",
+                "set a plain attribute in __init__ (self.name = value), or call a method",
             )
         elif dotted.split(".")[0] in self.candidate:
             self.add(
                 "caching",
                 dec,
                 f"@{shown(dotted)}: a decorator of the candidate's own wraps calls out of the "
-                "gate's sight (a result cache?); decorate only with triton's, torch.no_grad(), "
-                "staticmethod and the like",
+                "gate's sight (a result cache?)",
+                f"remove @{shown(dotted)} and call what it adds from the function itself; "
+                "decorate only with triton's, torch.no_grad(), staticmethod and the like",
             )
 
     def check_function_name(self, node: _AnyFunction, *, method: bool) -> None:
@@ -241,8 +364,9 @@ class Checks:
                 "callback",
                 node,
                 f"defining `{shown(node.name)}` makes PyTorch or Triton call candidate code on "
-                "their own (protocol methods, dunders): a class defines __init__, forward and "
-                "helpers",
+                "their own (protocol methods, dunders)",
+                f"give `{shown(node.name)}` a name of your own and call it from forward; a "
+                "class defines __init__, forward and helpers",
             )
 
     def check_call(self, node: ast.Call, scope: Scope) -> None:
@@ -260,11 +384,12 @@ class Checks:
         full_precision = not self.task_uses_half
         languages = list(self.languages.values())
         constructors = frozenset(c for lang in languages for c in lang.dtype_constructors)
-        findings = lookup_findings(node, builtin) + precision_findings(node, path, constructors)
+        findings: list[Finding] = lookup_findings(node, builtin)
+        findings += precision_findings(node, path, constructors)
         for language in languages:
             findings += language.call_findings(node, path, full_precision)
-        for rule, where, message in findings:
-            self.add(rule, where, message)
+        for rule, where, message, instead in findings:
+            self.add(rule, where, message, instead)
         launch = id(func) in self.launch_sites
         if scope.where in STRICT_RULES and not launch:  # a launch is judged as a subscript
             kernel = self.language_of(scope)
@@ -289,6 +414,8 @@ class Checks:
                 "torch_compute",
                 node,
                 f"`{path}(...)` outside __init__: PyTorch modules must not do the work",
+                "build the module in __init__ for its parameters, and compute with them in "
+                "your kernel",
             )
         if not isinstance(func, ast.Attribute) or path is not None:
             return
@@ -303,8 +430,9 @@ class Checks:
             self.add(
                 "torch_compute",
                 node,
-                f"`self.{func.attr}(...)` runs a PyTorch module; use its parameters in your "
-                "kernel instead",
+                f"`self.{func.attr}(...)` runs a PyTorch module",
+                f"pass its parameters (self.{func.attr}.weight, .bias) to your kernel and "
+                "compute with them there",
             )
 
     def check_mutation(self, node: ast.Call, scope: Scope) -> None:
@@ -323,7 +451,13 @@ class Checks:
         own_container = isinstance(func.value, ast.Name) and scope.container_here(func.value)
         if own_container and func.attr in MUTATING_METHODS:
             return  # a container made in the call, changed itself (perm.pop(d))
-        self.add("caching", node, kept_state(root, scope, f"`.{func.attr}(...)` changes"))
+        self.add(
+            "caching",
+            node,
+            kept_state(root, scope, f"`.{func.attr}(...)` changes"),
+            "change only what the call made (a local list, a tensor from torch.empty); keep "
+            "the module's state as __init__ set it",
+        )
 
     def check_write(self, target: ast.Attribute | ast.Subscript, scope: Scope) -> None:
         """An assignment, augmented assignment or del of an attribute or item. In forward
@@ -368,8 +502,9 @@ class Checks:
             self.add(
                 "precision_downgrade",
                 node,
-                f"`{shown(name)}`: the task computes in full precision; do not downgrade to "
-                "fp16/bf16/fp8",
+                f"`{shown(name)}`: the task computes in full precision (fp16/bf16/fp8 round "
+                "its inputs and results)",
+                _full_precision(node, self.calls_of.get(id(node))),
             )
 
     def submodules(self) -> set[str]:
@@ -389,3 +524,34 @@ class Checks:
                     if full.startswith("torch.nn.") and full.split(".")[2] not in NN_ANYWHERE:
                         self._submodules.add(node.targets[0].attr)
         return self._submodules
+
+
+def _full_precision(node: ast.AST, call: ast.Call | None) -> str:
+    """What to write instead of a low-precision dtype at ``node`` (``call``: the call it
+    is the callee of): the fp32 conversion for a method (``x.half()``), the fp32 dtype
+    of the same module for a name (``torch.float16``, ``tl.bfloat16``)."""
+    if not isinstance(node, ast.Attribute):
+        return ""
+    written = ast.unparse(node)
+    if call is not None and not call.args and not call.keywords:
+        return replacement_text(
+            shown(ast.unparse(call)), f"{shown(ast.unparse(node.value))}.float()"
+        )
+    if call is None and isinstance(node.value, ast.Name | ast.Attribute):
+        return replacement_text(shown(written), f"{shown(ast.unparse(node.value))}.float32")
+    return ""
+
+
+def _if_missing(verdict: Refusal, path: str) -> Refusal:
+    """``verdict`` said of a name the installed package does not have: that it does not
+    exist (with the package's version), and the closest name it has."""
+    if exists(path) is not False:
+        return verdict
+    root = path.split(".")[0]
+    near = closest(path)
+    advice = verdict.instead or RULE_ADVICE[verdict.rule]
+    return verdict._replace(
+        message=f"`{shown(path)}` does not exist in the installed {root} {version(root)}".rstrip(),
+        instead=(f"the installed {root} has `{near}`; " if near else "") + advice,
+        missing=True,
+    )

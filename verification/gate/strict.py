@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from kernelflow.verification.backends.language import KernelLanguage
+from kernelflow.verification.backends.language import KernelLanguage, Problem
 from kernelflow.verification.gate.chains import shown
 from kernelflow.verification.gate.rules import LAUNCH_ATTRS, LAUNCH_BUILTINS
 from kernelflow.verification.gate.scopes import Scope
@@ -81,12 +81,18 @@ _LAUNCH_NODES = (
 
 def node_problem(
     node: ast.AST, scope: Scope, passing: frozenset[str], kernel: KernelLanguage | None
-) -> str | None:
+) -> str | Problem | None:
     """Whether ``node``'s kind may appear in a kernel body of ``kernel`` (the language of
     the body: None in a callback) or a callback at all (``passing``: the module's kernels
     that may return a host value they are given)."""
     if kernel is not None and scope.where == "jit":
         return kernel.node_problem(node, scope, passing)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return Problem(
+            f"`{type(node).__name__}` {_place(scope, kernel)}",
+            f"define `{node.name}` at module level or as a method; a launch callback "
+            "computes sizes only",
+        )
     if not isinstance(node, _LAUNCH_NODES):
         return f"`{type(node).__name__}` {_place(scope, kernel)}"
     if isinstance(node, ast.Attribute | ast.Subscript) and not isinstance(node.ctx, ast.Load):
@@ -102,7 +108,7 @@ def name_problem(
     kernel_globals: set[str],
     candidate: set[str],
     kernel: KernelLanguage | None,
-) -> str | None:
+) -> str | Problem | None:
     """A name (not an import) read in a kernel body (``kernel_globals``: the module's
     kernels and constants) or in a callback (``candidate``: the module's own functions and
     classes)."""
@@ -115,7 +121,7 @@ def name_problem(
 
 def attribute_problem(
     node: ast.Attribute, scope: Scope, kernel: KernelLanguage | None, *, called: bool
-) -> str | None:
+) -> str | Problem | None:
     """An attribute of a value (not of a module) read in a kernel body or a callback;
     ``called``: it is called there (a method). A callback may read any attribute (the
     meta's block sizes, ``self.out_channels``: no code of the candidate runs on a read, as
@@ -135,7 +141,7 @@ def call_problem(
     module_path: str | None,
     kernel: KernelLanguage | None,
     languages: Sequence[KernelLanguage],
-) -> str | None:
+) -> str | Problem | None:
     """A call in a kernel body (of ``kernel``) or a callback; ``module_path`` is the
     callee's resolved path when it is an attribute of an imported module (judged by
     chains); ``languages``: the module's kernel languages, whose functions that run a

@@ -97,12 +97,13 @@ from kernelflow.verification.gate.chains import (
     refused_dunder,
     shown,
 )
-from kernelflow.verification.gate.checks import Checks, Violation
+from kernelflow.verification.gate.checks import Checks
 from kernelflow.verification.gate.context import (
     callbacks,
     dead_functions,
     init_functions,
 )
+from kernelflow.verification.gate.feedback import Violation, arranged, bounded
 from kernelflow.verification.gate.kernels import kernel_uses
 from kernelflow.verification.gate.rules import (
     AUTOGRAD_FUNCTION,
@@ -128,7 +129,7 @@ from kernelflow.verification.policy import policy as find_policy
 
 __all__ = ["MAX_VIOLATIONS", "Violation", "check_candidate", "gate_findings"]
 
-MAX_VIOLATIONS = 20  # reported per candidate (the first ones by line)
+MAX_VIOLATIONS = 20  # reported per candidate (root cause first, repeats folded: feedback)
 _AnyFunction = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -150,11 +151,15 @@ class _Gate(Checks):
     def __init__(
         self,
         tree: ast.Module,
+        lines: list[str],
         backend: Backend,
         languages: dict[str, KernelLanguage],
         task_uses_half: bool,
     ) -> None:
         self.tree = tree
+        self.lines = lines
+        self.calls_of: dict[int, ast.Call] = {}  # ids of called expressions -> their call
+        self.backward: set[int] = set()  # ids of custom autograd functions' backward
         self.backend = backend
         self.extra_roots = backend.extra_imports
         self.languages = languages
@@ -209,7 +214,7 @@ class _Gate(Checks):
         self.collect()
         self.visit_block(self.tree.body, MODULE)
         self.backend.check_kernels(self)
-        return sorted(set(self.out), key=lambda v: (v.line, v.rule, v.message))
+        return arranged(self.out)
 
     def collect(self) -> None:
         for node in ast.walk(self.tree):
@@ -219,6 +224,7 @@ class _Gate(Checks):
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 self.called.add(id(node.func))
+                self.calls_of[id(node.func)] = node
             elif isinstance(node, _AnyFunction | ast.ClassDef):
                 for dec in node.decorator_list:
                     self.decorators.update({id(dec), id(getattr(dec, "func", dec))})
@@ -300,7 +306,7 @@ class _Gate(Checks):
                 imported, self.extra_roots, self.backend.glue_paths, list(self.languages.values())
             )
             if verdict is not None:
-                self.add(verdict[0], node, verdict[1])
+                self.add_refusal(verdict, node, imported)
                 self.refused_imports.add(local)
             if alias.name in LOW_PRECISION:
                 self.check_half(node, alias.name)
@@ -314,8 +320,8 @@ class _Gate(Checks):
                 self.add(
                     "module_code",
                     stmt,
-                    "module-level calls run once at import (precomputed results?); only "
-                    "definitions and constants belong at module level",
+                    "module-level calls run once at import, out of every check (precomputed "
+                    "results?)",
                 )
             self.visit(stmt, scope)
 
@@ -396,8 +402,9 @@ class _Gate(Checks):
                     "kernel_body",
                     node,
                     f"`{shown(node.name)}`: a {self.languages[dsl].kernel_title} defined "
-                    "inside a kernel or a launch callback (define kernels at module level or "
-                    "where they are launched)",
+                    "inside a kernel or a launch callback",
+                    f"define `{shown(node.name)}` at module level and call it from the kernel "
+                    "(or launch it from forward)",
                 )
             return "jit"
         if scope.where in STRICT_RULES:
@@ -412,12 +419,24 @@ class _Gate(Checks):
             self.visit(dec, scope)
         for base in node.bases:
             if (dotted_name(base) or "").split(".")[-1] == "Model":
-                self.add("reference_use", base, "ModelNew must not inherit from Model")
+                module = self.spelled("torch.nn.Module")
+                self.add(
+                    "reference_use",
+                    base,
+                    "ModelNew must not inherit from Model: the reference would compute",
+                    f"replace `{node.name}({ast.unparse(base)})` with `{node.name}({module})` "
+                    "and compute the result with your own kernel",
+                )
             path = self.alias_path(base) or ""
             if path == AUTOGRAD_FUNCTION:
                 # A custom autograd function around a kernel: each call gets a new ctx.
                 self.per_call_receiver.update(
                     id(item) for item in node.body if isinstance(item, _AnyFunction)
+                )
+                self.backward.update(
+                    id(item)
+                    for item in node.body
+                    if isinstance(item, _AnyFunction) and item.name == "backward"
                 )
                 continue  # the one class of torch.autograd a candidate may name
             nn_class = path.startswith("torch.nn.") and path.count(".") == 2
@@ -426,11 +445,18 @@ class _Gate(Checks):
                     "callback",
                     base,
                     f"subclassing `{shown(path)}`: a tensor subclass intercepts PyTorch's "
-                    "calls on its values (candidate classes derive from nn.Module)",
+                    "calls on its values",
+                    "derive candidate classes from torch.nn.Module (or "
+                    "torch.autograd.Function) and return plain tensors",
                 )
             self.visit(base, scope)
         for keyword in node.keywords:
-            self.add("callback", keyword, "class keywords (metaclass=...) run candidate code")
+            self.add(
+                "callback",
+                keyword,
+                "class keywords (metaclass=...) run candidate code when the class is made",
+                "drop the keyword: `class ModelNew(torch.nn.Module):`",
+            )
             self.visit(keyword.value, scope)
         self.visit_block(node.body, CLASS_BODY)
 
@@ -458,15 +484,20 @@ class _Gate(Checks):
         self.add(
             "callback",
             node,
-            f"`{shown(name)}` used other than launched as {shown(name)}[grid](...): a "
-            "kernel's attributes and hooks (add_pre_run_hook, fn, run) run Python during "
-            "its launches",
+            f"`{shown(name)}` used other than launched: a kernel's attributes and hooks "
+            "(add_pre_run_hook, fn, run) run Python during its launches",
+            f"launch it as `{shown(name)}[grid](...)`, or pass it only to a helper of yours "
+            "that launches it",
         )
 
     def visit_name(self, node: ast.Name, scope: Scope, *, called: bool = False) -> None:
         name = node.id
         if (name in BANNED_NAMES and not scope.shadows(name)) or refused_dunder(name):
-            self.add("introspection", node, f"`{shown(name)}` is not allowed in a candidate")
+            self.add(
+                "introspection",
+                node,
+                f"`{shown(name)}` reaches the interpreter (dynamic code, frames, builtins, files)",
+            )
         if name == "Model":
             self.add(
                 "reference_use",
@@ -482,8 +513,9 @@ class _Gate(Checks):
                 self.add(
                     "module_escape",
                     node,
-                    f"the module `{shown(path)}` used as a value reaches all it holds: use "
-                    "the allowed attributes directly (torch.empty(...), tl.load(...))",
+                    f"the module `{shown(path)}` used as a value reaches all it holds",
+                    f"name the attributes you use directly: `{shown(name)}.empty(...)`, "
+                    "`tl.load(...)`",
                 )
             else:
                 self.judge(node, path, scope)
@@ -491,7 +523,12 @@ class _Gate(Checks):
         if name in self.kernel_names and scope.where != "jit" and id(node) not in self.kernel_named:
             self.kernel_as_value(node, name)
         if name in DYNAMIC_BUILTINS and not called:
-            self.add("introspection", node, f"`{name}` must be called directly")
+            self.add(
+                "introspection",
+                node,
+                f"`{name}` used as a value looks attributes or types up out of sight",
+                f"call it directly with a literal name, or write obj.attr ({name}(obj, ...))",
+            )
         if scope.where in STRICT_RULES and not called:  # a callee is judged with its call
             kernel_globals = self.kernel_names | self.constants
             kernel = self.language_of(scope)
@@ -518,7 +555,9 @@ class _Gate(Checks):
                     STRICT_RULES[scope.where],
                     node,
                     f"launching `{shown(kernel)}` from a kernel or from a lambda, grid function "
-                    "or hook: launch kernels from forward or its helpers",
+                    "or hook",
+                    "launch kernels from forward or its helpers; inside a kernel call a "
+                    "@triton.jit helper as a plain function",
                 )
             if isinstance(node.value, ast.Attribute):
                 self.visit(node.value.value, scope)  # the class or instance holding it
@@ -548,7 +587,8 @@ def gate_findings(
     """What the gate finds in ``source`` as a candidate of ``backend`` (a registered name:
     raises UnknownBackend otherwise) under ``policy`` (raises UnknownPolicy): the rules
     that refuse it, and the ones the policy records as warnings (at most MAX_VIOLATIONS
-    each, the first by line). ``source`` must parse."""
+    each, root cause first, repeats folded: docs/verifier.md "Feedback that teaches").
+    ``source`` must parse."""
     judged_by = find_policy(policy)
     tree = parse_module(source, filename="candidate.py")
     task_uses_half = any(word in task_source for word in ("float16", "bfloat16", "half"))
@@ -556,16 +596,17 @@ def gate_findings(
     for name in backend_names():  # a candidate plainly written for another backend
         foreign = find_backend(name).foreign_kernel(tree, judge)
         if foreign is not None:  # every rule would be noise beside this
-            return [Violation("no_kernel", foreign[0], foreign[1])], []
+            line = source.splitlines()[foreign[0] - 1].strip() if foreign[0] else ""
+            return [Violation("no_kernel", foreign[0], foreign[1], line, foreign[2])], []
     languages = {
         dsl.name: language
         for dsl in [judge, *map(find_backend, judge.borrows)]
         if (language := dsl.kernel_language()) is not None
     }
-    found = _Gate(tree, judge, languages, task_uses_half).run()
+    found = _Gate(tree, source.splitlines(), judge, languages, task_uses_half).run()
     refusals = [v for v in found if judged_by.refuses(v.rule)]
     warnings = [v for v in found if not judged_by.refuses(v.rule)]
-    return refusals[:MAX_VIOLATIONS], warnings[:MAX_VIOLATIONS]
+    return bounded(refusals, MAX_VIOLATIONS), bounded(warnings, MAX_VIOLATIONS)
 
 
 def check_candidate(
