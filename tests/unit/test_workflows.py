@@ -25,6 +25,7 @@ def counted(wf: Workflow, history: list[str]):  # type: ignore[no-untyped-def]
 def test_the_predefined_workflows_load() -> None:
     assert [w.name for w in catalogue()] == [
         "agentflow",
+        "agentic",
         "coder_only",
         "conductor_connect_all",
         "default",
