@@ -291,6 +291,18 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=Fals
         return type(self).__struct_config__.tag  # type: ignore[return-value]
 
 
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a forked task's history came from (``kernelflow fork``, docs/workflows.md,
+    "Forking a task"): its events 2 to ``at`` are those of task ``task_id`` with the same
+    ``seq``, copied as recorded (only their task id, and the ids that name it, rewritten);
+    what the fork changed is in ``changed`` (``workflow``, ``policy``, ``backend``, ``llm``:
+    the new value)."""
+
+    task_id: str
+    at: int
+    changed: dict[str, str] = {}
+
+
 class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     task_name: str
     task_source: str
@@ -309,6 +321,8 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     rewards: list[str] = []
     prior_kernels: list[PriorKernel] = []
     verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
+    # Set on the first event of a fork: the task and event it was forked from.
+    forked_from: ForkOrigin | None = None
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):
