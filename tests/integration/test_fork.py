@@ -23,7 +23,7 @@ from kernelflow.events.model import (
     VerificationCompleted,
 )
 from kernelflow.fork import plan_fork
-from kernelflow.host.runtime import connected, start_daemon, stopped_after
+from kernelflow.host.runtime import connected, follow_task, start_daemon, stopped_after
 from kernelflow.host.settings import Settings
 from kernelflow.offline.files import file_events
 from kernelflow.task import fork_roles
@@ -182,3 +182,27 @@ def test_events_recorded_as_history_only_are_no_work_for_any_daemon(
 
 async def _sent(bridge: Bridge, event: Event, after: int) -> int:
     return await (await bridge.log.send_recorded(event, after, history_only=True))
+
+
+def test_a_detached_fork_is_left_to_the_daemons_and_they_finish_it(
+    finished: tuple[dict[str, str], list[Event]], tmp_path: Path
+) -> None:
+    """``--detach`` records the fork and starts nothing; a daemon started after it takes
+    the fork from its last copy on, with the daemon's model."""
+    env, original = finished
+    detached = run_cli(
+        "fork", original[0].task_id, "--after-step", "3", "--detach", "--json", env=env
+    )
+    assert detached.returncode == 0, detached.stderr
+    result = json.loads(detached.stdout)
+    assert result["status"] == "running" and result["at"] == step_end(original, 3)
+    model = other_model(tmp_path)
+    settings = Settings(data_dir=Path(env["KF_DATA_DIR"]), llm=f"scripted:{model}")
+    with connected(settings) as bridge:
+        waiting = bridge.call(bridge.log.read_task(result["task_id"])).events
+        assert len(waiting) == result["at"]  # nothing ran it yet
+        roles = fork_roles(waiting)
+        with stopped_after(start_daemon(bridge, settings, roles, {}, only={result["task_id"]})):
+            state = follow_task(bridge, result["task_id"], lambda _: None, 120)
+    assert state.finished is not None and state.finished.status == "success"
+    assert "BLOCK_SIZE = 512" in (state.finished.final_code or "")
