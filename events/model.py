@@ -323,6 +323,9 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
     # Set on the first event of a fork: the task and event it was forked from.
     forked_from: ForkOrigin | None = None
+    # What the task started with (kernelflow.actors.pins): workflow_sha256, verifier,
+    # policy, torch, triton, compiler, llm (or llm.<agent>); empty before they were pinned.
+    versions: dict[str, str] = {}
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 
 from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.pins import differences, pinned_versions
 from kernelflow.common.redact import scrub
 from kernelflow.events.log import AppendConflict
 from kernelflow.events.model import (
@@ -135,8 +136,10 @@ def _submitted(
     if changes.backend is not None:
         backend(changes.backend)  # UnknownBackend
         changed["backend"] = changes.backend
+    llm = {k: v for k, v in first.versions.items() if k == "llm" or k.startswith("llm.")}
     if changes.llm is not None:
         changed["llm"] = scrub(changes.llm)
+        llm = {"llm": changed["llm"]}
     submitted = msgspec.structs.replace(
         first,
         task_id=new_id,
@@ -148,6 +151,8 @@ def _submitted(
         backend=changes.backend or first.backend,
         group_id=f"g-{uuid.uuid4().hex[:12]}",
         forked_from=ForkOrigin(task_id=first.task_id, at=cut, changed=changed),
+        # What it goes on with (docs/workflows.md, "Versions pinned on a task").
+        versions=pinned_versions(text, changes.policy or first.policy, llm),
     )
     return submitted, workflow
 
@@ -186,6 +191,15 @@ async def record_fork(log: EventLogPort, events: Sequence[Event]) -> None:
             raise
 
 
+@dataclass(frozen=True)
+class PlannedFork:
+    """A fork's events (recorded by ``record_fork``), and the versions the original
+    started with that the fork goes on with otherwise (``name: then → now``)."""
+
+    events: list[Event]
+    versions_differ: list[str]
+
+
 async def plan_fork(
     log: EventLogPort,
     task_id: str,
@@ -194,10 +208,13 @@ async def plan_fork(
     at: int | None = None,
     after_step: int | None = None,
     changes: ForkChanges = ForkChanges(),
-) -> list[Event]:
-    """Read the original and make the fork's events (recorded by ``record_fork``)."""
+) -> PlannedFork:
+    """Read the original and make the fork's events."""
     original = (await log.read_task(task_id)).events
     if not original:
         raise ForkError(f"no task {task_id} in the log")
     cut = cut_of(task_id, original, at=at, after_step=after_step)
-    return forked_events(original, cut, new_id, changes)
+    events = forked_events(original, cut, new_id, changes)
+    before, after = original[0], events[0]
+    assert isinstance(before, TaskSubmitted) and isinstance(after, TaskSubmitted)
+    return PlannedFork(events, differences(before.versions, after.versions))

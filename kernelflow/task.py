@@ -314,7 +314,7 @@ class Task:
         new_id = self.task_id or new_id_for(None)
         plan = plan_fork(bridge.log, f.task_id, new_id, at=f.at, after_step=f.after_step,
                          changes=f.changes)  # fmt: skip
-        forked = bridge.call(plan)
+        forked = bridge.call(plan).events
         first = forked[0]
         assert isinstance(first, TaskSubmitted)
         self.op_name, self.task_desc = first.task_name, first.task_source

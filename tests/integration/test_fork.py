@@ -5,6 +5,7 @@ copied as recorded, and made again by nobody."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -126,6 +127,17 @@ def test_a_fork_reuses_the_history_and_makes_only_the_calls_the_steps_after_it_n
     assert isinstance(first, TaskSubmitted) and first.forked_from is not None
     assert (first.forked_from.task_id, first.forked_from.at) == (task_id, at)
     assert first.forked_from.changed == {"llm": f"scripted:{model}"}
+    # Versions: the original's pinned when it started; the fork goes on with its own.
+    started = original[0]
+    assert isinstance(started, TaskSubmitted)
+    pinned = {"workflow_sha256", "verifier", "policy", "torch", "triton", "compiler", "llm"}
+    assert set(started.versions) == pinned and started.versions["llm"] == f"scripted:{SCRIPT}"
+    assert (
+        started.versions["workflow_sha256"]
+        == hashlib.sha256(started.workflow_yaml.encode()).hexdigest()
+    )
+    assert first.versions == {**started.versions, "llm": f"scripted:{model}"}
+    assert result["versions_differ"] == [f"llm: scripted:{SCRIPT} → scripted:{model}"]
     # Events 2 to ``at`` are the original's, as recorded.
     copies = [as_copy(e, task_id, result["task_id"]) for e in events[1:at]]
     assert copies == [msgspec.json.encode(e) for e in original[1:at]]
@@ -169,7 +181,9 @@ def test_events_recorded_as_history_only_are_no_work_for_any_daemon(
     settings = Settings(data_dir=Path(env["KF_DATA_DIR"]), llm=f"scripted:{SCRIPT}")
     new_id = "history-only"
     with connected(settings) as bridge:
-        forked = bridge.call(plan_fork(bridge.log, original[0].task_id, new_id, after_step=2))
+        forked = bridge.call(
+            plan_fork(bridge.log, original[0].task_id, new_id, after_step=2)
+        ).events
         daemon = start_daemon(bridge, settings, fork_roles(forked), {}, only={new_id})
         with stopped_after(daemon):
             last = 0

@@ -97,13 +97,16 @@ def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
         plan = plan_fork(bridge.log, args.task_id, new_id, at=args.at,
                          after_step=args.after_step, changes=changes)  # fmt: skip
         try:
-            forked = bridge.call(plan)
+            planned = bridge.call(plan)
         except (ForkError, WorkflowError) as exc:
             raise UsageError(str(exc)) from exc
+        forked, differ = planned.events, planned.versions_differ
         at = forked[-1].seq
-        head = {"task_id": new_id, "forked_from": args.task_id, "at": at}
+        head = {"task_id": new_id, "forked_from": args.task_id, "at": at, "versions_differ": differ}
         if not args.json:
             print(f"task {new_id}: forked from {args.task_id} at event {at}", flush=True)
+            if differ:
+                print(f"  goes on with other versions: {'; '.join(differ)}", flush=True)
         if args.detach:
             _record(bridge, forked)
             print(json.dumps(head | {"status": "running"}) if args.json else new_id)
