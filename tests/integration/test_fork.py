@@ -220,3 +220,54 @@ def test_a_detached_fork_is_left_to_the_daemons_and_they_finish_it(
             state = follow_task(bridge, result["task_id"], lambda _: None, 120)
     assert state.finished is not None and state.finished.status == "success"
     assert "BLOCK_SIZE = 512" in (state.finished.final_code or "")
+
+
+def test_forks_show_as_a_tree_in_status_and_say_their_origin_in_replay(
+    finished: tuple[dict[str, str], list[Event]],
+) -> None:
+    """A fork of the task and a fork of that fork (both left to daemons: none runs here)
+    stand under their originals in ``status``; ``replay`` of a fork says where it came
+    from, and its JSON trajectory too."""
+    env, original = finished
+    task_id = original[0].task_id
+    child = run_cli(
+        "fork", task_id, "--after-step", "3", "--task-id", "tree-child", "--detach", env=env
+    )
+    assert child.returncode == 0, child.stderr
+    grandchild = run_cli(
+        "fork",
+        "tree-child",
+        "--after-step",
+        "1",
+        "--task-id",
+        "tree-grandchild",
+        "--detach",
+        env=env,
+    )
+    assert grandchild.returncode == 0, grandchild.stderr
+
+    status = run_cli("status", env=env)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(task_id))
+    below = next(i for i, line in enumerate(lines) if line.startswith("  └ tree-child "))
+    # Under the original, among its forks (the other tests' too), each one level deeper.
+    assert below > at and all(line.startswith("  ") for line in lines[at + 1 : below])
+    assert f"[fork of {task_id} at event {step_end(original, 3)}]" in lines[below]
+    assert lines[below + 1].startswith("    └ tree-grandchild ")
+    assert "[fork of tree-child at event" in lines[below + 1]
+    rows = {r["task_id"]: r for r in json.loads(run_cli("status", "--json", env=env).stdout)}
+    assert rows["tree-grandchild"]["forked_from"] == {
+        "task_id": "tree-child",
+        "at": step_end(original, 1),
+    }
+    assert rows[task_id]["forked_from"] is None
+
+    replay = run_cli("replay", "tree-child", env=env)
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.startswith(f"forked from {task_id} at event {step_end(original, 3)}: ")
+    trajectory = json.loads(run_cli("replay", "tree-child", "--json", env=env).stdout)
+    assert trajectory["metadata"]["forked_from"] == {
+        "task_id": task_id,
+        "at": step_end(original, 3),
+    }

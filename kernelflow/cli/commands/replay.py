@@ -107,7 +107,15 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(cview, indent=2) if args.json else counters_text(cview))
         return 0
     trajectory = build_trajectory(args.task, events)
-    print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
+    if args.json:
+        print(json.dumps(trajectory.to_dict(), indent=2))
+        return 0
+    if isinstance(first, TaskSubmitted) and (origin := first.forked_from) is not None:
+        print(
+            f"forked from {origin.task_id} at event {origin.at}: its steps up to there are "
+            f"{origin.task_id}'s, copied as recorded (kernelflow replay {origin.task_id})"
+        )
+    print(trajectory_text(trajectory))
     return 0
 
 
