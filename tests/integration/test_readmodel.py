@@ -540,6 +540,7 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
                 "verifications": ["pass"],
                 "rechecks": [],
                 "events": len(first),
+                "forked_from": None,  # no fork (docs/workflows.md, "Forking a task")
             }
         ]
     finally:
