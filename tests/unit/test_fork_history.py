@@ -1,16 +1,19 @@
 """A fork's history as ``kernelflow fork`` makes it (kernelflow.fork; docs/workflows.md,
 "Forking a task"), from the golden success log: where it is cut, what it copies and how,
-what it refuses; the status tree its rows make; its metrics count only its own work."""
+what it refuses; the status tree its rows make; its metrics count only its own work; the
+report's and the dashboard's word on its origin."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
+from kernelflow.cli.ui.task_page import task_fragment
 from kernelflow.events.model import LLMCalled, TaskSubmitted
 from kernelflow.fork import ForkChanges, ForkError, cut_of, forked_events, step_ends
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.render import fork_tree
+from kernelflow.projections.report import task_table
 from tests.unit.test_golden_logs import tasks_in
 
 
@@ -78,3 +81,15 @@ def test_status_rows_stand_under_the_task_they_were_forked_from() -> None:
     ]  # fmt: skip
     loop = [row("x", "y"), row("y", "x")]  # a log written by hand: still listed
     assert sorted(r["task_id"] for _, r in fork_tree(loop)) == ["x", "y"]
+
+
+def test_the_report_and_the_dashboard_name_a_forks_origin() -> None:
+    task_id, events = golden()
+    cut = step_ends(events)[2]
+    forked = forked_events(events, cut, "f-1", ForkChanges())
+    metrics = MetricsProjection().apply_all(enumerate([*events, *forked], 1))
+    table = task_table(list(metrics.tasks.values()), {})
+    fork_of = {row[0]: row[table.headers.index("fork_of")] for row in table.rows}
+    assert fork_of == {task_id: "-", "f-1": f"{task_id}@{cut}"}
+    page = task_fragment("f-1", forked)
+    assert f'href="/tasks/{task_id}"' in page and f"at event {cut}: its steps" in page
