@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -271,3 +273,30 @@ def test_forks_show_as_a_tree_in_status_and_say_their_origin_in_replay(
         "task_id": task_id,
         "at": step_end(original, 3),
     }
+
+
+def test_task_fork_runs_a_fork_from_python(
+    finished: tuple[dict[str, str], list[Event]], tmp_path: Path
+) -> None:
+    """``Task.fork`` (kernelflow/task.py): the same fork from Python, run as ``Task.run``
+    runs a task, its outcome that of the fork."""
+    env, original = finished
+    model = other_model(tmp_path)
+    program = (
+        "import json, sys\n"
+        "from kernelflow import Task\n"
+        "fork = Task.fork(sys.argv[1], after_step=3, llm=sys.argv[2])\n"
+        "op_name, success, state = fork.run_sync()\n"
+        "print(json.dumps([op_name, success, state.task_id, list(state.verifications),\n"
+        "                  state.trajectory.metadata['forked_from'], state.kernel_code]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", program, original[0].task_id, f"scripted:{model}"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    op_name, success, fork_id, verdicts, origin, code = json.loads(run.stdout.splitlines()[-1])
+    assert (op_name, success) == ("relu", True) and fork_id != original[0].task_id
+    # The whole history's verdicts: the original's first check, copied, then the fork's.
+    assert verdicts == ["mismatch", "pass"] and "BLOCK_SIZE = 512" in code
+    assert origin == {"task_id": original[0].task_id, "at": step_end(original, 3)}
