@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from kernelflow.cli.ui.task_page import task_fragment
-from kernelflow.events.model import LLMCalled, TaskSubmitted
+from kernelflow.events.model import ConductorDecided, LLMCalled, TaskSubmitted
 from kernelflow.fork import ForkChanges, ForkError, cut_of, forked_events, step_ends
+from kernelflow.offline.redecide import redecide
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.render import fork_tree
 from kernelflow.projections.report import task_table
@@ -93,3 +94,17 @@ def test_the_report_and_the_dashboard_name_a_forks_origin() -> None:
     assert fork_of == {task_id: "-", "f-1": f"{task_id}@{cut}"}
     page = task_fragment("f-1", forked)
     assert f'href="/tasks/{task_id}"' in page and f"at event {cut}: its steps" in page
+
+
+def test_replay_check_of_a_fork_on_another_workflow_re_decides_only_its_own_decisions() -> None:
+    """The copied decisions were the original's workflow's (its replay checks them); the
+    fork's own are re-decided with the fork's workflow."""
+    task_id, events = golden()
+    cut = step_ends(events)[2]
+    forked = forked_events(events, cut, "f-1", ForkChanges(workflow="conductor_connect_all"))
+    assert redecide("f-1", forked) == []
+    tail = msgspec.structs.replace(events[cut], task_id="f-1", cause=f"f-1:{cut}", seq=cut + 1)
+    assert isinstance(tail, ConductorDecided)  # the original's next decision, made again
+    forged = msgspec.structs.replace(tail, chosen="verifier", mode="auto", reason="forged")
+    (difference,) = redecide("f-1", [*forked, forged])
+    assert difference.seq == cut + 1
