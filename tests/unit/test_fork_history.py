@@ -99,7 +99,7 @@ def test_the_report_and_the_dashboard_name_a_forks_origin() -> None:
 def test_replay_check_of_a_fork_on_another_workflow_re_decides_only_its_own_decisions() -> None:
     """The copied decisions were the original's workflow's (its replay checks them); the
     fork's own are re-decided with the fork's workflow."""
-    task_id, events = golden()
+    _, events = golden()
     cut = step_ends(events)[2]
     forked = forked_events(events, cut, "f-1", ForkChanges(workflow="conductor_connect_all"))
     assert redecide("f-1", forked) == []
