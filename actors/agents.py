@@ -18,7 +18,16 @@ from functools import lru_cache
 from typing import Any
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.kinds import CallLLM, Finish, GiveUp, RunTools, Step, Turn, agent_kind
+from kernelflow.actors.kinds import (
+    CallLLM,
+    Finish,
+    GiveUp,
+    PlannedTool,
+    RunTools,
+    Step,
+    Turn,
+    agent_kind,
+)
 from kernelflow.actors.prompts import agent_messages
 from kernelflow.actors.worker import (
     DispatchWorker,
@@ -45,7 +54,7 @@ from kernelflow.llm.base import LLMError, LLMProvider, LLMRequest, llm_called
 from kernelflow.llm.budget import task_budget_error
 from kernelflow.projections.task_state import Dispatch, TaskState, fold, workflow_of
 from kernelflow.tools import Tool, ToolContext, make_tool, run_tool, workspace_files
-from kernelflow.workflows.model import AgentSpec
+from kernelflow.workflows.model import TOOL_FIELD_TYPE, AgentSpec, Workflow
 from kernelflow.workflows.parsing import ParseError, parse_output
 
 
@@ -57,11 +66,30 @@ def shared_tool(name: str, limits: tuple[tuple[str, Any], ...]) -> Tool:
     return make_tool(name, dataclasses.replace(base, **dict(limits)) if limits else None)
 
 
-def tools_of(spec: AgentSpec) -> dict[str, Tool]:
+def tools_of(spec: AgentSpec, choice: PlannedTool | None = None) -> dict[str, Tool]:
+    """The agent's tools; only the one ``choice`` names where the agent before chose."""
+    names = spec.tools if choice is None else [t for t in spec.tools if t == choice.tool]
     return {
         name: shared_tool(name, tuple(sorted(spec.tool_limits.get(name, {}).items())))
-        for name in spec.tools
+        for name in names
     }
+
+
+def planned_tool(state: TaskState, workflow: Workflow, d: Dispatch) -> PlannedTool | None:
+    """The tool the agent dispatched just before ``d`` chose with a ``tool`` field of its
+    answer (docs/workflows.md, "agentflow"); None when that agent has no such field."""
+    index = next(i for i, x in enumerate(state.dispatches) if x.dispatch_id == d.dispatch_id)
+    if index == 0:
+        return None
+    before = state.dispatches[index - 1]
+    spec = workflow.agents.get(before.agent)
+    fields_of = spec.output_fields if spec is not None else ()
+    field = next((f for f in fields_of if f.field_type == TOOL_FIELD_TYPE), None)
+    if field is None:
+        return None
+    fields = before.result.fields if isinstance(before.result, OutputParsed) else {}
+    chosen = fields.get(field.name)
+    return PlannedTool(before.agent, chosen if isinstance(chosen, str) else None)
 
 
 class LLMAgent(DispatchWorker):
@@ -108,17 +136,20 @@ class LLMAgent(DispatchWorker):
         self, state: TaskState, d: Dispatch
     ) -> tuple[Step, AgentSpec, dict[str, Tool], Mapping[str, str]]:
         """What the agent's kind does next, and the agent's tools and workspace."""
-        spec = workflow_of(state).agents[self.agent]
-        tools = tools_of(spec)
+        workflow = workflow_of(state)
+        spec = workflow.agents[self.agent]
+        choice = planned_tool(state, workflow, d)
+        tools = tools_of(spec, choice)
         files = workspace_files(state) if tools else {}
         turn = Turn(
-            prompt=agent_messages(state, workflow_of(state), self.agent),
+            prompt=agent_messages(state, workflow, self.agent),
             llm_calls=d.llm_calls,
             tool_calls=d.tool_calls,
             tools=[t.spec() for t in tools.values()],
             files=files,
             task=state.submitted,
             dispatch=d.event,
+            planned_tool=choice,
         )
         kind = agent_kind(spec.kind)
         try:
@@ -197,8 +228,7 @@ class LLMAgent(DispatchWorker):
             )
             tool = tools.get(use.name)
             if tool is None:
-                known = ", ".join(tools) or "none"
-                error = f"unknown tool {use.name!r}; your tools: {known}"
+                error = _refused_tool(state, d, use.name, tools)
                 events.append(
                     _tool_called(state, d, use, cause, ok=False, output=error, error=error)
                 )
@@ -224,7 +254,8 @@ class LLMAgent(DispatchWorker):
     def parsed(self, state: TaskState, d: Dispatch, spec: AgentSpec, step: Finish) -> Event:
         cause = d.llm_calls[-1].event_id if d.llm_calls else d.event.event_id
         try:
-            fields = parse_output(spec, step.text, whole_answer=step.whole_answer)
+            toolset = workflow_of(state).toolset
+            fields = parse_output(spec, step.text, whole_answer=step.whole_answer, tools=toolset)
         except ParseError as exc:
             return ParseFailed(
                 task_id=state.task_id,
@@ -251,6 +282,16 @@ class LLMAgent(DispatchWorker):
             dispatch_id=d.dispatch_id,
             error=scrub(error),
         )
+
+
+def _refused_tool(state: TaskState, d: Dispatch, name: str, tools: Mapping[str, Tool]) -> str:
+    """Why a tool call is not run: the agent has no such tool, or the agent before it
+    chose another for this turn."""
+    workflow = workflow_of(state)
+    choice = planned_tool(state, workflow, d)
+    if choice is not None and name in workflow.agents[d.agent].tools:
+        return f"{name!r} was not run: {choice.agent} chose {choice.tool} for this turn"
+    return f"unknown tool {name!r}; your tools: {', '.join(tools) or 'none'}"
 
 
 def _tool_called(

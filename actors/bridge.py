@@ -401,7 +401,7 @@ class Bridge:
 
     @property
     def requests(self) -> RequestsPort:
-        """Requests among processes: presence pings, status queries."""
+        """Requests among processes: health pings, status queries."""
         assert self._requests is not None, "bridge not started"
         return self._requests
 

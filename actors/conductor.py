@@ -81,7 +81,12 @@ from kernelflow.projections.task_state import CONDUCTOR, JUDGE, TaskState, fold,
 from kernelflow.verification.backends import backend
 from kernelflow.verification.policy import policy
 from kernelflow.verification.taskfile import TaskFileError, check_task_source
-from kernelflow.workflows.loader import check_candidate, load_workflow, parse_workflow
+from kernelflow.workflows.loader import (
+    WorkflowError,
+    check_candidate,
+    load_workflow,
+    parse_workflow,
+)
 from kernelflow.workflows.model import Workflow
 
 # Each round decides one event (or appends what was decided); a task never needs more
@@ -201,7 +206,9 @@ class Conductor(Worker):
             state = state_of(history)
             if state.submitted is None or state.terminal is not None:
                 return
-            finish = end_task(state, trigger.event_id, "failed", f"conductor {error}")
+            finish = end_task(
+                state, _readable_workflow(state), trigger.event_id, "failed", f"conductor {error}"
+            )
             ending = [finish, *finish_reward_events(state, finish)]
             ending = numbered_after(history.events, ending)
             history = self.bridge.call(_append_or_reload(self.bridge, history, ending))
@@ -416,7 +423,7 @@ class Conductor(Worker):
             return fallback_decision(state, plan, "no LLM provider configured")
         over_budget = task_budget_error(state, budgets_of(self.llm))
         if over_budget is not None:
-            return end_task(state, plan.decision_point, "budget_exceeded", over_budget)
+            return end_task(state, workflow, plan.decision_point, "budget_exceeded", over_budget)
         request = LLMRequest(
             task_id=state.task_id,
             agent=CONDUCTOR,
@@ -427,7 +434,7 @@ class Conductor(Worker):
             response = await self.llm.complete(request)
         except LLMError as exc:
             if is_budget_error(str(exc)):  # the daemon's per-run budget is spent
-                return end_task(state, plan.decision_point, "budget_exceeded", str(exc))
+                return end_task(state, workflow, plan.decision_point, "budget_exceeded", str(exc))
             return fallback_decision(state, plan, scrub(str(exc)))
         return llm_called(
             request, response, dispatch_id=plan.decision_point, cause=plan.decision_point
@@ -657,6 +664,14 @@ def _refusal(exc: Exception) -> str:
     else:
         text = f"the task could not be checked: {type(exc).__name__}: {exc}"
     return _bounded(scrub(text), MAX_REASON_CHARS)
+
+
+def _readable_workflow(state: TaskState) -> Workflow | None:
+    """The task's recorded workflow; None where it cannot be read (then deciding failed)."""
+    try:
+        return workflow_of(state)
+    except WorkflowError:
+        return None
 
 
 def _one_line(text: str) -> str:

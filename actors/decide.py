@@ -8,10 +8,12 @@ appends resumes exactly where the log says it was: nothing is lost or done twice
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from kernelflow.events.model import (
     DISPATCH_RESULTS,
+    ROUTING_VERSION,
     AgentDispatched,
     AgentFailed,
     ConductorDecided,
@@ -27,10 +29,10 @@ from kernelflow.events.model import (
     VerificationReport,
 )
 from kernelflow.llm.base import is_budget_error
-from kernelflow.projections.counters import repeat_counters
+from kernelflow.projections.counters import state_counters
 from kernelflow.projections.speedups import report_conclusive
 from kernelflow.projections.task_state import CONDUCTOR, TaskState
-from kernelflow.workflows.model import FINISH, Workflow
+from kernelflow.workflows.model import ANSWER_FIELD, FINISH, Workflow
 from kernelflow.workflows.rules import Outcome, Route, read_llm_decision, route
 
 
@@ -77,8 +79,14 @@ def outcome_of(state: TaskState) -> Outcome:
 
 
 def current_route(state: TaskState, workflow: Workflow) -> Route:
-    counters = repeat_counters(state.history, workflow.sequence_patterns)
-    return route(workflow, counters, outcome_of(state))
+    counters = state_counters(state, workflow.sequence_patterns)
+    return route(workflow, counters, outcome_of(state), routing_version(state))
+
+
+def routing_version(state: TaskState) -> int:
+    """The version of the routing rules the task is decided by (the one it was submitted
+    under: ``TaskSubmitted.routing_version``)."""
+    return state.submitted.routing_version if state.submitted else ROUTING_VERSION
 
 
 def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) -> Plan:
@@ -97,6 +105,7 @@ def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) ->
     return Append(
         end_task(
             state,
+            workflow,
             cause=state.last.event_id if state.last else "",
             status="timeout",
             reason=f"deadline of {submitted.deadline_s:g}s passed",
@@ -182,7 +191,7 @@ def _plan(state: TaskState, workflow: Workflow) -> Plan:
 
     if isinstance(last, ConductorDecided):
         if last.chosen == FINISH:
-            return Append(finish_event(state, last))
+            return Append(finish_event(state, workflow, last))
         step = state.step + 1
         return Append(
             AgentDispatched(
@@ -226,28 +235,39 @@ def budget_error_of(state: TaskState) -> str | None:
     return None
 
 
-def finish_event(state: TaskState, decision: ConductorDecided) -> TaskFinished:
+def finish_event(state: TaskState, workflow: Workflow, decision: ConductorDecided) -> TaskFinished:
     """A kernel task succeeds when its last verification passed; a prompt task when its
-    last agent produced a parsed answer (whether it is right is for the rewards)."""
+    last agent, one that may end it, produced a parsed answer (whether it is right is for
+    the rewards)."""
     checks = state.verifications
     if checks and checks[-1].report.fault is not None:
-        return end_task(state, decision.event_id, "rejected", decision.reason)
+        return end_task(state, workflow, decision.event_id, "rejected", decision.reason)
+    current = state.current
+    reason = decision.reason
     if is_prompt_task(state):
-        current = state.current
         passed = current is not None and isinstance(current.result, OutputParsed)
+        ends = routing_version(state) < 2 or current is None or workflow.ends_task(current.agent)
+        if passed and current is not None and not ends:
+            # AgentFlow's rollout that never reached its solution generator: its last
+            # answer is no final answer (docs/workflows.md, "Routing").
+            passed = False
+            enders = [a for a in workflow.agents if workflow.ends_task(a)]
+            reason = (
+                f"no final answer: the task ended after {current.agent}, and only "
+                f"{', '.join(enders)} may give it; {reason}"
+            )
     else:
         passed = bool(checks) and checks[-1].report.passed
     over_budget = None if passed else budget_error_of(state)
     if over_budget is not None:
-        return end_task(state, decision.event_id, "budget_exceeded", over_budget)
-    reason = decision.reason
-    current = state.current
+        return end_task(state, workflow, decision.event_id, "budget_exceeded", over_budget)
     if not passed and current is not None and isinstance(current.result, VerificationCompleted):
         # Ended on a failed check: that check is the cause, the routing only why it ends.
         reason = f"{failed_check(current.result.report)}; {reason}"
     elif current is not None and isinstance(current.result, AgentFailed):
         reason = f"{reason}: {one_line(current.result.error)}"
-    return end_task(state, decision.event_id, "success" if passed else "failed", reason)
+    status: TaskStatus = "success" if passed else "failed"
+    return end_task(state, workflow, decision.event_id, status, reason)
 
 
 def failed_check(report: VerificationReport) -> str:
@@ -261,8 +281,12 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> TaskFinished:
-    """The task's last event: its status, and the last verified code with its verdict."""
+def end_task(
+    state: TaskState, workflow: Workflow | None, cause: str, status: TaskStatus, reason: str
+) -> TaskFinished:
+    """The task's last event: its status, and the last verified code with its verdict (a
+    prompt task: its final answer; ``workflow`` None: the recorded one cannot be read, so
+    no answer is known for final)."""
     checks = state.verifications
     last_check = checks[-1] if checks else None
     return TaskFinished(
@@ -273,9 +297,27 @@ def end_task(state: TaskState, cause: str, status: TaskStatus, reason: str) -> T
         final_code=last_check.code if last_check else None,
         verdict=last_check.report.verdict if last_check else None,
         speedup=last_check.report.speedup if last_check else None,
-        final_answer=state.final_answer if is_prompt_task(state) else None,
+        final_answer=final_answer(state, workflow) if is_prompt_task(state) else None,
         speedup_conclusive=report_conclusive(last_check.report) if last_check else None,
     )
+
+
+def final_answer(state: TaskState, workflow: Workflow | None) -> str | None:
+    """A prompt task's final answer: the ``answer`` field (or only field, or all fields as
+    JSON) of the last parsed answer of an agent that may end the task; None when no such
+    agent answered (AgentFlow's: its solution generator's, never its verifier's). Under
+    routing version 1: the last parsed answer of any agent."""
+    for d in reversed(state.dispatches):
+        if routing_version(state) >= 2 and (workflow is None or not workflow.ends_task(d.agent)):
+            continue
+        if isinstance(d.result, OutputParsed):
+            fields = d.result.fields
+            if ANSWER_FIELD in fields:
+                return str(fields[ANSWER_FIELD])
+            if len(fields) == 1:
+                return str(next(iter(fields.values())))
+            return json.dumps(fields, sort_keys=True)
+    return None
 
 
 def is_prompt_task(state: TaskState) -> bool:

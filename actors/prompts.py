@@ -16,6 +16,7 @@ Prompt tasks (rollouts) use ``task.system.txt`` / ``task.txt``.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from functools import cache
@@ -24,7 +25,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from kernelflow.actors.kinds.formats import tool_catalogue
+from kernelflow.actors.kinds.formats import format_call, tool_catalogue
 from kernelflow.events.model import (
     ChatMessage,
     OutputParsed,
@@ -34,14 +35,26 @@ from kernelflow.events.model import (
     VerificationCompleted,
 )
 from kernelflow.projections.agent_memory import memory, render_memory
+from kernelflow.projections.counters import state_counters
 from kernelflow.projections.task_state import TaskState
 from kernelflow.projections.verl_format import dataset_row
 from kernelflow.tools import make_tool
 from kernelflow.verification.backends import UnknownBackend, backend
-from kernelflow.workflows.model import ANSWER_FIELD, CODE_FIELD, AgentSpec, Workflow
+from kernelflow.workflows.model import (
+    ANSWER_FIELD,
+    CODE_FIELD,
+    TOOL_FIELD_TYPE,
+    AgentSpec,
+    OutputField,
+    Workflow,
+)
 
 MAX_ATTEMPTS_SHOWN = 3  # previous verifications shown to the coder: recent ones matter most
 MAX_ERROR_CHARS = 2000
+# What the conductor's LLM reads of the work (docs/workflows.md, "Routing"):
+# each field of the answer of the agent that just finished, and the task, up to these.
+CONDUCTOR_FIELD_CHARS = 6000
+CONDUCTOR_TASK_CHARS = 8000
 
 
 def prompts_dir() -> Path | None:
@@ -94,7 +107,7 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         user = template.safe_substitute(
             prompt=prompt.strip(),
             feedback=_feedback_section(state, agent),
-            output_format=_format_section(spec),
+            output_format=_format_section(spec, workflow.toolset),
             **_flow_sections(template, state, workflow),
         )
         return _messages(system, user, earlier)
@@ -111,7 +124,7 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         design=design,
         prior_kernels=prior,
         feedback=_feedback_section(state, agent),
-        output_format=_format_section(spec),
+        output_format=_format_section(spec, workflow.toolset),
         **_flow_sections(template, state, workflow),
     )
     return _messages(system, user)
@@ -125,8 +138,7 @@ def _flow_sections(template: Template, state: TaskState, workflow: Workflow) -> 
     if _uses(template, "memory"):
         sections["memory"] = render_memory(memory(state))
     if _uses(template, "toolset"):
-        names = dict.fromkeys(name for spec in workflow.agents.values() for name in spec.tools)
-        sections["toolset"] = tool_catalogue([make_tool(name).spec() for name in names])
+        sections["toolset"] = tool_catalogue([make_tool(n).spec() for n in workflow.toolset])
     return sections
 
 
@@ -176,15 +188,75 @@ def kind_instructions(template: str, *, tools: str, tool_format: str, max_steps:
 def conductor_messages(
     state: TaskState, workflow: Workflow, options: tuple[str, ...], after_agent: str
 ) -> list[ChatMessage]:
-    system = _template("conductor.system.txt").safe_substitute()
+    """The conductor LLM's prompt (docs/workflows.md, "Routing"): the task,
+    what the agent that just finished gave (each field up to ``CONDUCTOR_FIELD_CHARS``),
+    the last verification, the limits' counters and the options; its system part speaks
+    of the task's kind (a kernel, or a prompt task's answer)."""
+    submitted = state.submitted
+    assert submitted is not None
+    prompt_task = submitted.prompt is not None
+    system_file = "conductor_prompt.system.txt" if prompt_task else "conductor.system.txt"
+    system = _template(system_file).safe_substitute()
     user = _template("conductor.txt").safe_substitute(
         workflow_name=workflow.name,
         history=" → ".join(state.history) or "(none)",
+        counters=_counters_line(state, workflow),
+        task=_conductor_task(submitted),
         after_agent=after_agent,
         latest_result=_latest_result(state),
+        last_verification=_last_verification(state, prompt_task),
         options=", ".join(options),
     )
     return _messages(system, user)
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, and a line saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[… {len(text) - limit} more characters not shown]"
+
+
+def _conductor_task(submitted: TaskSubmitted) -> str:
+    if submitted.prompt is not None:
+        return "A query, whose final answer is graded against a reference answer:\n" + clipped(
+            submitted.prompt.strip(), CONDUCTOR_TASK_CHARS
+        )
+    title = _backend_notes(submitted.backend)["backend_name"]
+    source = clipped(submitted.task_source.strip(), CONDUCTOR_TASK_CHARS)
+    return f"A {title} kernel for this PyTorch reference:\n```python\n{source}\n```"
+
+
+def _counters_line(state: TaskState, workflow: Workflow) -> str:
+    """Where the task stands against its limits (docs/workflows.md, "Limits")."""
+    counters = state_counters(state, workflow.sequence_patterns)
+    parts = [f"step {counters.step} of max_step {workflow.max_step}"]
+    last = counters.last_agent
+    if last is not None:
+        runs, limit = counters.consecutive(last), workflow.single_agent_limit(last)
+        parts.append(f"{last} ran {runs} time(s) in a row (single_agent limit {limit})")
+    parts += [
+        f"sequence {seq.name} repeated {counters.sequence_repeats(seq.name)} time(s) "
+        f"(max_repeats {seq.max_repeats})"
+        for seq in workflow.sequences
+    ]
+    return "; ".join(parts)
+
+
+def _last_verification(state: TaskState, prompt_task: bool) -> str:
+    if prompt_task:
+        return "(none: a prompt task is not verified; its final answer is judged)"
+    checks = state.verifications
+    if not checks:
+        return "(none yet)"
+    current = state.current
+    if current is not None and current.result is checks[-1]:
+        return "(the latest result above)"
+    report = checks[-1].report
+    feedback = (report.feedback or "\n".join(report.errors + report.mismatches))[:MAX_ERROR_CHARS]
+    return f"{report.verdict}: {report.summary}" + (
+        f"\nVerifier feedback:\n```\n{feedback}\n```" if feedback else ""
+    )
 
 
 def judge_messages(state: TaskState) -> list[ChatMessage]:
@@ -299,24 +371,32 @@ def _latest_result(state: TaskState) -> str:
             )
         return _attempt(result)
     if isinstance(result, ParseFailed):
-        return f"The {current.agent}'s answer could not be parsed: {result.reason}"
+        said = current.llm_calls[-1].response_text if current.llm_calls else ""
+        answer = f"\nIts answer:\n```\n{clipped(said, CONDUCTOR_FIELD_CHARS)}\n```" if said else ""
+        return f"The {current.agent}'s answer could not be parsed: {result.reason}{answer}"
     if isinstance(result, OutputParsed):
-        return f"The {current.agent} produced: {', '.join(result.fields)}"
+        parts = [f"The {current.agent} answered:"]
+        for name, value in result.fields.items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            parts.append(f"### {name}\n```\n{clipped(text, CONDUCTOR_FIELD_CHARS)}\n```")
+        for call in current.tool_calls:
+            shown = format_call(call.tool, call.args)
+            outcome = call.output if call.ok else f"error: {call.error or call.output}"
+            parts.append(f"- tool call {shown} -> {clipped(outcome, MAX_ERROR_CHARS)}")
+        return "\n".join(parts)
     return f"The {current.agent} ended with {result.kind}"
 
 
-def _format_section(spec: AgentSpec) -> str:
+def _format_section(spec: AgentSpec, toolset: Sequence[str]) -> str:
     if not spec.output_fields:  # no output_format: a free-text answer
         return (
             "Answer in plain text. Give code as a fenced block (```python ... ```): the last "
             "one in your answer is taken as your code."
         )
     if spec.kind != "llm" or _single_answer(spec):
-        return _final_answer_format(spec)
+        return _final_answer_format(spec, toolset)
     lines = ["Reply with a JSON object with these fields:"]
-    for f in spec.output_fields:
-        need = "mandatory" if f.mandatory else "optional"
-        lines.append(f"- `{f.name}` ({f.field_type}, {need}): {f.description}")
+    lines += [_field_line(spec, f, toolset) for f in spec.output_fields]
     if len(spec.output_fields) == 1 and spec.output_fields[0].field_type == "str":
         lines.append(
             f"Or give `{spec.output_fields[0].name}` as exactly one fenced code block "
@@ -330,7 +410,19 @@ def _single_answer(spec: AgentSpec) -> bool:
     return len(spec.output_fields) == 1 and spec.output_fields[0].name != spec.code_field
 
 
-def _final_answer_format(spec: AgentSpec) -> str:
+def _field_line(spec: AgentSpec, f: OutputField, toolset: Sequence[str]) -> str:
+    """One field of the answer format: its name, type, need and description; for a
+    ``tool`` field, the tools it may name; for a ``route_by`` field, its answers."""
+    need = "mandatory" if f.mandatory else "optional"
+    line = f"- `{f.name}` ({f.field_type}, {need}): {f.description}"
+    if f.field_type == TOOL_FIELD_TYPE:
+        line += f" (one of: {', '.join(toolset)})"
+    if spec.route_by is not None and spec.route_by.field == f.name:
+        line += f" (one of: {', '.join(answer for answer, _ in spec.route_by.values)})"
+    return line
+
+
+def _final_answer_format(spec: AgentSpec, toolset: Sequence[str]) -> str:
     if len(spec.output_fields) == 1 and spec.output_fields[0].field_type == "str":
         f = spec.output_fields[0]
         if f.name == spec.code_field:
@@ -340,7 +432,5 @@ def _final_answer_format(spec: AgentSpec) -> str:
             )
         return f"End with `Final Answer:` followed by {f.description or 'your answer'}."
     lines = ["Give `Final Answer:` followed by a JSON object with these fields:"]
-    for f in spec.output_fields:
-        need = "mandatory" if f.mandatory else "optional"
-        lines.append(f"- `{f.name}` ({f.field_type}, {need}): {f.description}")
+    lines += [_field_line(spec, f, toolset) for f in spec.output_fields]
     return "\n".join(lines)

@@ -57,6 +57,7 @@ def status_row(t: TaskMetrics) -> dict[str, Any]:
         "speedup": t.final_speedup,
         "speedup_conclusive": t.final_conclusive if t.final_speedup is not None else None,
         "speedup_ci95": list(t.final_speedup_ci95) if t.final_speedup is not None else [],
+        "sol_fraction": t.final_sol_fraction if t.final_verdict == "pass" else None,
         "reason": reason,
         "verifications": list(t.verdicts),
         "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, *_ in t.revisions],

@@ -127,7 +127,7 @@ class Verifier(DispatchWorker):
                 history = self.read(dispatched.task_id)
 
     def on_start(self) -> None:
-        # On the actor's own thread: the warm worker dies with the thread that started it,
+        # On the actor's own thread: the warm process dies with the thread that started it,
         # so that must be one that lives as long as the verifier. A candidate that arrives
         # meanwhile waits in the inbox for what it would have waited for anyway.
         self.warm_up()

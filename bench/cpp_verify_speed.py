@@ -4,7 +4,7 @@ examples/candidates/cpp/ and examples/kernelbench/level1/12_tanh_gelu.py.
 
     python bench/cpp_verify_speed.py [--runs 5] [--threads N]
 
-The verifier's warm worker is started first (a daemon starts it before its first task),
+The verifier's warm process is started first (a daemon starts it before its first task),
 so each figure is one verification as a daemon's verifier makes it: the gate, the build
 (first run only) or the cache's lookup, the trials on three shape sets and the timing.
 Also measured on its own: what finding the built extension and handing it to the

@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelflow.actors.presence import ping_daemons  # noqa: E402
+from kernelflow.actors.health_pings import ping_daemons  # noqa: E402
 from kernelflow.events.codec import encode  # noqa: E402
 from kernelflow.events.model import TaskSubmitted, VerificationCompleted  # noqa: E402
 from kernelflow.integrations.verl import compute_score, compute_score_async  # noqa: E402

@@ -1,6 +1,6 @@
 """Steady-state cost of verifying one small correct candidate.
 
-Warm path: ``verify()`` with the default warm worker (torch and triton imported once; a
+Warm path: ``verify()`` with the default warm process (torch and triton imported once; a
 fresh sandbox forked per candidate). Baseline, measured in the same run: the same check in
 a naive fresh ``python -I -m kernelflow.verification.child`` subprocess per candidate,
 which imports torch and triton every time (``VerifierConfig(warm=False)``). Same task,
@@ -44,7 +44,7 @@ def main() -> int:
             assert report.passed, report.summary
     shutdown_warm_processes()
     w, f = statistics.median(warm_s), statistics.median(fresh_s)
-    print(f"warm worker (fork per candidate): median {w * 1000:.0f} ms per candidate")
+    print(f"warm process (fork per candidate): median {w * 1000:.0f} ms per candidate")
     print(f"fresh subprocess (naive baseline): median {f * 1000:.0f} ms per candidate")
     print(f"ratio warm/fresh: {w / f:.3f} (target <= 0.3)")
     print(f"candidates per minute: warm {60 / w:.0f}, fresh {60 / f:.0f}")

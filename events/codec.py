@@ -218,3 +218,10 @@ def to_builtins(message: msgspec.Struct) -> dict[str, Any]:
 def json_schema(*, events: bool = False) -> dict[str, Any]:
     """JSON Schema of what publishers may send (commands), or of the events they may read."""
     return msgspec.json.schema(AnyEvent if events else AnyCommand)
+
+
+@upcaster("task_submitted", from_version=1)
+def _routed_before_version_2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A task recorded before ``routing_version`` was decided by the first routing rules
+    (``TaskSubmitted.routing_version``; docs/workflows.md, "Routing")."""
+    return {**obj, "routing_version": 1, "v": 2}

@@ -1,6 +1,6 @@
 """Requests among the processes of one memory server (``kernelflow.events.requests``'
 port, in memory): what ``kernelflow.actors.memory_bridge`` gives its bridges, so that the
-status queries and presence pings of actors' logic run without a nats-server. Safe from
+status queries and health pings of actors' logic run without a nats-server. Safe from
 any thread: a request is handed to its server on the server's loop, its answer to the
 asker on the asker's.
 

@@ -182,6 +182,20 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     tool_call_id: str | None = None
 
 
+class Roofline(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a timed candidate is from the machine's limit (docs/verifier.md,
+    "Speed-of-light"): the reference's work and least traffic at the task's shapes, the
+    peaks measured where it was timed, the time they allow, and the candidate's share."""
+
+    flops: float  # floating-point operations of one call (torch's FLOP counter)
+    bytes: float  # inputs, parameters and outputs, each once
+    peak_gbs: float  # a large copy's bandwidth
+    peak_gflops: float  # a square matmul's throughput in the inputs' dtype
+    attainable_ms: float  # max(flops / peak compute, bytes / peak bandwidth)
+    bound: Literal["memory", "compute"]
+    sol_fraction: float  # attainable_ms / the candidate's median
+
+
 class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     """Timing of candidate and baseline (milliseconds per call) on the device that checked
     them (a GPU; the CPU for C++ kernels), measured interleaved."""
@@ -208,6 +222,9 @@ class TimingStats(msgspec.Struct, frozen=True, kw_only=True):
     # The speedup's range over each baseline timed ("eager"; "compile" too when asked
     # for); empty in reports that predate it.
     speedup_intervals: dict[str, list[float]] = {}
+    # The candidate against the machine's limit; None: not counted (an op torch's FLOP
+    # counter cannot follow), or recorded before it was.
+    roofline: Roofline | None = None
     # Seconds the timing waited for one of the node's timing slots (verifiers of a node
     # time one at a time, KF_TIMING_SLOTS).
     queued_s: float = 0.0
@@ -259,6 +276,16 @@ class VerificationReport(msgspec.Struct, frozen=True, kw_only=True):
         return self.verdict == "pass"
 
     @property
+    def roofline(self) -> Roofline | None:
+        """The candidate against the machine's limit, where it was counted."""
+        return self.timing.roofline if self.timing is not None else None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        """The candidate's fraction of speed-of-light (``Roofline.sol_fraction``)."""
+        return self.roofline.sol_fraction if self.roofline is not None else None
+
+    @property
     def fault(self) -> str | None:
         """Whose fault a verdict that is not the candidate's is: "task" or "node" (None
         for every verdict on the candidate)."""
@@ -303,7 +330,17 @@ class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
     changed: dict[str, str] = {}
 
 
+# The version of the routing rules a new task is decided by (docs/workflows.md,
+# "Routing"); a task keeps the version it was submitted under, so that its recorded
+# decisions replay as they were made. 2: a sequence counts a retried run once, a prompt
+# workflow keeps its final answer's steps, and a prompt task ends well only after an agent
+# that may end it (issue 54).
+ROUTING_VERSION = 2
+
+
 class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
+    # v2 records ``routing_version``; a v1 task (before it) reads as routing version 1.
+    v: int = 2
     task_name: str
     task_source: str
     workflow_name: str
@@ -321,6 +358,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     rewards: list[str] = []
     prior_kernels: list[PriorKernel] = []
     verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
+    routing_version: int = ROUTING_VERSION
     # Set on the first event of a fork: the task and event it was forked from.
     forked_from: ForkOrigin | None = None
     # What the task started with (kernelflow.actors.pins): workflow_sha256, verifier,
@@ -436,7 +474,9 @@ class RemovedOption(msgspec.Struct, frozen=True, kw_only=True):
     """An agent a workflow limit took out of a decision, and the counts that did it."""
 
     agent: str
-    limit: str  # "max_step", "single_agent" or "sequence"
+    # "max_step", "max_step_reserve" (the steps a prompt task's final answer needs),
+    # "single_agent" or "sequence"
+    limit: str
     count: int  # agents run so far / runs of the agent in a row / back-to-back repeats
     maximum: int  # the limit that count reached
     sequence: str = ""  # the sequence's name, for a "sequence" limit

@@ -50,7 +50,7 @@ ERRORS = "kf.errors"
 # Requests among processes, on core NATS (no stream): the status queries a daemon's read
 # model answers (``kernelflow.actors.readmodel_client``; one read model of the queue group
 # ``READMODEL_GROUP`` answers each), the pings every daemon answers
-# (``kernelflow.actors.presence``).
+# (``kernelflow.actors.health_pings``).
 STATUS_QUERY = "kf.query.status"
 READMODEL_GROUP = "kf-readmodel"
 HEALTH_PING = "kf.health.ping"

@@ -91,6 +91,8 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     # verification until the task ends).
     final_conclusive: bool | None = None
     final_speedup_ci95: tuple[float, ...] = ()
+    # The last verification's fraction of speed-of-light (``Roofline``; None: not counted).
+    final_sol_fraction: float | None = None
     final_verifier_version: int = 0  # of the verification the task ended on
     final_warned: bool = False  # it passed with its policy's warnings
     # Later checks of the kernel the task ended with: (verifier version, verdict, speedup,
@@ -153,6 +155,7 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
             speedup_conclusive=self.final_conclusive if self.final_speedup is not None else None,
             verdicts=self.verdicts,
             warned=self.final_warned,
+            sol_fraction=self.final_sol_fraction,
         )
         revision = self.revision(verifier_version)
         if revision is None:
@@ -375,6 +378,7 @@ def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationComple
     t.final_warned = r.passed and bool(r.warnings)
     t.final_conclusive = report_conclusive(r)
     t.final_speedup_ci95 = report_interval(r)
+    t.final_sol_fraction = r.sol_fraction
     speedup = counted(r.speedup, t.final_conclusive)
     if r.passed and speedup is not None:
         t.best_speedup = max(t.best_speedup or speedup, speedup)

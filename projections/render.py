@@ -131,6 +131,8 @@ def summary(state: TaskState) -> dict[str, Any]:
         # .speedups): an inconclusive one is printed as such, never as a bare number.
         "speedup_conclusive": conclusive,
         "speedup_ci95": list(report_interval(last)) if last and conclusive is not None else [],
+        # The final kernel's fraction of speed-of-light (docs/verifier.md); None: not counted.
+        "sol_fraction": last.sol_fraction if last is not None and last.passed else None,
         "reason": getattr(end, "reason", None),
         "verifications": [v.report.verdict for v in state.verifications],
         # Later checks of the final kernel by newer verifiers (kernelflow reverify).
@@ -183,13 +185,16 @@ def report_speedup_text(report: VerificationReport) -> str:
 
 
 def row_speedup_text(row: dict[str, Any]) -> str:
-    """The speedup of a ``status`` row (:func:`summary`, the read model's rows) in words."""
-    return speedup_text(
+    """The speedup of a ``status`` row (:func:`summary`, the read model's rows) in words,
+    with the kernel's fraction of speed-of-light where it was counted."""
+    text = speedup_text(
         row.get("speedup"),
         row.get("speedup_ci95") or (),
         row.get("speedup_conclusive"),
         untimed="not timed",
     )
+    sol = row.get("sol_fraction")
+    return text if sol is None else f"{text}; {sol:.0%} of speed-of-light"
 
 
 def trajectory_text(t: Trajectory) -> str:

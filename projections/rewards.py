@@ -20,6 +20,10 @@ Registered functions (``name@version``):
   task was ``rejected_static`` or ``rejected_runtime`` (an attempted reward hack), else
   ``binary``; so a rollout that tried a hack and then passed gets 0, one that only
   hacked gets -1.
+- ``sol@1``: ``correct * clip(sol_fraction, 0, 1)``: how close a passing kernel came to the
+  machine's speed-of-light (``Roofline.sol_fraction``; docs/verifier.md, "Speed-of-light");
+  0.0 where nothing was timed or counted. Chosen, not a default: it is a figure of the
+  node that timed the kernel.
 - ``clean@1``: 1.0 for a pass with no warnings, ``warned`` (0.5) for a pass its task's
   strictness policy let through with warnings (PyTorch compute kept, lower precision:
   ``kernelbench``), else 0.0. The default of kernel tasks under a policy that warns.
@@ -34,8 +38,9 @@ For prompt tasks (``kernelflow rollout``), comparing the final answer with the r
 - ``numeric_match@1``: 1.0 when the last number in the answer equals the reference's
   number within ``rel_tol`` (1e-6, absolute 1e-9 near zero); fractions ``a/b`` count.
 - ``judge@1``: an LLM judge's verdict (AgentFlow's ``{analysis, true_false}``). The
-  conductor asks the judge after the finish and records the call; the reward is read from
-  that recorded answer, so it replays like the others.
+  conductor asks the judge after the finish of a task that succeeded and records the
+  call; the reward is read from that recorded answer, so it replays like the others. A
+  task that failed (a rollout that never gave its final answer) scores 0 unjudged.
 
 The conductor records the task's reward functions (``SubmitTask.rewards``; by default the
 three kernel ones, or the two rule-based prompt ones) right after its ``TaskFinished``
@@ -86,6 +91,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
     answer: str | None = None
     reference: str | None = None
     judged_correct: bool | None = None
+    # The last verification's fraction of speed-of-light (None: not timed, or not counted).
+    sol_fraction: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -117,6 +124,8 @@ class RewardInput(msgspec.Struct, frozen=True, kw_only=True):
             out |= {"answer": self.answer, "reference": self.reference}
         if self.judged_correct is not None:
             out["judged_correct"] = self.judged_correct
+        if self.sol_fraction is not None:
+            out["sol_fraction"] = self.sol_fraction
         return out
 
 
@@ -151,6 +160,13 @@ def _speedup(r: RewardInput, p: dict[str, float]) -> float:
         return 0.0
     s = 1.0 if r.speedup is None else r.speedup
     return min(max(s, 0.0), p["cap"])
+
+
+def _sol(r: RewardInput, p: dict[str, float]) -> float:
+    """``sol@1``: a correct kernel's fraction of speed-of-light, at most 1."""
+    if not r.correct or r.sol_fraction is None:
+        return 0.0
+    return min(max(r.sol_fraction, 0.0), 1.0)
 
 
 def _conclusive_speedup(r: RewardInput, p: dict[str, float]) -> float:
@@ -253,6 +269,14 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {
             uses_speed=True,
         ),
         RewardFn(
+            "sol",
+            1,
+            _sol,
+            doc="correct * clip(sol_fraction, 0, 1); untimed or uncounted: 0",
+            means="fraction of speed-of-light of a passing kernel (untimed: 0)",
+            uses_speed=True,
+        ),
+        RewardFn(
             "cheat_penalty",
             1,
             _cheat_penalty,
@@ -352,9 +376,15 @@ def judge_verdict(text: str) -> bool | None:
     return None
 
 
+def judged(finished: TaskFinished) -> bool:
+    """Whether the judge is asked about a finished task: only a success has an answer
+    worth judging (a rollout that failed before its final answer scores 0 unasked)."""
+    return finished.status == "success"
+
+
 def needs_judge(state: TaskState) -> bool:
     """A finished task whose rewards include the judge, which has not been asked yet."""
-    if state.finished is None or state.judge_call is not None:
+    if state.finished is None or state.judge_call is not None or not judged(state.finished):
         return False
     wants = any(f.name == JUDGE_REWARD for f in rewards_for(state.submitted))
     return wants and JUDGE_REWARD not in state.rewards
@@ -389,6 +419,7 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
             speedup=end.speedup,
             speedup_conclusive=conclusive if end.speedup is not None else None,
             warned=warned,
+            sol_fraction=checks[-1].report.sol_fraction if checks else None,
         )
     if end is not None:
         return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))
@@ -405,6 +436,7 @@ def revised_outcome(
     speedup: float | None,
     warned: bool = False,
     conclusive: bool | None = None,
+    sol_fraction: float | None = None,
 ) -> RewardInput:
     """A task's outcome once its final kernel was checked again: that check's verdict and
     speedup (``conclusive``: whether it is), and a finished task succeeds exactly when it
@@ -422,6 +454,7 @@ def revised_outcome(
         speedup_conclusive=conclusive if speedup is not None else None,
         verdicts=(*recorded.verdicts, verdict),
         warned=warned,
+        sol_fraction=sol_fraction,
     )
 
 
@@ -453,7 +486,12 @@ def revised_reward_events(state: TaskState, check: KernelReverified) -> list[Rew
     report = check.report
     warned = report.passed and bool(report.warnings)
     inputs = revised_outcome(
-        reward_input(state), report.verdict, report.speedup, warned, report_conclusive(report)
+        reward_input(state),
+        report.verdict,
+        report.speedup,
+        warned,
+        report_conclusive(report),
+        report.sol_fraction,
     )
     functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
     cause = f"{state.task_id}:{state.events_seen + 1}"
@@ -484,9 +522,11 @@ def _assigned(
 
 
 def finish_reward_events(state: TaskState, finished: TaskFinished) -> list[RewardAssigned]:
-    """The rewards appended together with ``finished``: all of the task's but the judge's,
-    which waits for the judge's answer."""
-    functions = [f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD]
+    """The rewards appended together with ``finished``: all of the task's but the judge's
+    when the judge is to be asked (it waits for the judge's answer)."""
+    functions = [
+        f for f in rewards_for(state.submitted) if f.name != JUDGE_REWARD or not judged(finished)
+    ]
     return reward_events(state, finished, functions)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -106,20 +105,6 @@ class TaskState:
     @property
     def verifications(self) -> list[VerificationCompleted]:
         return [d.result for d in self.dispatches if isinstance(d.result, VerificationCompleted)]
-
-    @property
-    def final_answer(self) -> str | None:
-        """A prompt task's answer: the ``answer`` field of the last parsed output (or its
-        only field, or all fields as JSON)."""
-        for d in reversed(self.dispatches):
-            if isinstance(d.result, OutputParsed):
-                fields = d.result.fields
-                if "answer" in fields:
-                    return str(fields["answer"])
-                if len(fields) == 1:
-                    return str(next(iter(fields.values())))
-                return json.dumps(fields, sort_keys=True)
-        return None
 
     @property
     def finished(self) -> TaskFinished | None:

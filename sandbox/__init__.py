@@ -11,7 +11,7 @@ Child side (stdlib only: imported inside sandboxes, by ``python -I`` processes):
   (:func:`confine_candidate`), and the child side of its probe;
 - :mod:`.confined_exec`: ``python -I -m kernelflow.sandbox.confined_exec``, a
   command confined (run by the parent, never imported);
-- :mod:`.worker_server`: the warm worker that forks one sandbox per job.
+- :mod:`.warm_server`: the warm process that forks one sandbox per job.
 
 Parent side (in the daemon; never imports torch):
 
@@ -19,7 +19,7 @@ Parent side (in the daemon; never imports torch):
   group, bounded output;
 - :mod:`.probe`: what the machine allows (GPU, network namespaces, the sandbox plan);
 - :mod:`.command`: a command run confined (the tools' sandbox);
-- :mod:`.worker`: the pool of warm workers and one job run in one.
+- :mod:`.warm`: the pool of warm processes and one job run in one.
 """
 
 from kernelflow.sandbox.command import isolation_prefix, run_confined

@@ -122,4 +122,4 @@ def point_caches_at(workdir: Path) -> None:
     os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton" / "cache")
     os.environ["CUPY_CACHE_DIR"] = str(workdir / ".cupy" / "kernel_cache")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / ".inductor")
-    tempfile.tempdir = None  # the warm worker cached the daemon's temp dir on import
+    tempfile.tempdir = None  # the warm process cached the daemon's temp dir on import

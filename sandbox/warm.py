@@ -1,9 +1,9 @@
-"""The warm worker, client side: the parent's pool of pre-started workers (one per
+"""The warm process, client side: the parent's pool of pre-started warm processes (one per
 interpreter, device, network isolation, GPU and sandbox module), and running one job in
 one (see :mod:`kernelflow.sandbox.warm_server` for the protocol).
 
-A worker dies with the thread that started it (Linux sends PR_SET_PDEATHSIG when that
-thread ends): start workers from a thread that outlives their jobs.
+A process dies with the thread that started it (Linux sends PR_SET_PDEATHSIG when that
+thread ends): start processes from a thread that outlives their jobs.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ __all__ = [
 
 
 class WarmProcessLost(Exception):
-    """The warm worker died or stopped answering; it is replaced by a fresh one."""
+    """The warm process died or stopped answering; it is replaced by a fresh one."""
 
 
 class WarmKey(NamedTuple):
-    """Which worker: ``python -I -m ENTRY --serve DEVICE`` under the network isolation
+    """Which process: ``python -I -m ENTRY --serve DEVICE`` under the network isolation
     ``prefix``, seeing CUDA device ``gpu`` only (None: all of them)."""
 
     python: str
@@ -57,7 +57,7 @@ class WarmKey(NamedTuple):
 
 
 class WarmProcess:
-    """A pre-started worker process (its runtime imported, CUDA untouched). It forks one
+    """A pre-started warm process (its runtime imported, CUDA untouched). It forks one
     sandbox per job; one job at a time (hold ``lock``)."""
 
     def __init__(self, cmd: list[str], env: dict[str, str], home: str) -> None:
@@ -81,13 +81,13 @@ class WarmProcess:
         ready = self._read_line(PROBE_TIMEOUT_S)
         if not ready.get("ready"):
             self.close()
-            raise WarmProcessLost("the warm worker did not start: " + self.last_words())
+            raise WarmProcessLost("the warm process did not start: " + self.last_words())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def last_words(self) -> str:
-        """The end of what the worker wrote to stderr, all of it once it has exited (its
+        """The end of what the process wrote to stderr, all of it once it has exited (its
         stdout closing first does not mean its stderr was read)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
@@ -101,19 +101,19 @@ class WarmProcess:
         while b"\n" not in self.pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WarmProcessLost("the warm worker stopped answering")
+                raise WarmProcessLost("the warm process stopped answering")
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
-                raise WarmProcessLost("the warm worker exited: " + self.last_words())
+                raise WarmProcessLost("the warm process exited: " + self.last_words())
             self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         try:
             value = json.loads(line)
         except ValueError as exc:
-            raise WarmProcessLost(f"the warm worker said something odd: {line[:200]!r}") from exc
+            raise WarmProcessLost(f"the warm process said something odd: {line[:200]!r}") from exc
         return value if isinstance(value, dict) else {}
 
     def run(self, workdir: str, timeout_s: float) -> dict[str, Any]:
@@ -123,8 +123,8 @@ class WarmProcess:
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
         except OSError as exc:
-            raise WarmProcessLost(f"the warm worker is gone: {exc}") from exc
-        # The worker enforces the timeout itself; the grace covers killing and reaping.
+            raise WarmProcessLost(f"the warm process is gone: {exc}") from exc
+        # The process enforces the timeout itself; the grace covers killing and reaping.
         return self._read_line(timeout_s + 30.0)
 
     def close(self) -> None:
@@ -142,51 +142,51 @@ _WARM_LOCK = threading.Lock()
 
 
 def warm_process_for(key: WarmKey) -> WarmProcess:
-    """The running worker for ``key``, started now if there is none (or it died)."""
+    """The running process for ``key``, started now if there is none (or it died)."""
     with _WARM_LOCK:
-        worker = WARM_PROCESSES.get(key)
-        if worker is not None and worker.alive():
-            return worker
-        if worker is not None:
-            worker.close()
+        process = WARM_PROCESSES.get(key)
+        if process is not None and process.alive():
+            return process
+        if process is not None:
+            process.close()
         home = tempfile.gettempdir()
         cmd = [*key.prefix, *isolated_module(key.python, key.entry, "--serve", key.device)]
-        worker = WarmProcess(cmd, device_env(home, key.device, key.gpu), home)
-        WARM_PROCESSES[key] = worker
-        return worker
+        process = WarmProcess(cmd, device_env(home, key.device, key.gpu), home)
+        WARM_PROCESSES[key] = process
+        return process
 
 
-def discard_warm_process(worker: WarmProcess) -> None:
+def discard_warm_process(process: WarmProcess) -> None:
     with _WARM_LOCK:
         for key, value in list(WARM_PROCESSES.items()):
-            if value is worker:
+            if value is process:
                 del WARM_PROCESSES[key]
-    worker.close()
+    process.close()
 
 
 def shutdown_warm_processes() -> None:
-    """Stop every warm worker of this process (they also die with it)."""
+    """Stop every warm process this one started (they also die with it)."""
     with _WARM_LOCK:
-        workers = list(WARM_PROCESSES.values())
+        processes = list(WARM_PROCESSES.values())
         WARM_PROCESSES.clear()
-    for worker in workers:
-        worker.close()
+    for process in processes:
+        process.close()
 
 
 def run_in_warm_process(
     key: WarmKey, workdir: str, timeout_s: float, max_output_bytes: int
 ) -> ProcessOutcome:
-    """Run the job in ``workdir`` in a sandbox forked from the worker for ``key``: its
-    exit (None on timeout) and the tail of its ``output.log``. A worker that died before
+    """Run the job in ``workdir`` in a sandbox forked from the process for ``key``: its
+    exit (None on timeout) and the tail of its ``output.log``. A process that died before
     the job started is replaced once; raises :class:`WarmProcessLost` if that fails too, and
-    OSError if the worker could not fork."""
+    OSError if the process could not fork."""
     for attempt in range(2):
-        worker = warm_process_for(key)
-        with worker.lock:
+        process = warm_process_for(key)
+        with process.lock:
             try:
-                reply = worker.run(workdir, timeout_s)
+                reply = process.run(workdir, timeout_s)
             except WarmProcessLost:
-                discard_warm_process(worker)
+                discard_warm_process(process)
                 if attempt == 0 and not Path(workdir, OUTPUT_LOG).exists():
                     continue  # died before this job started: try once more on a fresh one
                 raise

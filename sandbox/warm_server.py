@@ -1,4 +1,4 @@
-"""The warm worker, server side: a process that readied its runtime once (torch and
+"""The warm process, server side: a process that readied its runtime once (torch and
 triton imported, CUDA never initialised) and forks a fresh sandbox for every job.
 
 Protocol: it prints ``{"ready": true, "pid": ...}``, then for every job line on stdin
@@ -106,7 +106,7 @@ def _read_all(fd: int) -> bytes:
 
 
 def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
-    """The warm worker loop (see the module docstring): ``preload`` readies the runtime
+    """The warm process loop (see the module docstring): ``preload`` readies the runtime
     every sandbox shares, ``run_job`` runs one job in a forked sandbox."""
     die_with_parent()
     preload()

@@ -1,5 +1,5 @@
 """The golden logs (tests/data/golden/*.jsonl): logs this version wrote, for a success, a
-failure, a search, a rollout and an agentflow task, kept so that later versions are held
+failure, a search, a rollout and agentflow tasks, kept so that later versions are held
 to them (tests/unit/test_golden_logs.py folds each and re-decides every recorded
 decision).
 
@@ -7,6 +7,7 @@ Written once, by the CLI on the embedded default with scripted LLMs, and committ
 written again only on purpose (a new kind of run worth holding to)::
 
     .venv/bin/python -m tests.golden_logs            # writes tests/data/golden/<name>.jsonl
+    .venv/bin/python -m tests.golden_logs NAME ...   # writes only those
 
 A log that later code decides otherwise is not rewritten to make the test pass: the
 change needs an upcaster or a versioned rule (docs/extending.md).
@@ -45,6 +46,11 @@ RUNS: dict[str, list[str]] = {
         "rollout", "--workflow", "agentflow", "--dataset", ARITHMETIC, "--limit", "1",
         "--tools", "calculator", "--llm", f"scripted:{GOLDEN / 'agentflow.yaml'}",
     ],
+    # Routing version 2 (issue 54): retries within the turns, a MAYBE that does not parse.
+    "agentflow_retries": [
+        "rollout", "--workflow", "agentflow", "--dataset", ARITHMETIC, "--limit", "1",
+        "--tools", "calculator", "--llm", f"scripted:{GOLDEN / 'agentflow_retries.yaml'}",
+    ],
 }  # fmt: skip
 
 
@@ -69,11 +75,14 @@ def write(name: str, command: list[str]) -> Path:
     return target
 
 
-def main() -> int:
-    for name, command in RUNS.items():
-        print(f"{name}: {write(name, command)}")
+def main(names: list[str]) -> int:
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        raise SystemExit(f"no golden run {unknown[0]!r}; there are: {', '.join(RUNS)}")
+    for name in names or RUNS:
+        print(f"{name}: {write(name, RUNS[name])}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

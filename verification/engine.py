@@ -5,7 +5,7 @@ initialising CUDA here would break forking and tie the daemon to the GPU). Befor
 runs, the candidate passes the static reward-hack gate (:mod:`kernelflow.verification.gate`).
 Then each verification gets a private temp dir with ``job.json`` and runs the sandbox
 process :mod:`kernelflow.verification.child` in the sandbox
-(:mod:`kernelflow.sandbox`): by default forked from a warm worker (torch and triton
+(:mod:`kernelflow.sandbox`): by default forked from a warm process (torch and triton
 already imported, CUDA never initialised) that lives in its own network namespace when the
 machine allows it; the sandbox gets resource limits, its own PID namespace and the
 ``nobody`` user where possible, a wall-clock timeout that kills its whole process group,
@@ -144,7 +144,7 @@ class VerifierConfig:
     shapes: tuple[dict[str, int], ...] | None = None
     cpu_budget: SizeBudget = CPU_BUDGET  # how large a shape set may be on the CPU
     static_gate: bool = True  # the AST reward-hack gate (disable only to test the sandbox)
-    warm: bool = True  # fork from a warm worker instead of starting a fresh interpreter
+    warm: bool = True  # fork from a warm process instead of starting a fresh interpreter
     device: str | None = None  # "cpu" / "cuda" to require one; None: whatever is here
     # The CUDA device (index or UUID) this verifier owns; its sandboxes see only that one
     # (``kernelflow daemon --gpus``: one verifier actor per device). None: all of them.
@@ -203,8 +203,8 @@ def _sandbox_plan(python: str, device: str, memory_mb: int) -> SandboxPlan:
     return sandbox_plan(python, device, memory_mb, CHILD_MODULE)
 
 
-def _worker_key(config: VerifierConfig, device: str, prefix: tuple[str, ...]) -> WarmKey:
-    """The warm worker of ``config``'s sandboxes on ``device`` under network ``prefix``."""
+def _warm_key(config: VerifierConfig, device: str, prefix: tuple[str, ...]) -> WarmKey:
+    """The warm process of ``config``'s sandboxes on ``device`` under network ``prefix``."""
     return WarmKey(config.python, device, prefix, config.gpu, CHILD_MODULE)
 
 
@@ -219,16 +219,16 @@ def checking_device(config: VerifierConfig = DEFAULT_CONFIG) -> str:
 
 def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
     """Do now what the first verification under ``config`` would otherwise do first: find
-    the device, probe the sandbox and start the warm worker (seconds of importing torch
+    the device, probe the sandbox and start the warm process (seconds of importing torch
     and triton each). What was readied, in words.
 
     A daemon's verifier calls this as it starts, so that its first candidate, which comes
     only after the designer's and coder's LLM calls, waits for none of it. Raises what
-    those steps raise (no python with torch, a worker that cannot start): the
+    those steps raise (no python with torch, a warm process that cannot start): the
     verification would then report the same problem itself. Call it from a thread that
-    outlives the verifications: the worker dies with the thread that started it (Linux
+    outlives the verifications: the warm process dies with the thread that started it (Linux
     sends PR_SET_PDEATHSIG when that thread ends). Verifiers of a pool that
-    share a configuration probe once and share the worker: each step is done once, and
+    share a configuration probe once and share the warm process: each step is done once, and
     a verification that asks meanwhile waits for it."""
     device = detect_device(config.python, config.gpu)
     if config.device == "cuda" and device != "cuda":
@@ -238,8 +238,8 @@ def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
     if not config.warm:
         _sandbox_plan(config.python, device, config.memory_mb)
     else:
-        # The probe and the worker each spend seconds importing torch and triton: the
-        # worker starts beside the probe, under the network isolation the probe picks
+        # The probe and the warm process each spend seconds importing torch and triton: the
+        # warm process starts beside the probe, under the network isolation the probe picks
         # whenever torch works under it at all (the strongest that works here), and is
         # replaced in the rare case the probe picked another.
         with concurrent.futures.ThreadPoolExecutor(1, "kf-sandbox-probe") as probing:
@@ -247,12 +247,12 @@ def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
             likely = network_prefixes()[0]
             early = None
             with contextlib.suppress(WarmProcessLost):  # the probe finds out what works instead
-                early = warm_process_for(_worker_key(config, device, likely))
+                early = warm_process_for(_warm_key(config, device, likely))
             plan = planned.result()
         if early is not None and plan.prefix != likely:
             discard_warm_process(early)
-        warm_process_for(_worker_key(config, device, plan.prefix))
-    return f"{device}, " + ("warm worker up" if config.warm else "a fresh sandbox per candidate")
+        warm_process_for(_warm_key(config, device, plan.prefix))
+    return f"{device}, " + ("warm process up" if config.warm else "a fresh sandbox per candidate")
 
 
 def verify(
@@ -456,7 +456,7 @@ def _run_sandboxed(
     policy: Policy,
     config: VerifierConfig,
 ) -> VerificationReport:
-    """Run the check in a sandbox (forked from the warm worker, or a fresh process) in a
+    """Run the check in a sandbox (forked from the warm process, or a fresh process) in a
     locked work dir of its own; the report made of what it left behind. Without a
     candidate, the job checks only that the reference runs. A candidate's C++/CUDA
     extensions are built first, by a build job under a time limit of its own (or found in
@@ -610,7 +610,7 @@ def _run_job(
         Path(workdir, "job.json").write_text(json.dumps({**job, **sandbox}))
         try:
             if config.warm:
-                key = _worker_key(config, device, plan.prefix)
+                key = _warm_key(config, device, plan.prefix)
                 outcome = run_in_warm_process(key, workdir, timeout_s, config.max_output_bytes)
             else:
                 outcome = _run_fresh(plan, device, workdir, config, timeout_s)

@@ -72,6 +72,24 @@ def _predefined() -> dict[str, str]:
     }
 
 
+# The predefined workflows under the names the workflow specification gives their files
+# (default_workflow.yaml, ...): NAME_workflow is NAME (docs/workflows.md, "Named workflows").
+ALIAS_SUFFIX = "_workflow"
+
+
+def predefined_name(name: str) -> str | None:
+    """The predefined workflow ``name`` means, itself or as an alias; None: none."""
+    if name in _predefined():
+        return name
+    base = name.removesuffix(ALIAS_SUFFIX)
+    return base if name.endswith(ALIAS_SUFFIX) and base in _predefined() else None
+
+
+def aliases(name: str) -> tuple[str, ...]:
+    """The other names of a predefined workflow."""
+    return (f"{name}{ALIAS_SUFFIX}",)
+
+
 @dataclass(frozen=True)
 class Found:
     """A workflow's text, and where it came from."""
@@ -97,13 +115,14 @@ class Listed:
     name: str
     source: str  # "predefined", or the file
     shadowed_by: str | None = None  # the workflow of the same name found first
+    aliases: tuple[str, ...] = ()  # a predefined workflow's other names
 
 
 def catalogue(dirs: Sequence[Path] = ()) -> list[Listed]:
     """The predefined workflows, then the named ones in ``dirs`` (in their order: the
     first of a name is the one found by it)."""
-    listed = [Listed(name, "predefined") for name in sorted(_predefined())]
-    first = {w.name: w.source for w in listed}
+    listed = [Listed(name, "predefined", aliases=aliases(name)) for name in sorted(_predefined())]
+    first = {n: w.source for w in listed for n in (w.name, *w.aliases)}
     for folder in dirs:
         for path in sorted(_named_files(folder)):
             name = path.stem
@@ -143,19 +162,22 @@ def find_workflow(
             return Found(path.stem, path.read_text(encoding="utf-8"), name_or_path, path)
         except (OSError, UnicodeDecodeError) as exc:
             raise WorkflowError(f"{name_or_path}: cannot read workflow file: {exc}") from exc
-    if name_or_path in _predefined():
-        return Found(name_or_path, _predefined()[name_or_path], name_or_path)
+    predefined = predefined_name(name_or_path)
+    if predefined is not None:
+        return Found(predefined, _predefined()[predefined], name_or_path)
     if is_agent_name(name_or_path):  # a plain name: no path in it
         for d in dirs:
             for suffix in (".yaml", ".yml"):
                 candidate = d / f"{name_or_path}{suffix}"
                 if candidate.is_file():
                     return find_workflow(str(candidate))
-    known = sorted({w.name for w in catalogue(dirs)})
+    listed = catalogue(dirs)
+    known = sorted({w.name for w in listed})
+    spellings = {n for w in listed for n in (w.name, *w.aliases)}
     looked = f"; named workflows are looked for in: {', '.join(map(str, dirs))}" if dirs else ""
     raise WorkflowError(
         f"unknown workflow {name_or_path!r}; available: {', '.join(known)} (or give the path "
-        f"of a .yaml file{looked}){did_you_mean(name_or_path, known)}"
+        f"of a .yaml file{looked}){did_you_mean(name_or_path, spellings)}"
     )
 
 

@@ -18,6 +18,9 @@ CODE_FIELD = "code"  # the output field the verifier checks, unless an agent nam
 # it its ``code`` field; one that may hand over to the verifier must give such a block
 # (kernelflow.workflows.parsing).
 ANSWER_FIELD = "answer"
+# An output field's type that holds the name of one of the workflow's tools (AgentFlow's
+# planner chooses its tool with one: docs/workflows.md, "output_format").
+TOOL_FIELD_TYPE = "tool"
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,33 @@ class Workflow:
     # The reward functions a task of this workflow is scored with unless its submitter
     # names others (``rewards``); empty: the defaults for its kind of task.
     rewards: tuple[str, ...] = ()
+
+    @property
+    def toolset(self) -> tuple[str, ...]:
+        """The tools of the workflow's agents, each once, in the order they are given."""
+        return tuple(dict.fromkeys(t for spec in self.agents.values() for t in spec.tools))
+
+    def ends_task(self, agent: str) -> bool:
+        """Whether the task may end right after ``agent``: ``finish`` is among its next
+        agents, or it has none. In a prompt workflow such an agent gives the final answer."""
+        possible = self.agents[agent].possible_next
+        return not possible or FINISH in possible
+
+    @property
+    def steps_to_answer(self) -> dict[str, int]:
+        """For each agent from which an agent that may end the task can be reached: how
+        many agents at least run after it up to and including that one (0 for such an
+        agent itself)."""
+        steps = {a: 0 for a in self.agents if self.ends_task(a)}
+        frontier = list(steps)
+        while frontier:
+            reached = []
+            for agent, spec in self.agents.items():
+                if agent not in steps and any(n in frontier for n in spec.possible_next):
+                    steps[agent] = steps[frontier[0]] + 1
+                    reached.append(agent)
+            frontier = reached
+        return steps
 
     @property
     def sequence_patterns(self) -> dict[str, tuple[str, ...]]:

@@ -36,8 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from kernelflow.events.model import RemovedOption
+from kernelflow.events.model import ROUTING_VERSION, RemovedOption
 from kernelflow.workflows.model import FINISH, VERIFIER, Workflow
+
+# The ``limit`` of a removal that keeps, in a prompt workflow, the steps its final answer
+# needs (``illegal_agents``): part of ``max_step``.
+RESERVE = "max_step_reserve"
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,12 @@ class Counters(Protocol):
     def sequence_repeats(self, name: str) -> int: ...
 
 
-def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedOption]:
+def illegal_agents(
+    workflow: Workflow, counters: Counters, routing_version: int = ROUTING_VERSION
+) -> dict[str, RemovedOption]:
     """Agents the limits forbid to run next, each with the limit that forbids it (the
-    first that applies, in the order max_step, single_agent, sequences)."""
+    first that applies, in the order max_step, single_agent, sequences), under the task's
+    ``routing_version`` (``TaskSubmitted.routing_version``)."""
     if counters.step >= workflow.max_step:
         return {
             a: RemovedOption(
@@ -96,6 +103,16 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
             if agent != VERIFIER:
                 illegal[agent] = RemovedOption(
                     agent=agent, limit="max_step", count=counters.step, maximum=workflow.max_step
+                )
+    elif VERIFIER not in workflow.agents and routing_version >= 2:
+        # A prompt task's outcome is its final answer, which only an agent that may end
+        # the task gives: an agent is not started unless the steps left hold it and the
+        # shortest way from it to such an agent (AgentFlow's solution generator keeps its
+        # step: docs/workflows.md, "Limits").
+        for agent, after in workflow.steps_to_answer.items():
+            if counters.step + 1 + after > workflow.max_step:
+                illegal[agent] = RemovedOption(
+                    agent=agent, limit=RESERVE, count=counters.step, maximum=workflow.max_step
                 )
     for agent in workflow.agents:
         if agent in illegal:
@@ -123,6 +140,11 @@ def illegal_agents(workflow: Workflow, counters: Counters) -> dict[str, RemovedO
 
 def removal_text(removed: RemovedOption) -> str:
     """Why a limit removed an agent, in words."""
+    if removed.limit == RESERVE:
+        return (
+            f"max_step {removed.maximum}: {removed.count} agents ran, and {removed.agent} "
+            "would leave no step for the agent that gives the final answer"
+        )
     if removed.limit == "max_step" and removed.count < removed.maximum:
         return (
             f"max_step {removed.maximum}: {removed.count} agents ran, and no verification "
@@ -143,12 +165,18 @@ def removal_text(removed: RemovedOption) -> str:
     return f"{removed.agent}: {removed.limit} {removed.count} of {removed.maximum}"
 
 
-def route(workflow: Workflow, counters: Counters, outcome: Outcome) -> Route:
-    """Decide what follows ``outcome``, given the counters of every agent run so far."""
+def route(
+    workflow: Workflow,
+    counters: Counters,
+    outcome: Outcome,
+    routing_version: int = ROUTING_VERSION,
+) -> Route:
+    """Decide what follows ``outcome``, given the counters of every agent run so far (the
+    task's ``routing_version``: the rules it was submitted under)."""
     agent = outcome.agent
     if outcome.agent_failed:
         return Route("finish", "auto", (), FINISH, f"{agent} could not complete its work")
-    illegal = illegal_agents(workflow, counters)
+    illegal = illegal_agents(workflow, counters, routing_version)
     if outcome.parse_failed:
         if agent not in illegal:
             return Route("run", "retry", (agent,), agent, "output failed to parse; retrying")

@@ -30,6 +30,7 @@ from kernelflow.workflows.model import (
     CODE_FIELD,
     DEFAULT_AGENT_KIND,
     FINISH,
+    TOOL_FIELD_TYPE,
     VERIFIER,
     AgentSpec,
     OutputField,
@@ -58,7 +59,7 @@ LLM_AGENT_KEYS = (
 )
 OUTPUT_FORMAT_KEYS = ("parser_name", "parser_definition")
 FIELD_KEYS = ("field_type", "mandatory", "field_description")
-FIELD_TYPES = ("str", "int", "float", "bool", "list", "dict")
+FIELD_TYPES = ("str", "int", "float", "bool", "list", "dict", TOOL_FIELD_TYPE)
 TOOL_LIMIT_KEYS = ("timeout_s", "max_output_chars", "calls_per_minute", "memory_mb")
 _NO_FIELDS_HINT = (
     "declare parser_definition.output_fields, or leave output_format out for a free-text answer"
@@ -119,6 +120,7 @@ class _Checker(Checker):
             _add_built_in_verifier(agents, start)
             if graph_sound:
                 self.graph(agents, start)
+                self.tool_fields(agents)
         if (
             self.unusable
             or agents is None
@@ -141,6 +143,21 @@ class _Checker(Checker):
             trainable_agents=frozenset(trainable) if trainable else None,
             rewards=tuple(rewards),
         )
+
+    def tool_fields(self, agents: dict[str, AgentSpec]) -> None:
+        """A ``tool`` field names one of the workflow's tools: a workflow without any
+        could never parse it."""
+        if any(spec.tools for spec in agents.values()):
+            return
+        for spec in agents.values():
+            for f in spec.output_fields:
+                if f.field_type == TOOL_FIELD_TYPE:
+                    self.broken(
+                        f"agent_info.{spec.name}.output_format.parser_definition."
+                        f"output_fields.{f.name}.field_type",
+                        "a tool field names one of the workflow's tools, and no agent here "
+                        "has any: give the agent that runs them tools: [NAME, ...]",
+                    )
 
     def trainable(self, value: Any, agents_doc: dict[Any, Any] | None) -> list[str] | None:
         """``trainable_agents``: the LLM agents whose turns are the policy's."""

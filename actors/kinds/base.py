@@ -59,6 +59,16 @@ Step = CallLLM | RunTools | Finish | GiveUp
 
 
 @dataclass(frozen=True)
+class PlannedTool:
+    """The tool that the agent which ran just before chose for this one to run: the
+    ``tool`` field of its answer (AgentFlow's planner: docs/workflows.md, "agentflow");
+    ``tool`` None when it chose none (its answer did not parse)."""
+
+    agent: str
+    tool: str | None
+
+
+@dataclass(frozen=True)
 class Turn:
     """One dispatch of an agent, as the log records it."""
 
@@ -72,6 +82,8 @@ class Turn:
     # of their own take the task's own prompt, not the rendered one).
     task: TaskSubmitted | None = None
     dispatch: AgentDispatched | None = None
+    # Set where the agent before chose the tool (``tools`` then offers that one alone).
+    planned_tool: PlannedTool | None = None
 
     def results_of(self, call: LLMCalled) -> list[ToolCalled]:
         """The recorded results of the tool calls ``call`` made (natively, or in its text:

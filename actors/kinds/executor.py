@@ -6,6 +6,12 @@ them to the agents that follow, and no LLM call is spent reading them back. A re
 without a call is the answer as it is; one whose calls cannot be read is answered with
 what was wrong and asked again, up to ``max_steps`` replies. The settings are the ``tool``
 kind's.
+
+Where the planner chose the tool (a ``tool`` field: ``Turn.planned_tool``), that tool alone
+is offered and run (a call of another is recorded as failed); a planner that chose none,
+or one the executor does not have, ends the turn at once with no tool run, saying why:
+the memory shows the turn failed, and the planner's action and its execution never
+disagree unseen.
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ class ExecutorKind(ToolKind):
     instructions = "kind_executor.txt"
 
     def next_step(self, turn: Turn) -> Step:
+        choice = turn.planned_tool
+        if choice is not None and not turn.tools:
+            if choice.tool is None:
+                return Finish(f"no tool run: {choice.agent} chose none (its answer did not parse)")
+            return Finish(
+                f"no tool run: {choice.agent} chose {choice.tool}, which {self.spec.name} "
+                "does not have"
+            )
         step = super().next_step(turn)
         if isinstance(step, CallLLM | GiveUp) and turn.tool_calls:
             ran = ", ".join(f"{t.tool} {'ok' if t.ok else 'failed'}" for t in turn.tool_calls)

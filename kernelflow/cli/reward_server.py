@@ -45,7 +45,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kernelflow.actors.bridge import NatsUnreachable
 from kernelflow.actors.connection import safe_url
-from kernelflow.actors.presence import ping_daemons
+from kernelflow.actors.health_pings import ping_daemons
 from kernelflow.cli.http_access import OPEN_PATHS, TokenGate
 from kernelflow.common.suggest import did_you_mean
 from kernelflow.events.errors import TransportError

@@ -42,7 +42,7 @@ from kernelflow.actors.connection import (
     server_urls,
 )
 from kernelflow.actors.daemon import DEFAULT_ROLES
-from kernelflow.actors.presence import llm_description, ping_daemons, safe_spec
+from kernelflow.actors.health_pings import llm_description, ping_daemons, safe_spec
 from kernelflow.events import subjects
 from kernelflow.events.nats_requests import NatsRequests
 from kernelflow.host.nats_server import NatsServerError

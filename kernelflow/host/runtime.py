@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
-from kernelflow.actors.presence import (
+from kernelflow.actors.health_pings import (
     HealthResponder,
     daemon_describer,
     new_daemon_id,
@@ -180,7 +180,7 @@ def answer_pings(
     bridge: Bridge, daemon: Daemon, ours: set[str] | Callable[[str], bool]
 ) -> HealthResponder:
     """A command's own daemon answers health pings too, naming the asked tasks that are
-    its own (``kernelflow.actors.presence``), for as long as the command's connection is
+    its own (``kernelflow.actors.health_pings``), for as long as the command's connection is
     open: so ``status`` and ``cancel`` in another terminal tell a task this command runs
     from one that waits for a daemon."""
     roles = daemon.config.roles
@@ -264,7 +264,7 @@ async def request_reply(
 @dataclass(frozen=True)
 class Hosting:
     """Who hosts ``role``, as the daemons' answers to one ping say (a command's own daemon
-    only for the tasks it serves: ``kernelflow.actors.presence``)."""
+    only for the tasks it serves: ``kernelflow.actors.health_pings``)."""
 
     role: str
     answers: list[dict[str, Any]]

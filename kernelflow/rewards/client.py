@@ -29,7 +29,7 @@ from typing import Any
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.connection import safe_url
-from kernelflow.actors.presence import ping_daemons
+from kernelflow.actors.health_pings import ping_daemons
 from kernelflow.events import subjects
 from kernelflow.events.model import Event
 from kernelflow.host.runtime import connected, request_reply

@@ -167,7 +167,7 @@ def _state(s: TaskState) -> tuple[object, ...]:
         s.terminal and s.terminal.kind,
         s.history,
         [v.report.verdict for v in s.verifications],
-        s.final_answer,
+        s.finished.final_answer if s.finished else None,
         sorted(s.rewards),
     )
 

@@ -171,7 +171,8 @@ def test_version_and_the_workflows_there_are() -> None:
     assert code == 0 and re.fullmatch(r"kernelflow \S+\n", stdout)
     code, stdout, _, _ = timed("workflow", "list")
     assert code == 0
-    listed = [line.split()[0] for line in stdout.splitlines() if line.endswith("predefined")]
+    rows = [line.split() for line in stdout.splitlines()]
+    listed = [row[0] for row in rows if row[1:2] == ["predefined"]]
     assert {"default", "coder_only", "verifier_only"} <= set(listed)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
-from kernelflow.actors.presence import HealthResponder, daemon_describer
+from kernelflow.actors.health_pings import HealthResponder, daemon_describer
 from kernelflow.events.log import EventLog
 from kernelflow.verification.engine import VerifierConfig, detect_device
 from tests.conftest import as_user, connect, creds, is_keyed, role_auth, run_cli
@@ -119,7 +119,7 @@ def test_healthy_with_a_daemon(private_nats: str, tmp_path: Path) -> None:
         assert code == 0, report
         (d,) = report["daemons"]
         assert d["verifier"]["any"]["state"] == "ready"
-        assert "warm worker up" in d["verifier"]["any"]["detail"]
+        assert "warm process up" in d["verifier"]["any"]["detail"]
         assert d["pid"] == daemon.pid and d["uptime_s"] >= 0
         assert d["nats_url"] == private_nats
         assert f"kernelflow daemon on {private_nats}: roles" in log.read_text()

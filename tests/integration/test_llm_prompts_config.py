@@ -164,10 +164,11 @@ def test_budget_failure_finishes_with_its_own_status() -> None:
         task_id="t1", seq=5, after_agent="designer", options=[], mode="auto", chosen="finish",
         reason="designer could not complete its work",
     )  # fmt: skip
-    finished = finish_event(fold("t1", events("triton", failed, decided)), decided)
+    finished = finish_event(fold("t1", events("triton", failed, decided)), WORKFLOW, decided)
     assert finished.status == "budget_exceeded" and finished.reason == error
     other = AgentFailed(task_id="t1", seq=4, agent="designer", dispatch_id="t1:d1", error="down")
-    assert finish_event(fold("t1", events("triton", other, decided)), decided).status == "failed"
+    state = fold("t1", events("triton", other, decided))
+    assert finish_event(state, WORKFLOW, decided).status == "failed"
 
 
 def test_per_agent_flags_and_workflow_prompts_reach_the_recorded_calls(

@@ -1,4 +1,4 @@
-"""One contract for requests among processes (``kernelflow.events.requests``: presence
+"""One contract for requests among processes (``kernelflow.events.requests``: health
 pings and status queries), run against both adapters: core NATS on a nats-server of the
 test's own, and the memory bus the memory bridge gives its bridges. Each clause is a plain
 coroutine function of two processes' ports (a server's and an asker's) on one loop."""

@@ -190,7 +190,7 @@ def test_a_verifier_killed_mid_check_is_replaced_and_the_verdict_recorded_once(
                 pending = asking.submit(client.score_sync, hanging)
                 wait_for_line(first_log, "verifying a triton candidate", 60)
                 wait_for_candidate_of(first.pid)
-                below = descendants(first.pid)  # its warm worker, the judge, the candidate
+                below = descendants(first.pid)  # its warm process, the judge, the candidate
                 os.killpg(first.pid, signal.SIGKILL)  # mid-check
                 first.wait(30)
                 # Nothing of the check outlives its verifier: no judge, no candidate

@@ -138,6 +138,8 @@ def test_workflow_list_says_where_each_workflow_comes_from(tmp_path: Path) -> No
     (shared / "team.yaml").write_text("base: default\nmandatory_llm_analysis: []\n")
     (shared / "default.yaml").write_text(SEED_CUSTOM)  # a predefined name: not used
     (shared / "compose.yaml").write_text("services: {nats: {image: nats}}\n")  # no workflow
+    (shared / "broken.yaml").write_text("agent_info: {coder: {possible_next_agent: [finish]}}\n")
+    (shared / "default_workflow.yaml").write_text(SEED_CUSTOM)  # seed 001's name: an alias
     (tmp_path / "custom_workflow.yml").write_text(SEED_CUSTOM)
     listed = in_dir(
         tmp_path, "workflow", "list", "--json", env=cli_env(KF_WORKFLOWS_DIR=str(shared))
@@ -152,9 +154,43 @@ def test_workflow_list_says_where_each_workflow_comes_from(tmp_path: Path) -> No
         ("default", "predefined", None),
         ("verifier_only", "predefined", None),
         ("custom_workflow", str(tmp_path / "custom_workflow.yml"), None),
+        ("broken", str(shared / "broken.yaml"), None),
         ("default", str(shared / "default.yaml"), "predefined"),
+        ("default_workflow", str(shared / "default_workflow.yaml"), "predefined"),
         ("team", str(shared / "team.yaml"), None),
     ]
+    default = found["workflows"][3]
+    assert default["aliases"] == ["default_workflow"] and default["invalid"] is None
+    invalid = {w["name"]: w["invalid"] for w in found["workflows"] if w["invalid"]}
+    assert invalid == {
+        "broken": "limitation_info: missing required key (or extend a workflow that has one: "
+        "base: default) (and 1 more)"
+    }
+    text = in_dir(tmp_path, "workflow", "list", env=cli_env(KF_WORKFLOWS_DIR=str(shared)))
+    assert "default                predefined  (also: default_workflow)\n" in text.stdout
+    assert f"broken                 {shared / 'broken.yaml'}  (invalid: limitation_info:" in (
+        text.stdout
+    )
+
+
+def test_the_workflow_specifications_names_are_the_predefined_workflows(tmp_path: Path) -> None:
+    """Seed 001 names the predefined workflows by their files: default_workflow and the
+    others are aliases, whatever a directory holds; a near miss suggests one of them."""
+    (tmp_path / "custom_workflow.yaml").write_text(SEED_CUSTOM)
+    env = cli_env(KF_WORKFLOWS_DIR=str(tmp_path / "none"))
+    shown = in_dir(tmp_path, "workflow", "show", "default_workflow", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == in_dir(tmp_path, "workflow", "show", "default", env=env).stdout
+    assert "designer" in shown.stdout and "max_step 20" in shown.stdout
+    for alias in (
+        "coder_only_workflow",
+        "conductor_connect_all_workflow",
+        "verifier_only_workflow",
+    ):
+        assert in_dir(tmp_path, "workflow", "validate", alias, env=env).returncode == 0
+    missed = in_dir(tmp_path, "workflow", "show", "coder_only_workflw", env=env)
+    assert missed.returncode == 2
+    assert missed.stderr.strip().endswith("did you mean 'coder_only_workflow'?")
 
 
 def test_the_errors_a_users_code_may_catch_are_importable_from_kernelflow() -> None:

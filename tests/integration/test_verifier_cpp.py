@@ -345,3 +345,21 @@ def test_the_readmes_cpp_example_runs_as_printed(
     assert re.search(r"; speedup (\d+\.\d\dx|inconclusive \(between \S+x and \S+x\): )", first)
     assert timing.startswith("  timing: candidate ") and "95 % intervals" in timing
     assert " rounds of " in timing
+    # How far from the machine's limit, under the timing (docs/verifier.md).
+    assert re.search(r"\n  speed-of-light: \d+% \(memory-bound: \S+ ms attainable ", done.stdout)
+
+
+def test_a_timed_kernel_says_its_fraction_of_speed_of_light(fused) -> None:  # type: ignore[no-untyped-def]
+    """An elementwise op (tanh-GELU) is memory-bound: torch's FLOP counter counts no
+    matmul work in it, and its least traffic is its input and output, once each."""
+    limit = fused.roofline
+    assert limit is not None and limit.bound == "memory", fused.timing
+    # Timed on the first shape set checked: the task's input, float32 (12_tanh_gelu.py:
+    # batch_size x dim, 4096 x 4096 unless the set scales them down).
+    sizes = {"batch_size": 4096, "dim": 4096, **fused.shapes[0]}
+    x = 4 * sizes["batch_size"] * sizes["dim"]
+    assert limit.bytes == 2 * x and limit.flops == 0
+    assert limit.attainable_ms == pytest.approx(limit.bytes / (limit.peak_gbs * 1e6), rel=1e-2)
+    median = fused.timing.candidate_ms["median"]
+    assert fused.sol_fraction == pytest.approx(limit.attainable_ms / median)
+    assert limit.peak_gbs > 0 and limit.peak_gflops > 0

@@ -168,14 +168,14 @@ def test_cpu_verifiers_each_own_their_cores_and_time_with_as_many_threads() -> N
 
 
 def test_a_gpu_verifier_s_sandboxes_see_its_device_and_its_timings_queue_for_it() -> None:
-    # What cannot run here: each GPU verifier's sandboxes (the warm worker its judge and
+    # What cannot run here: each GPU verifier's sandboxes (the warm process its judge and
     # candidate fork from, a fresh one, the probes) get CUDA_VISIBLE_DEVICES of its GPU.
     (zero, uuid) = DaemonConfig(gpus=("0", "GPU-5f1c")).verifier_configs()
     assert (zero.gpu, zero.device, uuid.gpu) == ("0", "cuda", "GPU-5f1c")
     assert sandbox_env("/tmp", zero.gpu)["CUDA_VISIBLE_DEVICES"] == "0"
     assert device_env("/tmp", "cuda", uuid.gpu)["CUDA_VISIBLE_DEVICES"] == "GPU-5f1c"
-    assert engine._worker_key(zero, "cuda", ()).gpu == "0"
-    assert engine._worker_key(zero, "cuda", ()) != engine._worker_key(uuid, "cuda", ())
+    assert engine._warm_key(zero, "cuda", ()).gpu == "0"
+    assert engine._warm_key(zero, "cuda", ()) != engine._warm_key(uuid, "cuda", ())
     # One timing at a time per device: a GPU's slots are its own; the CPU's the node's,
     # whichever cores a CPU verifier owns.
     assert timing_slot_group("cuda", "0") != timing_slot_group("cuda", "1")

@@ -80,7 +80,7 @@ HOSTILE_RUNTIME = ["infinite_loop", "memory_bomb", "fork_bomb", "open_socket", "
 @pytest.mark.parametrize("name", HOSTILE_RUNTIME)
 def test_hostile_candidate_is_contained_at_runtime(name: str) -> None:
     """With the static gate off, the sandbox itself must contain and classify it, and the
-    verifier (this process, its warm worker) must keep serving afterwards."""
+    verifier (this process, its warm process) must keep serving afterwards."""
     path = CANDIDATES / "hostile" / f"{name}.py"
     verdict, rule = expectation(path)
     config = VerifierConfig(

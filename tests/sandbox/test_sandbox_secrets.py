@@ -5,7 +5,7 @@ Secrets are planted for real: a mode-0600 file in root's home, the JetStream sto
 daemon's data dir and of another one, the work dirs of other sandboxes, a process whose
 command line holds a NATS password, a token in the daemon's environment, a TCP server on
 the loopback standing in for NATS. The hostile candidates of examples/candidates/hostile/
-then go looking, with the static gate off, through the real verifier (warm worker and
+then go looking, with the static gate off, through the real verifier (warm process and
 fresh process) and through the ``python`` tool's sandbox; none may find anything, and no
 secret may appear anywhere in what comes back. The same again as a daemon without any
 privilege (user namespaces only), and where nothing can isolate a candidate: refused
@@ -138,7 +138,7 @@ def planted() -> Iterator[Planted]:
     saved = {k: os.environ.get(k) for k in ("KF_DATA_DIR", "KF_TEST_TOKEN")}
     os.environ["KF_DATA_DIR"] = str(data_dir)
     os.environ["KF_TEST_TOKEN"] = found.token
-    shutdown_warm_processes()  # the next warm worker starts with this environment
+    shutdown_warm_processes()  # the next warm process starts with this environment
     try:
         yield found
     finally:

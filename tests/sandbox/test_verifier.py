@@ -483,7 +483,7 @@ def test_without_gpu_device_files_the_device_is_cpu_without_asking_torch(
 def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_isolation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The warm worker starts while the sandbox is probed, under the strongest network
+    """The warm process starts while the sandbox is probed, under the strongest network
     isolation; if the probe settles on another, the worker that checks candidates is one
     started under that one."""
     python = stand_in_python(tmp_path, """echo '{"ready": true}'; exec cat >/dev/null""")
@@ -533,7 +533,7 @@ def test_a_probe_asked_from_many_threads_at_once_runs_once_per_argument_values()
 def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The probes and the warm worker happen as the verifier actor starts; the first
+    """The probes and the warm process happen as the verifier actor starts; the first
     candidate then runs in that worker with nothing left to start."""
     cold_steps: list[str] = []
     real_worker_init = sandbox_warm.WarmProcess.__init__

@@ -20,6 +20,7 @@ from kernelflow.events.codec import (
 from kernelflow.events.model import (
     COMMAND_TYPES,
     EVENT_TYPES,
+    ROUTING_VERSION,
     TERMINAL_EVENTS,
     AgentDispatched,
     AgentFailed,
@@ -166,7 +167,22 @@ def test_every_event_round_trips(event) -> None:  # type: ignore[no-untyped-def]
     data = encode(event)
     assert decode_event(data) == event
     wire = json.loads(data)
-    assert wire["kind"] == event.kind and wire["v"] == 1 and wire["task_id"] == T
+    version = 2 if isinstance(event, TaskSubmitted) else 1  # task_submitted v2: routing_version
+    assert wire["kind"] == event.kind and wire["v"] == version and wire["task_id"] == T
+
+
+def test_a_task_recorded_before_routing_versions_reads_as_routing_version_1() -> None:
+    """It is decided by the rules it ran under (docs/workflows.md, "Routing")."""
+    today = TaskSubmitted(
+        task_id=T, task_name="n", task_source="", workflow_name="w", workflow_yaml="",
+        backend="triton", group_id="g",
+    )  # fmt: skip
+    wire = json.loads(encode(today))
+    assert wire["routing_version"] == ROUTING_VERSION == 2
+    del wire["routing_version"]
+    old = decode_event(json.dumps({**wire, "v": 1}).encode())
+    assert isinstance(old, TaskSubmitted) and (old.v, old.routing_version) == (2, 1)
+    assert decode_event(encode(today)) == today
 
 
 @given(st.text(), st.text(), st.integers(min_value=0, max_value=2**40))

@@ -1,5 +1,5 @@
 """Golden logs: what this version recorded for a success, a failure, a search, a rollout
-and an agentflow task (tests/data/golden, written by tests/golden_logs.py) is folded by
+and agentflow tasks (tests/data/golden, written by tests/golden_logs.py) is folded by
 today's code and every recorded decision made again from the log before it. A later
 version that decides one of them otherwise fails here: it needs an upcaster or a versioned
 rule, never a rewritten golden log (docs/extending.md)."""
@@ -33,6 +33,7 @@ EXPECTED_STATUS = {
     "search": {"success", "failed"},
     "rollout": {"success"},
     "agentflow": {"success"},
+    "agentflow_retries": {"success"},
 }
 
 
@@ -72,8 +73,8 @@ def test_a_decision_recorded_otherwise_is_found() -> None:
 def test_a_rule_that_decides_otherwise_today_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     real_route = decide.route
 
-    def contrary(workflow, counters, outcome):  # type: ignore[no-untyped-def]
-        route: Route = real_route(workflow, counters, outcome)
+    def contrary(workflow, counters, outcome, routing_version):  # type: ignore[no-untyped-def]
+        route: Route = real_route(workflow, counters, outcome, routing_version)
         others = [o for o in route.options if o != route.chosen]
         if route.chosen is None or not others:
             return route

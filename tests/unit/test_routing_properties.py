@@ -91,12 +91,27 @@ def brute_repeats(history: list[str], pattern: tuple[str, ...]) -> int:
     )
 
 
+def brute_steps_to_answer(wf: Workflow, agent: str) -> int | None:
+    """How many agents at least run after ``agent`` up to one that may end the task."""
+    reach = {agent}
+    for n in range(len(wf.agents)):
+        if any(
+            FINISH in wf.agents[a].possible_next or not wf.agents[a].possible_next for a in reach
+        ):
+            return n
+        reach = {b for a in reach for b in wf.agents[a].possible_next if b in wf.agents}
+    return None
+
+
 def legal(wf: Workflow, history: list[str], agent: str) -> bool:
     """The limits, from their definitions, on the history the agent would extend."""
     if len(history) >= wf.max_step:
         return False
     if VERIFIER in wf.agents and agent != VERIFIER and len(history) == wf.max_step - 1:
         return False  # the one step left is the verifier's: nothing could check another
+    after = brute_steps_to_answer(wf, agent)
+    if VERIFIER not in wf.agents and after is not None and len(history) + 1 + after > wf.max_step:
+        return False  # a prompt workflow keeps the steps its final answer needs
     if brute_consecutive(history, agent) >= wf.single_agent_limit(agent):
         return False
     return not any(
@@ -210,6 +225,11 @@ def test_every_option_a_limit_excludes_is_named_with_its_counts(
         if x.limit == "max_step":
             assert x.count == len(history) and x.maximum == wf.max_step
             assert x.count >= x.maximum or (x.count == x.maximum - 1 and x.agent != VERIFIER)
+        elif x.limit == "max_step_reserve":  # a prompt workflow keeps its answer's steps
+            after = brute_steps_to_answer(wf, x.agent)
+            assert VERIFIER not in wf.agents and after is not None
+            assert x.count == len(history) and x.maximum == wf.max_step
+            assert x.count < x.maximum < x.count + 1 + after
         elif x.limit == "single_agent":
             limit = wf.single_agent_limit(x.agent)
             assert x.count == brute_consecutive(history, x.agent) >= x.maximum == limit

@@ -351,3 +351,73 @@ def test_output_parser_says_precisely_what_is_wrong(
 ) -> None:
     with pytest.raises(ParseError, match=reason):
         parse_output(spec, text)
+
+
+TYPED = AgentSpec(
+    "counter",
+    (),
+    "p",
+    (
+        OutputField("n", "int", True),
+        OutputField("ratio", "float", True),
+        OutputField("done", "bool", True),
+        OutputField("items", "list", False),
+        OutputField("note", "str", False),
+    ),
+)
+
+
+def test_tagged_sections_fill_typed_fields() -> None:
+    text = (
+        "<n>42</n>\n<ratio> 2.5 </ratio>\n<done>True</done>\n<items>[1, 2]</items>\n<note>7</note>"
+    )
+    assert parse_output(TYPED, text) == {
+        "n": 42, "ratio": 2.5, "done": True, "items": [1, 2], "note": "7",
+    }  # fmt: skip
+    assert parse_output(TYPED, "<n>3</n><ratio>1</ratio><done>false</done>")["ratio"] == 1
+    for wrong, reason in [
+        ("<n>4.5</n><ratio>1</ratio><done>true</done>", "'n' must be int, got float"),
+        ("<n>four</n><ratio>1</ratio><done>true</done>", "'n' must be int, got str"),
+        ("<n>4</n><ratio>1</ratio><done>yes</done>", "'done' must be bool, got str"),
+        ("<n>true</n><ratio>1</ratio><done>true</done>", "'n' must be int, got bool"),
+    ]:
+        with pytest.raises(ParseError, match=reason):
+            parse_output(TYPED, wrong)
+
+
+def test_a_route_by_answer_outside_its_values_does_not_parse() -> None:
+    agentflow, _ = load_workflow("agentflow")
+    verifier = agentflow.agents["memory_verifier"]
+    ok = parse_output(verifier, '{"conclusion": " stop\\n"}')
+    assert verifier.route_by is not None and verifier.route_by.chosen(ok) == "solution_generator"
+    with pytest.raises(ParseError, match="'conclusion' must be one of CONTINUE, STOP, got 'MAYBE'"):
+        parse_output(verifier, '{"analysis": "?", "conclusion": "MAYBE"}')
+
+
+def test_a_tool_field_names_one_of_the_workflows_tools() -> None:
+    agentflow, _ = load_workflow("agentflow")
+    assert agentflow.toolset == ("calculator", "python")
+    planner = agentflow.agents["planner"]
+    answer = '{"sub_goal": "multiply", "tool_name": " calculator "}'
+    assert parse_output(planner, answer, tools=agentflow.toolset)["tool_name"] == "calculator"
+    with pytest.raises(ParseError, match="one of the tools: calculator, python; got 'web_search'"):
+        parse_output(planner, answer.replace("calculator", "web_search"), tools=agentflow.toolset)
+    toolless = """
+agent_info:
+  planner:
+    possible_next_agent: [finish]
+    output_format:
+      parser_definition:
+        output_fields:
+          tool_name: {field_type: tool, mandatory: true}
+start_agent: planner
+limitation_info: {required: {max_step: 2}}
+"""
+    with pytest.raises(WorkflowError, match="a tool field names one of the workflow's tools"):
+        parse_workflow(toolless, "toolless")
+
+
+def test_the_workflow_specifications_file_names_are_aliases() -> None:
+    for name in ("default", "coder_only", "conductor_connect_all", "verifier_only"):
+        workflow, text = load_workflow(f"{name}_workflow")
+        assert (workflow.name, text) == (name, load_workflow(name)[1])

@@ -138,7 +138,7 @@ class Backend(ABC):
     # ------------------------------------------------------------------ sandbox
 
     def preload(self) -> None:
-        """In the verifier's warm worker, before it forks a sandbox for each check: import
+        """In the verifier's warm process, before it forks a sandbox for each check: import
         the DSL's runtime (never initialising CUDA), so that every sandbox starts with it.
         Built-in and registered backends are preloaded, not entry-point plugins. Nothing by
         default."""

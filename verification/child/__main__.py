@@ -5,7 +5,7 @@
     One fresh process for the job in WORKDIR, its result written on the pipe FD: the
     naive, slower path.
 ``... --serve DEVICE``
-    The warm worker (:mod:`kernelflow.sandbox.warm_server`): the runtime imported
+    The warm process (:mod:`kernelflow.sandbox.warm_server`): the runtime imported
     once, a sandbox forked per job.
 ``... --probe DEVICE MEMORY_KIND MEMORY_MB [fs]``
     Applies the limits, imports torch and triton, prints ``ok``; with ``fs``, inside the

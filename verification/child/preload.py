@@ -1,5 +1,5 @@
 """The runtime every verifier sandbox shares: torch, and each backend's DSL runtime
-(``Backend.preload``: Triton's), imported once by the warm worker before it forks (never
+(``Backend.preload``: Triton's), imported once by the warm process before it forks (never
 initialising CUDA), and checked under the sandbox's limits by the probe that picks the
 sandbox plan (``Backend.check_runtime``).
 

@@ -28,6 +28,13 @@ from kernelflow.verification.child.device import cold_copies, pin_cores, synchro
 from kernelflow.verification.child.guards import LastOutputs
 from kernelflow.verification.child.loading import clone, flatten
 from kernelflow.verification.child.remote import RemoteCandidate
+from kernelflow.verification.child.roofline import (
+    count_flops,
+    float_dtype,
+    moved_bytes,
+    peak_gflops,
+    roofline,
+)
 from kernelflow.verification.child.slot import TimingSlot
 from kernelflow.verification.child.speedup import speedup_conclusive
 
@@ -292,6 +299,7 @@ def timing_report(
             failed = f"timing: torch.compile of the reference failed, not timed: {exc}"
             notes.append(failed[:400])
     output_bytes = tensor_bytes(expected)
+    flops = count_flops(ref, inputs)
     # Threads the judge started since it pinned itself (torch.compile's) join its cores.
     pin_cores([int(c) for c in job.get("cores") or []])
     slot = slot if slot is not None else TimingSlot([])
@@ -310,7 +318,7 @@ def timing_report(
         stats = timed(max_reps=max_reps)
         flags: list[str] = []
         speedup = _speedup(stats, baseline_kind)
-        moved = tensor_bytes(inputs) + tensor_bytes(expected)
+        moved = moved_bytes(ref, inputs, expected)
         bandwidth = copy_bandwidth_gbs(device)
         implied = moved / (stats[CANDIDATE]["ms"]["median"] / 1000) / 1e9
         if speedup > PLAUSIBLE_SPEEDUP or implied > 1.5 * bandwidth:
@@ -326,6 +334,12 @@ def timing_report(
                     f"candidate moves its inputs and outputs at {implied:.0f} GB/s, above the "
                     f"device's measured copy bandwidth ({bandwidth:.0f} GB/s)"
                 )
+        # The machine's limit, on the cores the candidate ran on (docs/verifier.md).
+        limit = None
+        if flops is not None:
+            peak = peak_gflops(device, float_dtype(inputs))
+            median_ms = stats[CANDIDATE]["ms"]["median"]
+            limit = roofline(flops, moved, bandwidth, peak, median_ms)
     return speedup, {
         "candidate_ms": stats[CANDIDATE]["ms"],
         "candidate_ci_ms": stats[CANDIDATE]["ci95"],
@@ -343,6 +357,7 @@ def timing_report(
         "flags": flags,
         "method": METHOD[device == "cuda"],
         "queued_s": round(slot.waited_s, 3),
+        "roofline": limit,
     }
 
 

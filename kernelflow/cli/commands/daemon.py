@@ -15,7 +15,7 @@ from typing import Any
 from kernelflow.actors.connection import safe_url
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.devices import split_cores, usable_cores
-from kernelflow.actors.presence import HealthResponder, daemon_describer, new_daemon_id
+from kernelflow.actors.health_pings import HealthResponder, daemon_describer, new_daemon_id
 from kernelflow.actors.readmodel import ReadModel
 from kernelflow.cli.commands.options import (
     LLM_HELP,

@@ -18,7 +18,7 @@ from kernelflow.host.exits import UsageError
 from kernelflow.host.settings import Settings
 from kernelflow.offline.redecide import redecide
 from kernelflow.offline.sources import source_for
-from kernelflow.projections.counters import counters_at_decisions, repeat_counters
+from kernelflow.projections.counters import counters_at_decisions, state_counters
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.render import (
     counters_text,
@@ -100,7 +100,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         workflow = workflow_of(state)
         patterns = workflow.sequence_patterns
         cview = counters_view(
-            repeat_counters(state.history, patterns),
+            state_counters(state, patterns),
             workflow,
             counters_at_decisions(events, patterns),
         )

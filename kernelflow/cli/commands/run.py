@@ -122,7 +122,7 @@ def run_on(
     with stopped_after(daemon):
         if args.reference_check and VERIFIER in roles_for(command):
             # This run's own verifier checks the task: what it cannot check is refused
-            # now, before an LLM call is spent (its warm worker is this check's too).
+            # now, before an LLM call is spent (its warm process is this check's too).
             ticker.say("checking that the task's reference runs here")
             refuse_broken_reference(command, settings.data_dir, own_verifier=True)
         try:

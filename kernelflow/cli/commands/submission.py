@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelflow.actors.bridge import Bridge
-from kernelflow.actors.presence import ping_daemons
+from kernelflow.actors.health_pings import ping_daemons
 from kernelflow.cli.commands.options import add_policy_option, positive_seconds
 from kernelflow.events.codec import MalformedMessage, checked_command
 from kernelflow.events.model import Command, SubmitTask

@@ -149,6 +149,13 @@ def timing_line(timing: TimingStats, conclusive: bool | None = None) -> str:
         line += f"; {timing.threads} thread" + ("s" if timing.threads != 1 else "")
     if timing.queued_s >= 0.5:
         line += f"; waited {timing.queued_s:.1f} s for the node's timing slot"
+    if (limit := timing.roofline) is not None:
+        line += (
+            f"\n  speed-of-light: {limit.sol_fraction:.0%} ({limit.bound}-bound: "
+            f"{limit.attainable_ms:.3g} ms attainable for {limit.flops:.3g} FLOP and "
+            f"{limit.bytes / 1e6:.3g} MB at {limit.peak_gflops:.0f} GFLOP/s and "
+            f"{limit.peak_gbs:.0f} GB/s)"
+        )
     return line + "".join(f"\n  flag: {flag}" for flag in timing.flags)
 
 
@@ -255,6 +262,11 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
             # holds 1 or spans more than 2x (the machine was busy); null when not timed.
             "speedup_ci95": list(report.timing.speedup_ci95) if report.timing else None,
             "speedup_conclusive": report_conclusive(report),
+            # The fraction of speed-of-light, what bounds the op, and the time the
+            # machine's peaks allow (docs/verifier.md, "Speed-of-light"); null: not counted.
+            "sol_fraction": report.sol_fraction,
+            "bound": limit.bound if (limit := report.roofline) else None,
+            "attainable_ms": limit.attainable_ms if limit else None,
             "device": report.device,
             "backend": report.backend,
             "shapes": report.shapes,

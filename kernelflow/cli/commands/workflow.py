@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kernelflow.actors.kinds.check import check_agents
@@ -92,18 +94,50 @@ def _details(workflow: Workflow) -> str:
 
 
 def list_workflows(settings: Settings, as_json: bool) -> int:
-    """The predefined workflows and the named ones found, with where each comes from."""
+    """The predefined workflows and the named ones found, with where each comes from, a
+    predefined one's other names, and why a named one cannot be used, if it cannot."""
     dirs = settings.workflow_dirs
     listed = catalogue(dirs)
+    invalid = {
+        w.source: why
+        for w in listed
+        if w.source != "predefined" and (why := _unusable(w.source, dirs)) is not None
+    }
     if as_json:
         entries = [
-            {"name": w.name, "source": w.source, "shadowed_by": w.shadowed_by} for w in listed
+            {
+                "name": w.name,
+                "source": w.source,
+                "shadowed_by": w.shadowed_by,
+                "aliases": list(w.aliases),
+                "invalid": invalid.get(w.source),
+            }
+            for w in listed
         ]
         print(json.dumps({"workflows": entries, "searched": [str(d) for d in dirs]}))
         return EXIT_OK
     width = max(len(w.name) for w in listed)
     for w in listed:
-        shadowed = f"  (not used: {w.shadowed_by} has this name)" if w.shadowed_by else ""
-        print(f"{w.name:<{width}}  {w.source}{shadowed}")
+        notes = [f"also: {', '.join(w.aliases)}"] if w.aliases else []
+        if w.shadowed_by:
+            notes.append(f"not used: {w.shadowed_by} has this name")
+        if w.source in invalid:
+            notes.append(f"invalid: {invalid[w.source]}")
+        print(f"{w.name:<{width}}  {w.source}" + "".join(f"  ({n})" for n in notes))
     print(f"named workflows (NAME.yaml) are looked for in: {', '.join(map(str, dirs))}")
     return EXIT_OK
+
+
+def _unusable(source: str, dirs: Sequence[Path]) -> str | None:
+    """Why the workflow file ``source`` would be refused, in one line (its first problem,
+    and how many more ``workflow validate`` lists); None: it can be used."""
+    try:
+        workflow, _ = load_workflow(source, dirs)
+        check_agents(workflow)
+        check_reward_names(workflow.rewards)
+    except (WorkflowError, UnknownReward) as exc:
+        lines = str(exc).splitlines()
+        problems = lines[1:] if len(lines) > 1 else lines
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return problems[0].removeprefix(f"{source}: ") + more
+    return None
