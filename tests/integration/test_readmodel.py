@@ -536,6 +536,7 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
                 "speedup": None,
                 "speedup_conclusive": None,  # Triton on the CPU: not timed
                 "speedup_ci95": [],
+                "sol_fraction": None,  # not timed: no fraction of the speed of light
                 "reason": "verification passed",
                 "verifications": ["pass"],
                 "rechecks": [],
