@@ -43,6 +43,7 @@ from typing import Any
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.decide import AskLLM, Idle, end_task, fallback_decision, plan_next
 from kernelflow.actors.kinds.check import check_agents
+from kernelflow.actors.pins import llm_specs, pinned_versions
 from kernelflow.actors.prompts import conductor_messages, judge_messages
 from kernelflow.actors.worker import (
     Delivery,
@@ -303,6 +304,9 @@ class Conductor(Worker):
             rewards=command.rewards,
             prior_kernels=command.prior_kernels,
             verify_limits=command.verify_limits,
+            versions=pinned_versions(
+                workflow_yaml, command.policy, llm_specs(self.llm, (CONDUCTOR, *workflow.agents))
+            ),
         )
         size, limit = len(encode(submitted)), self.bridge.log.max_payload - _HEADROOM_BYTES
         if size > limit:  # the server would refuse to record it, on every delivery

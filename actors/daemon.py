@@ -349,6 +349,10 @@ class Daemon:
         )
 
         def deliver(msg: Msg) -> None:
+            if msg.headers and subjects.HISTORY_ONLY_HEADER in msg.headers:
+                # A forked task's copied history: nothing to do (docs/workflows.md).
+                self._in_background(msg.ack())
+                return
             if feed.stale is not None and feed.stale(task_of(msg.subject)):
                 # Queued work for a task known to be over (history delivered to a new
                 # consumer, an imported log): done without an actor or a read.

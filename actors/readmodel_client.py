@@ -62,6 +62,7 @@ def status_row(t: TaskMetrics) -> dict[str, Any]:
         "verifications": list(t.verdicts),
         "rechecks": [{"verifier_version": v, "verdict": verdict} for v, verdict, *_ in t.revisions],
         "events": t.events,
+        "forked_from": {"task_id": t.forked_from, "at": t.fork_at} if t.forked_from else None,
     }
 
 

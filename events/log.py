@@ -174,16 +174,21 @@ class EventLog(StoredEventLog):
                     raise
                 await asyncio.sleep(_NO_LEADER_RETRY_S)
 
-    async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:
+    async def send_recorded(
+        self, event: Event, after_stream_seq: int, *, history_only: bool = False
+    ) -> asyncio.Future[int]:
         """Publish an event recorded elsewhere (an imported log) as it is, its ``seq`` and
         ``at`` kept, on top of its task's stream sequence ``after_stream_seq`` (0: a new
         task). Sent at once, in call order; the future gives its stream sequence, or raises
         AppendConflict if the task moved on or the event is in the log already. Many may be
         in flight, but a task's next event needs its previous one's sequence."""
+        headers = _append_headers(event, after_stream_seq)
+        if history_only:
+            headers[subjects.HISTORY_ONLY_HEADER] = "1"
         return await self._replies.send(
             subjects.event_subject(event),
             encode(event),
-            _append_headers(event, after_stream_seq),
+            headers,
             functools.partial(_stored_at, event, after_stream_seq),
         )
 

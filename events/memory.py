@@ -354,7 +354,10 @@ class MemoryEventLog(StoredEventLog):
             raise AppendConflict(f"event {event.event_id} was already recorded")
         return published.seq
 
-    async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:
+    async def send_recorded(
+        self, event: Event, after_stream_seq: int, *, history_only: bool = False
+    ) -> asyncio.Future[int]:
+        # ``history_only`` tells consumers to skip the event; no consumer reads these streams.
         answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         try:
             answer.set_result(self._store(event, after_stream_seq))

@@ -318,6 +318,18 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=Fals
         return type(self).__struct_config__.tag  # type: ignore[return-value]
 
 
+class ForkOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a forked task's history came from (``kernelflow fork``, docs/workflows.md,
+    "Forking a task"): its events 2 to ``at`` are those of task ``task_id`` with the same
+    ``seq``, copied as recorded (only their task id, and the ids that name it, rewritten);
+    what the fork changed is in ``changed`` (``workflow``, ``policy``, ``backend``, ``llm``:
+    the new value)."""
+
+    task_id: str
+    at: int
+    changed: dict[str, str] = {}
+
+
 # The version of the routing rules a new task is decided by (docs/workflows.md,
 # "Routing"); a task keeps the version it was submitted under, so that its recorded
 # decisions replay as they were made. 2: a sequence counts a retried run once, a prompt
@@ -347,6 +359,11 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     prior_kernels: list[PriorKernel] = []
     verify_limits: VerifyLimits | None = None  # SubmitTask.verify_limits
     routing_version: int = ROUTING_VERSION
+    # Set on the first event of a fork: the task and event it was forked from.
+    forked_from: ForkOrigin | None = None
+    # What the task started with (kernelflow.actors.pins): workflow_sha256, verifier,
+    # policy, torch, triton, compiler, llm (or llm.<agent>); empty before they were pinned.
+    versions: dict[str, str] = {}
 
 
 class TaskRejected(Event, tag="task_rejected", frozen=True, kw_only=True):

@@ -152,11 +152,15 @@ class EventLogPort(ABC):
         was lost); ValueError for an event of another task."""
 
     @abstractmethod
-    async def send_recorded(self, event: Event, after_stream_seq: int) -> asyncio.Future[int]:
-        """Record an event recorded elsewhere (an imported log) as it is, its ``seq`` and
-        ``at`` kept, on top of its task's stream sequence ``after_stream_seq`` (0: a new
-        task). Sent at once, in call order; the future gives its stream sequence, or
-        raises AppendConflict if the task moved on or the event is in the log already."""
+    async def send_recorded(
+        self, event: Event, after_stream_seq: int, *, history_only: bool = False
+    ) -> asyncio.Future[int]:
+        """Record an event recorded elsewhere (an imported log, a forked task's copy) as
+        it is, its ``seq`` and ``at`` kept, on top of its task's stream sequence
+        ``after_stream_seq`` (0: a new task). Sent at once, in call order; the future gives
+        its stream sequence, or raises AppendConflict if the task moved on or the event is
+        in the log already. ``history_only``: no daemon's consumer works on it
+        (``subjects.HISTORY_ONLY_HEADER``)."""
 
     @abstractmethod
     async def publish_raw(self, subject: str, data: bytes) -> int:

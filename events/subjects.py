@@ -43,6 +43,9 @@ CANCEL = f"{COMMANDS_ROOT}.cancel"
 # Replies to commands (accepted task id or an error) go to the subject a publisher names in
 # this header; refusals of unparseable commands are also published on ERRORS.
 REPLY_HEADER = "KF-Reply"
+# On an event copied into a forked task (docs/workflows.md, "Forking a task"): history for
+# the folds, no work for the daemons' consumers (they ack it at once).
+HISTORY_ONLY_HEADER = "KF-History-Only"
 ERRORS = "kf.errors"
 # Requests among processes, on core NATS (no stream): the status queries a daemon's read
 # model answers (``kernelflow.actors.readmodel_client``; one read model of the queue group

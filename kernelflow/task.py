@@ -35,7 +35,8 @@ from kernelflow.actors.daemon import CONDUCTOR_ROLE
 from kernelflow.actors.kinds.check import check_agents
 from kernelflow.events import subjects
 from kernelflow.events.codec import checked_command
-from kernelflow.events.model import Event, SubmitTask
+from kernelflow.events.model import Event, SubmitTask, TaskSubmitted
+from kernelflow.fork import ForkChanges, plan_fork, record_fork
 from kernelflow.host.exits import WaitTimeout
 from kernelflow.host.runtime import (
     cancel_abandoned,
@@ -91,7 +92,7 @@ def kernel_task(
             f"with kernelflow rollout --workflow {workflow})"
         )
     return SubmitTask(
-        task_id=task_id or f"t-{uuid.uuid4().hex[:16]}",
+        task_id=new_id_for(task_id),
         task_name=name,
         task_source=source,
         workflow=workflow_name,
@@ -111,6 +112,29 @@ def roles_for(command: SubmitTask) -> tuple[str, ...]:
     assert command.workflow_yaml is not None
     workflow = parse_workflow(command.workflow_yaml, command.workflow)
     return (CONDUCTOR_ROLE, *workflow.agents)
+
+
+def fork_roles(forked: Sequence[Event]) -> tuple[str, ...]:
+    """What a process running a fork itself must host: its conductor and agents."""
+    first = forked[0]
+    assert isinstance(first, TaskSubmitted)
+    workflow = parse_workflow(first.workflow_yaml, first.workflow_name)
+    return (CONDUCTOR_ROLE, *workflow.agents)
+
+
+def new_id_for(task_id: str | None) -> str:
+    """``task_id``, or a new task id."""
+    return task_id or f"t-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True)
+class _Forking:
+    """What ``Task.fork`` was asked for."""
+
+    task_id: str
+    at: int | None
+    after_step: int | None
+    changes: ForkChanges
 
 
 def read_back(bridge: Bridge, task_id: str, wait_s: float = 10.0) -> list[Event]:
@@ -197,6 +221,37 @@ class Task:
         # Whether the daemon hosted here also works on tasks others left queued (as
         # ``kernelflow run --serve-others``); by default it leaves them to their daemons.
         self.serve_others = serve_others
+        self.forking: _Forking | None = None  # set by ``Task.fork``
+
+    @classmethod
+    def fork(
+        cls,
+        task_id: str,
+        *,
+        at: int | None = None,
+        after_step: int | None = None,
+        workflow: str | None = None,
+        llm: str | None = None,
+        policy: str | None = None,
+        backend: str | None = None,
+        new_task_id: str | None = None,
+        timeout_s: float | None = None,
+        nats_url: str | None = None,
+        host_daemon: bool | None = None,
+        settings: Settings | None = None,
+    ) -> Task:
+        """A fork of task ``task_id`` (docs/workflows.md, "Forking a task"): its history
+        up to the end of step ``after_step``, or of the last step ended at or before event
+        ``at``, reused as recorded; ``run`` goes on from there with the changes given
+        (``llm``: the LLM the daemon hosted here answers with)."""
+        if (at is None) == (after_step is None):
+            raise ValueError("fork at an event (at=SEQ) or after a step (after_step=N)")
+        task = cls("", "", llm=llm, task_id=new_id_for(new_task_id), timeout_s=timeout_s,
+                   nats_url=nats_url, host_daemon=host_daemon, settings=settings)  # fmt: skip
+        base = task.settings
+        changes = ForkChanges(workflow, policy, backend, llm, base.workflow_dirs)
+        task.forking = _Forking(task_id, at, after_step, changes)
+        return task
 
     def command(self) -> SubmitTask:
         """The task's submit command: ``TaskFileError`` for a ``task_desc`` that is no
@@ -222,19 +277,25 @@ class Task:
         return await asyncio.to_thread(self.run_sync)
 
     def run_sync(self) -> TaskResult:
-        """Run the task to its end, blocking."""
-        command = self.command()
-        task_id = command.task_id or ""
+        """Run the task (or the fork) to its end, blocking."""
+        command = None if self.forking else self.command()
         with connected(self.settings) as bridge:
+            if command is None:
+                forked = self._forked(bridge)
+                task_id, roles = forked[0].task_id, fork_roles(forked)
+            else:
+                task_id, roles = command.task_id or "", roles_for(command)
             with contextlib.ExitStack() as hosting:
                 if self.host_daemon:
                     serving, runner = self.serve_others, f"Task {self.op_name}"
                     own = noting_other_tasks(bridge, {task_id}, runner, serving=serving)
                     only = None if serving else {task_id}
-                    roles = roles_for(command)
                     daemon = start_daemon(bridge, self.settings, roles, {}, own, only=only)
                     hosting.enter_context(stopped_after(daemon))
-                bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
+                if command is None:
+                    bridge.call(record_fork(bridge.log, forked))
+                else:
+                    bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
                 try:
                     state = follow_task(
                         bridge, task_id, lambda _: None, self.timeout_s, explain_waits=False
@@ -245,6 +306,19 @@ class Task:
                     raise
             events = read_back(bridge, task_id)
         return self._result(state, events)
+
+    def _forked(self, bridge: Bridge) -> list[Event]:
+        """The fork's events, planned from the original in the log (``ForkError``)."""
+        f = self.forking
+        assert f is not None
+        new_id = self.task_id or new_id_for(None)
+        plan = plan_fork(bridge.log, f.task_id, new_id, at=f.at, after_step=f.after_step,
+                         changes=f.changes)  # fmt: skip
+        forked = bridge.call(plan).events
+        first = forked[0]
+        assert isinstance(first, TaskSubmitted)
+        self.op_name, self.task_desc = first.task_name, first.task_source
+        return forked
 
     def _result(self, state: TaskState, events: list[Event]) -> TaskResult:
         shown = summary(state)

@@ -365,6 +365,9 @@ class GrpoSample(msgspec.Struct, frozen=True, kw_only=True):
     # policy's), None where the server returned no token ids.
     response_mask: list[int] | None = None
     token_ids_recorded: bool = False
+    # Whether the recorded ids drifted from the text under the policy's tokenizer (None:
+    # not checked; kernelflow.offline.token_drift).
+    token_drift: bool | None = None
     # Lengths in tokens: of the recorded ids, else as the provider counted them.
     prompt_tokens: int = 0
     response_tokens: int = 0

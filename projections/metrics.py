@@ -99,6 +99,12 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     # passed with warnings, speedup conclusive).
     revisions: tuple[tuple[int, str, float | None, bool, bool | None], ...] = ()
     rewards: dict[str, float] = {}  # recorded rewards, "name@version" → value
+    # A fork's origin (docs/workflows.md, "Forking a task"): the task and the event it was
+    # cut at. Its events 2 to ``fork_at`` are the original's work, counted there: here
+    # only as ``reused_events`` (no step, call, token or cost of them counts twice).
+    forked_from: str = ""
+    fork_at: int = 0
+    reused_events: int = 0
 
     @property
     def ended(self) -> bool:
@@ -278,6 +284,9 @@ class MetricsProjection:
             return False  # the same event again (e.g. imported twice under new positions)
         t.events += 1
         t.last_seq = event.seq
+        if 1 < event.seq <= t.fork_at:
+            t.reused_events += 1
+            return True
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, t, event)
@@ -300,6 +309,8 @@ def _on_submitted(p: MetricsProjection, t: TaskMetrics, event: TaskSubmitted) ->
     t.backend = _shared(event.backend)
     t.policy = _shared(event.policy)
     t.submitted_at = event.at
+    if event.forked_from is not None:
+        t.forked_from, t.fork_at = event.forked_from.task_id, event.forked_from.at
 
 
 def _on_dispatched(p: MetricsProjection, t: TaskMetrics, event: AgentDispatched) -> None:

@@ -142,7 +142,38 @@ def summary(state: TaskState) -> dict[str, Any]:
         ],
         "final_code": finished.final_code if finished else None,
         "events": state.events_seen,
+        "forked_from": fork_origin(state.submitted),
     }
+
+
+def fork_origin(submitted: TaskSubmitted | None) -> dict[str, Any] | None:
+    """Where a fork came from (``task_id``, ``at``); None for a task that is no fork."""
+    origin = submitted.forked_from if submitted is not None else None
+    return None if origin is None else {"task_id": origin.task_id, "at": origin.at}
+
+
+def fork_tree(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Status rows as the tree their forks make (docs/workflows.md, "Forking a task"):
+    each fork under the task it was forked from, with its depth; a fork whose original is
+    not among the rows stands at the top. Otherwise in the rows' order."""
+    ids = {row["task_id"] for row in rows}
+    children: dict[str, list[dict[str, Any]]] = {}
+    tops = []
+    for row in rows:
+        origin = row.get("forked_from")
+        if origin and origin["task_id"] in ids and origin["task_id"] != row["task_id"]:
+            children.setdefault(origin["task_id"], []).append(row)
+        else:
+            tops.append(row)
+    ordered: list[tuple[int, dict[str, Any]]] = []
+    stack = [(0, row) for row in reversed(tops)]
+    while stack:
+        depth, row = stack.pop()
+        ordered.append((depth, row))
+        stack.extend((depth + 1, child) for child in reversed(children.get(row["task_id"], [])))
+    shown = {id(row) for _, row in ordered}
+    # Rows that only name each other (a log written by hand): at the top, not lost.
+    return ordered + [(0, row) for row in rows if id(row) not in shown]
 
 
 def report_speedup_text(report: VerificationReport) -> str:

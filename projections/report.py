@@ -140,6 +140,9 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
             " ".join(t.verdicts) or "-",
             t.best_speedup,
             t.policy or "-",
+            # A fork: its original and the event it was cut at; its counts are its own
+            # work (docs/workflows.md, "Forking a task").
+            f"{t.forked_from}@{t.fork_at}" if t.forked_from else "-",
         ]
         for t in sorted(tasks, key=lambda t: (t.submitted_at or 0.0, t.task_id))
     ]
@@ -157,6 +160,7 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
         "verdicts",
         "best_x",
         "policy",
+        "fork_of",
     ]
     return Table("Tasks", headers, _cells(rows))
 

@@ -273,6 +273,11 @@ class _Builder:
             submitted_at=e.at,
             data_source=verl_format.data_source(e, row),
         )
+        if e.forked_from is not None:  # its steps up to ``at`` are the original's, copied
+            self.t.metadata["forked_from"] = {
+                "task_id": e.forked_from.task_id,
+                "at": e.forked_from.at,
+            }
         self.primary_reward = rewards_for(e)[0].name
         content = e.prompt if e.prompt is not None else e.task_source
         meta = {"event": e.event_id, "at": e.at}

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workflow": ("workflow", "list the workflows, check one, or describe one"),
     "schema": ("schema", "JSON Schema of the commands publishers may send"),
     "log": ("log", "export, import or verify the event log"),
+    "fork": ("fork", "a new task from one of a task's events, its history reused as recorded"),
     "replay": ("replay", "a task's trajectory, counters or metrics, from the log or a file"),
     "export": ("export", "training data from the log"),
     "report": ("report", "run metrics: per task, per workflow, overall"),

@@ -17,6 +17,7 @@ from kernelflow.host.exits import UsageError
 from kernelflow.offline.files import atomic_output
 from kernelflow.offline.rows import RowWriter, sample_schema, sft_schema, verl_schema
 from kernelflow.offline.sources import Source
+from kernelflow.offline.token_drift import NOT_CHECKED, DriftCheck
 from kernelflow.projections.flow_grpo import GrpoOptions, RewardFacts, RewardTable, SampleBuilder
 from kernelflow.projections.metrics import MetricsProjection, TaskMetrics
 from kernelflow.projections.verl_rows import ConversationCollector, Keep, PromptCollector
@@ -82,9 +83,11 @@ def export_grpo(
     options: GrpoOptions,
     mode: str = "samples",
     keep: Keep = "correct",
+    drift: DriftCheck | None = None,
 ) -> dict[str, Any]:
     """Write the dataset; return its provenance and counts (also written to
-    ``<out>.meta.json``). Nothing in either file depends on when it was written."""
+    ``<out>.meta.json``). Nothing in either file depends on when it was written.
+    ``drift``: the samples' token ids checked against their text (samples mode)."""
     if not (out.name.endswith(".parquet") or out.name.endswith((".jsonl", ".jsonl.gz"))):
         raise UsageError(f"{out}: the output must end in .parquet, .jsonl or .jsonl.gz")
     meta: dict[str, Any] = {
@@ -123,7 +126,8 @@ def export_grpo(
         else:
             writer = RowWriter(tmp, out.name, sample_schema())
             table, run_facts = _rewards_pass(source, options)
-            builder = SampleBuilder(table, writer.write)
+            write = writer.write if drift is None else drift.checked_writes(writer.write)
+            builder = SampleBuilder(table, write)
             source.feed(builder.apply, end=table.end_position, label="pass 2 of 2, samples")
             sample_drops = builder.finish()
             writer.close()
@@ -135,6 +139,9 @@ def export_grpo(
                     "rows_without": builder.samples - builder.with_token_ids,
                     "note": TOKEN_IDS_NOTE,
                 },
+                token_drift={"checked": False, "note": NOT_CHECKED}
+                if drift is None
+                else drift.meta(),
                 **run_facts,
             )
         meta["source"] = {k: v for k, v in source.description.items()}

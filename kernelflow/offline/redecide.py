@@ -8,7 +8,7 @@ the old decisions no longer follow from the old events, and that is said here, w
 event and what today's code would have done instead (add an upcaster when an event
 changes: docs/extending.md). Decisions made from outside the log are taken as recorded:
 the conductor's LLM's choice (its answer is in the log, and is read again), a cancel, a
-deadline, a budget, an agent given up on.
+deadline, a budget, an agent given up on. A fork's copied decisions are its original's.
 """
 
 from __future__ import annotations
@@ -56,6 +56,14 @@ class Difference:
         )
 
 
+def _copied(state: TaskState, event: Event) -> bool:
+    """Whether ``event`` is one a fork copied from its original (docs/workflows.md,
+    "Forking a task"): decided under the original's workflow, and re-decided in the
+    original's replay, not here (the fork may go on with another workflow)."""
+    origin = state.submitted.forked_from if state.submitted is not None else None
+    return origin is not None and event.seq <= origin.at
+
+
 def redecide(task_id: str, events: Sequence[Event]) -> list[Difference]:
     """The decisions of ``events`` (one task's, in order) that today's code makes otherwise
     (empty: every one follows from the events before it, as recorded)."""
@@ -70,7 +78,7 @@ def redecide(task_id: str, events: Sequence[Event]) -> list[Difference]:
                 )
             except WorkflowError as exc:
                 return [Difference(task_id, event.seq, event.kind, "a workflow", str(exc))]
-        if workflow is not None and _decided_here(event):
+        if workflow is not None and _decided_here(event) and not _copied(state, event):
             plan = plan_next(state, workflow, now=event.at)
             problem = _compare(event, plan)
             if problem is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelflow.actors.bridge import Bridge
+from kernelflow.actors.pins import differences, toolchain
 from kernelflow.events.log import AppendConflict
 from kernelflow.events.model import (
     Event,
@@ -45,6 +46,7 @@ class Kernel:
     code: str
     verdict: str | None
     version: int
+    versions: dict[str, str] = field(default_factory=dict)  # pinned when the task started
 
 
 @dataclass
@@ -71,7 +73,14 @@ class Outcome:
             "speedup_conclusive": self.report.speedup_conclusive,
             "summary": self.report.summary,
             "recorded": self.recorded,
+            "versions_differ": self.versions_differ,
         }
+
+    @property
+    def versions_differ(self) -> list[str]:
+        """What the task started with that this check ran otherwise (the verifier, its
+        toolchain): ``name: then → now``."""
+        return differences(self.kernel.versions, {"verifier": str(VERIFIER_VERSION), **toolchain()})
 
 
 @dataclass
@@ -115,6 +124,7 @@ def kernels_to_check(source: Source, *, force: bool = False) -> tuple[list[Kerne
                 code=c.code,
                 verdict=c.verdict,
                 version=c.verifier_version,
+                versions=dict(sub.versions),
             )
         )
     return kernels, current

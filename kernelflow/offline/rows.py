@@ -69,6 +69,7 @@ def sample_schema() -> Any:
             ("truncated", pa.bool_()),
             ("response_mask", pa.list_(pa.int8())),
             ("token_ids_recorded", pa.bool_()),
+            ("token_drift", pa.bool_()),
             ("prompt_tokens", pa.int64()),
             ("response_tokens", pa.int64()),
             ("ability", pa.string()),

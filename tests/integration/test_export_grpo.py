@@ -43,6 +43,7 @@ COLUMNS = [
     "truncated",
     "response_mask",
     "token_ids_recorded",
+    "token_drift",
     "prompt_tokens",
     "response_tokens",
     "ability",
@@ -123,6 +124,7 @@ def test_grpo_dataset_of_a_grouped_run(
     assert meta["llm_calls_by_agent"] == {"coder": 6, "conductor": 3, "designer": 3}
     assert meta["options"]["reward"] == "recorded" and meta["reward_fns"] == {"binary@1": 3}
     assert meta["token_ids"]["rows_without"] == 12 and "only when" in meta["token_ids"]["note"]
+    assert meta["token_drift"]["checked"] is False and not any(r["token_drift"] for r in rows)
 
     jl1, jl2 = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
     for out in (jl1, jl2):

@@ -536,10 +536,12 @@ def test_daemon_answers_status_and_keeps_counting_once_across_a_restart(
                 "speedup": None,
                 "speedup_conclusive": None,  # Triton on the CPU: not timed
                 "speedup_ci95": [],
+                "sol_fraction": None,  # not timed: no fraction of the speed of light
                 "reason": "verification passed",
                 "verifications": ["pass"],
                 "rechecks": [],
                 "events": len(first),
+                "forked_from": None,  # no fork (docs/workflows.md, "Forking a task")
             }
         ]
     finally:

@@ -13,6 +13,7 @@ from kernelflow.host.exits import UsageError
 from kernelflow.host.settings import Settings
 from kernelflow.offline.grpo import MODES, export_grpo
 from kernelflow.offline.sources import source_for
+from kernelflow.offline.token_drift import DriftCheck, TokenizerError, load_tokenizer
 from kernelflow.projections.flow_grpo import GrpoOptions
 from kernelflow.projections.rewards import REWARD_FUNCTIONS, UnknownReward, get_reward
 
@@ -90,6 +91,16 @@ def register(subparsers: Any) -> None:
         default="truncate",
         help="what to do with a turn over a maximum length in characters",
     )
+    grpo.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="the policy's tokenizer (a local Hugging Face directory or tokenizer.json): "
+        "check that each sample's token ids decode to its text and re-encode to the same "
+        "ids; drifted rows get token_drift true (samples mode)",
+    )
+    grpo.add_argument(
+        "--drop-drifted", action="store_true", help="leave out the rows whose ids drifted"
+    )
     add_verifier_version_option(grpo)
     grpo.add_argument("--json", action="store_true", help="print the provenance as JSON")
     add_source_options(grpo)
@@ -133,8 +144,11 @@ def grpo_options(args: argparse.Namespace) -> GrpoOptions:
 
 def cmd_export_grpo(args: argparse.Namespace, settings: Settings) -> int:
     options = grpo_options(args)
+    drift = drift_check(args)
     with source_for(args, settings) as source:
-        meta = export_grpo(source, Path(args.out), options, args.mode, args.keep or "correct")
+        meta = export_grpo(
+            source, Path(args.out), options, args.mode, args.keep or "correct", drift=drift
+        )
     print(json.dumps(meta, sort_keys=True) if args.json else _grpo_summary(args.out, meta))
     # A misspelt agent is not an error (a log may lack an agent), but it is never silent.
     called: dict[str, int] | None = meta.get("llm_calls_by_agent")  # samples and sft modes
@@ -145,6 +159,21 @@ def cmd_export_grpo(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def drift_check(args: argparse.Namespace) -> DriftCheck | None:
+    """The token drift check ``--tokenizer`` asks for (docs/datasets.md, "Token drift")."""
+    if args.drop_drifted and not args.tokenizer:
+        raise UsageError("--drop-drifted: give the tokenizer to check with (--tokenizer PATH)")
+    if not args.tokenizer:
+        return None
+    if args.mode != "samples":
+        raise UsageError(f"--tokenizer: only for --mode samples (this is --mode {args.mode})")
+    try:
+        tokenizer = load_tokenizer(Path(args.tokenizer))
+    except TokenizerError as exc:
+        raise UsageError(str(exc)) from exc
+    return DriftCheck(tokenizer, args.tokenizer, drop=args.drop_drifted)
 
 
 def _grpo_summary(out: str, meta: dict[str, Any]) -> str:
@@ -162,6 +191,13 @@ def _grpo_summary(out: str, meta: dict[str, Any]) -> str:
         lines.append(
             f"{meta['token_ids']['rows_without']} of {meta['rows']} rows have no token ids "
             "(the server returned none: their token_ids_recorded is false)"
+        )
+    if (drift := meta.get("token_drift")) is not None:
+        lines.append(
+            f"token drift: {drift['rows_drifted']} of {drift['rows_checked']} rows with token "
+            f"ids drifted ({drift['rows_dropped']} dropped)"
+            if drift["checked"]
+            else f"token drift: {drift['note']}"
         )
     return "\n".join(lines)
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import msgspec
 
+from kernelflow.actors.pins import differences, versions_today
 from kernelflow.cli.commands.options import add_source_options
-from kernelflow.events.model import Event, QuarantinedEvent
+from kernelflow.events.model import Event, QuarantinedEvent, TaskSubmitted
 from kernelflow.host.exits import UsageError
 from kernelflow.host.settings import Settings
 from kernelflow.offline.redecide import redecide
@@ -64,6 +65,12 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"no task {args.task} in the log")
     if note := unknown_kinds_note(events):
         print(note, file=sys.stderr)
+    first = events[0]
+    if isinstance(first, TaskSubmitted):
+        today = versions_today(first, settings.workflow_dirs, settings.llm)
+        if differ := differences(first.versions, today):
+            said = "; ".join(differ)
+            print(f"{args.task} started with other versions than today's: {said}", file=sys.stderr)
     if args.check:
         return _check(args.task, events, as_json=args.json)
     if args.view == "metrics":
@@ -100,7 +107,15 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(cview, indent=2) if args.json else counters_text(cview))
         return 0
     trajectory = build_trajectory(args.task, events)
-    print(json.dumps(trajectory.to_dict(), indent=2) if args.json else trajectory_text(trajectory))
+    if args.json:
+        print(json.dumps(trajectory.to_dict(), indent=2))
+        return 0
+    if isinstance(first, TaskSubmitted) and (origin := first.forked_from) is not None:
+        print(
+            f"forked from {origin.task_id} at event {origin.at}: its steps up to there are "
+            f"{origin.task_id}'s, copied as recorded (kernelflow replay {origin.task_id})"
+        )
+    print(trajectory_text(trajectory))
     return 0
 
 

@@ -95,4 +95,7 @@ def _line(o: Outcome, n: int, total: int) -> str:
     k, r = o.kernel, o.report
     change = f"{k.verdict} → {r.verdict}" if o.changed else f"{r.verdict} (unchanged)"
     why = f": {r.summary}" if o.changed else ""
-    return f"[{n}/{total}] {k.task_id} ({k.task_name}): {change}{why}"
+    differ = (
+        f" [since the task started: {'; '.join(o.versions_differ)}]" if o.versions_differ else ""
+    )
+    return f"[{n}/{total}] {k.task_id} ({k.task_name}): {change}{why}{differ}"

@@ -36,7 +36,13 @@ from kernelflow.host.runtime import (
 from kernelflow.host.settings import Settings
 from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_quarantined
 from kernelflow.progress import for_terminal
-from kernelflow.projections.render import describe, row_speedup_text, summary, unknown_kinds_note
+from kernelflow.projections.render import (
+    describe,
+    fork_tree,
+    row_speedup_text,
+    summary,
+    unknown_kinds_note,
+)
 from kernelflow.projections.task_state import fold
 
 
@@ -149,9 +155,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(rows if not args.task_id else rows[0]))
         return EXIT_OK
-    for row in rows:
+    for depth, row in fork_tree(rows):
         reason = row["reason"] or ""
-        print(f"{row['task_id']:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
+        if origin := row.get("forked_from"):  # a fork, under its original (if listed)
+            reason = f"[fork of {origin['task_id']} at event {origin['at']}] {reason}"
+        name = "  " * depth + ("└ " if depth else "") + row["task_id"]
+        print(f"{name:<28} {row['status']:<10} steps={row['steps']:<3} {reason}")
     if args.task_id:
         print(task_details(rows[0]))
     return EXIT_OK

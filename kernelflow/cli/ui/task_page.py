@@ -24,6 +24,7 @@ from kernelflow.cli.ui.html import (
     number,
     pre,
     seconds,
+    task_link,
     task_speedup,
     ticking,
 )
@@ -104,6 +105,9 @@ def facts(state: TaskState, trajectory: Trajectory, t: TaskMetrics | None) -> st
         ]
         if sub.group_id:
             rows.append(("group", group_link(sub.group_id)))
+        if (origin := sub.forked_from) is not None:  # docs/workflows.md, "Forking a task"
+            copied = f"at event {origin.at}: its steps up to there are copied, as recorded"
+            rows.append(("forked from", f"{task_link(origin.task_id)} {copied}"))
         rows.append(("submitted", clock(sub.at)))
     if t is not None:
         wall = t.wall_s
