@@ -45,14 +45,20 @@ def register(subparsers: Any) -> None:
         "--check",
         action="store_true",
         help="make every decision the task recorded again with this version's rules, and "
-        "say which come out otherwise (exit 1 if any)",
+        "say which come out otherwise (exit 1 if any); with --check, TASK_ID may be "
+        "several ids, or none for every task the log or file holds",
     )
+    rep.add_argument("more", nargs="*", metavar="TASK_ID", help=argparse.SUPPRESS)
     rep.set_defaults(func=cmd_replay)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if args.check:
+        return _check(args, settings)
     if not args.task:
         raise UsageError("replay: which task? kernelflow replay TASK_ID")
+    if args.more:
+        raise UsageError("replay: one task at a time (several only with --check)")
     events: list[Event] = []
 
     def keep(_: int, event: Event) -> None:
@@ -71,8 +77,6 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         if differ := differences(first.versions, today):
             said = "; ".join(differ)
             print(f"{args.task} started with other versions than today's: {said}", file=sys.stderr)
-    if args.check:
-        return _check(args.task, events, as_json=args.json)
     if args.view == "metrics":
         projection = MetricsProjection().apply_all(enumerate(events, 1))
         t = projection.tasks[args.task]
@@ -170,14 +174,36 @@ def _meaning(reward: str) -> str:
     return known.means if known is not None and known.means else "a reward of its own"
 
 
-def _check(task_id: str, events: list[Event], *, as_json: bool) -> int:
-    """``--check``: the task's recorded decisions, made again (kernelflow.offline.redecide)."""
-    differences = redecide(task_id, events)
-    if as_json:
-        print(json.dumps([msgspec.to_builtins(d) for d in differences], indent=2))
-    elif differences:
-        print("\n".join(d.text() for d in differences))
-    else:
-        decided = sum(1 for e in events if e.kind in ("conductor_decided", "agent_dispatched"))
-        print(f"{task_id}: {decided} recorded decisions, each made again as recorded")
-    return 1 if differences else 0
+def _check(args: argparse.Namespace, settings: Settings) -> int:
+    """``--check``: each task's recorded decisions, made again (kernelflow.offline.redecide);
+    the tasks named, or every task of the source."""
+    wanted = [args.task, *args.more] if args.task else []
+    if len(wanted) > 1:
+        args.task = None  # the source reads them all; the named ones are kept
+    by_task: dict[str, list[Event]] = {}
+
+    def keep(_: int, event: Event) -> None:
+        if type(event) is not QuarantinedEvent and (not wanted or event.task_id in wanted):
+            by_task.setdefault(event.task_id, []).append(event)
+
+    with source_for(args, settings) as source:
+        source.feed(keep)
+    missing = [t for t in wanted if t not in by_task]
+    if missing or not by_task:
+        where = f"the file {args.from_file}" if args.from_file else "the log"
+        raise UsageError(
+            f"no task {', '.join(missing)} in {where}" if missing else f"no task in {where}"
+        )
+    found = {task_id: redecide(task_id, events) for task_id, events in by_task.items()}
+    if args.json:
+        rows = [msgspec.to_builtins(d) for diverged in found.values() for d in diverged]
+        print(json.dumps(rows, indent=2))
+        return 1 if rows else 0
+    for task_id, diverged in found.items():
+        if diverged:
+            print("\n".join(d.text() for d in diverged))
+        else:
+            events = by_task[task_id]
+            decided = sum(1 for e in events if e.kind in ("conductor_decided", "agent_dispatched"))
+            print(f"{task_id}: {decided} recorded decisions, each made again as recorded")
+    return 1 if any(found.values()) else 0
