@@ -336,7 +336,10 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
     private_nats: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A daemon restarted after the log grew answers ``status`` once its read model has
-    caught up: the query waits as long as it moves, and gives up when it does not."""
+    caught up: the query waits as long as it moves, and gives up when it does not. How
+    many waits a real model needs is the machine's (a loaded one may fold the whole log
+    before the first); the waits themselves are counted on a scripted model
+    (tests/unit/test_status_query.py)."""
     url = private_nats
     append(url, [make_task(TaskSpec(f"cu-{i}", "g", ("pass",))) for i in range(150)])
     fold = PagedMetrics.apply
@@ -352,7 +355,7 @@ def test_status_waits_for_a_read_model_catching_up_while_it_moves(
         seen: list[int] = []
         asking = query_status(bridge.requests, bridge.log, 0.4, lambda _, at, end: seen.append(at))
         answer = bridge.call(asking, timeout=60)
-        assert len(seen) >= 2 and seen == sorted(set(seen)), seen
+        assert seen == sorted(set(seen)), seen  # each wait found it further on
         assert answer.rows == folded_rows(bridge)
         model.stop(save=False)
 

@@ -108,7 +108,7 @@ def test_run_finds_a_named_workflow_in_the_current_directory(nats_url: str, tmp_
     unknown = in_dir(tmp_path, "run", str(RELU), "--workflow", "custom_workflw", env=env)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert unknown.stderr.strip().startswith(
-        "kernelflow: unknown workflow 'custom_workflw'; available: agentflow, coder_only, "
+        "kernelflow: unknown workflow 'custom_workflw'; available: agentflow, agentic, coder_only, "
         "conductor_connect_all, custom_workflow, default, verifier_only (or give the path of "
         f"a .yaml file; named workflows are looked for in: {tmp_path}, {tmp_path / 'none'})"
     )
@@ -149,6 +149,7 @@ def test_workflow_list_says_where_each_workflow_comes_from(tmp_path: Path) -> No
     assert found["searched"] == [str(tmp_path), str(shared)]
     assert [(w["name"], w["source"], w["shadowed_by"]) for w in found["workflows"]] == [
         ("agentflow", "predefined", None),
+        ("agentic", "predefined", None),
         ("coder_only", "predefined", None),
         ("conductor_connect_all", "predefined", None),
         ("default", "predefined", None),
@@ -159,7 +160,7 @@ def test_workflow_list_says_where_each_workflow_comes_from(tmp_path: Path) -> No
         ("default_workflow", str(shared / "default_workflow.yaml"), "predefined"),
         ("team", str(shared / "team.yaml"), None),
     ]
-    default = found["workflows"][3]
+    default = found["workflows"][4]
     assert default["aliases"] == ["default_workflow"] and default["invalid"] is None
     invalid = {w["name"]: w["invalid"] for w in found["workflows"] if w["invalid"]}
     assert invalid == {
