@@ -81,10 +81,7 @@ class CheckKernel(Tool):
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
-        # Interpreted Triton on the CPU is slow; the verifier's memory limit applies.
-        return ToolLimits(
-            timeout_s=240.0, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
-        )
+        return _verifier_limits(240.0)  # interpreted Triton on the CPU is slow
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         report = await _verified(self, args["code"], ctx, timing=False, cpu_budget=CHECK_BUDGET)
@@ -107,10 +104,7 @@ class TimeKernel(Tool):
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
-        # The task's shapes, its timing rounds, and a first build of an extension.
-        return ToolLimits(
-            timeout_s=600.0, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
-        )
+        return _verifier_limits(600.0)  # the task's shapes, the rounds, a first build
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         report = await _verified(self, args["code"], ctx, timing=True)
@@ -143,6 +137,13 @@ async def _verified(tool: Tool, code: str, ctx: ToolContext, **fields: Any) -> V
     )
     return await asyncio.to_thread(
         verify, ctx.task_source, code, backend=ctx.backend, policy=ctx.policy, config=config
+    )
+
+
+def _verifier_limits(timeout_s: float) -> ToolLimits:
+    """A tool that runs the verifier: its time, and the verifier's memory limit."""
+    return ToolLimits(
+        timeout_s=timeout_s, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
     )
 
 
