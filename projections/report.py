@@ -139,6 +139,8 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
             t.wall_s,
             " ".join(t.verdicts) or "-",
             t.best_speedup,
+            # The final kernel's fraction of speed-of-light (docs/verifier.md).
+            _pct(t.final_sol_fraction) if t.final_verdict == "pass" else "-",
             t.policy or "-",
             # A fork: its original and the event it was cut at; its counts are its own
             # work (docs/workflows.md, "Forking a task").
@@ -159,6 +161,7 @@ def task_table(tasks: Sequence[TaskMetrics], correct: Mapping[str, bool]) -> Tab
         "wall_s",
         "verdicts",
         "best_x",
+        "sol",
         "policy",
         "fork_of",
     ]

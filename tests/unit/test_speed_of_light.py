@@ -22,6 +22,7 @@ from kernelflow.events.model import (
 )
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.render import row_speedup_text, summary
+from kernelflow.projections.report import task_table
 from kernelflow.projections.rewards import RewardInput, get_reward, reward_events
 from kernelflow.projections.task_state import fold
 
@@ -104,6 +105,8 @@ def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction(
     # status, from the read model's row and from the fold: beside the speedup.
     assert row_speedup_text(status_row(t)) == "2.50x; 44% of speed-of-light"
     assert summary(fold("t", [*history, finished]))["sol_fraction"] == 0.44
+    table = task_table([t], {})  # the report's task table
+    assert table.rows[0][table.headers.index("sol")] == "44.0%"
 
 
 def test_verify_prints_the_fraction_under_the_timing() -> None:
