@@ -10,6 +10,7 @@ import pytest
 
 from kernelflow.actors.readmodel_client import status_row
 from kernelflow.cli.commands.verify import verdict_text
+from kernelflow.cli.ui.task_page import task_fragment
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     AgentDispatched,
@@ -107,6 +108,9 @@ def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction(
     assert summary(fold("t", [*history, finished]))["sol_fraction"] == 0.44
     table = task_table([t], {})  # the report's task table
     assert table.rows[0][table.headers.index("sol")] == "44.0%"
+    page = task_fragment("t", [*history, finished])  # the dashboard's task page
+    assert "44% of speed-of-light (memory)" in page  # the verification's line
+    assert "<dt>speed-of-light</dt><dd>44%</dd>" in page  # the task's facts
 
 
 def test_verify_prints_the_fraction_under_the_timing() -> None:

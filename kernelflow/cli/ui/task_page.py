@@ -120,6 +120,9 @@ def facts(state: TaskState, trajectory: Trajectory, t: TaskMetrics | None) -> st
         for version, verdict, *_ in t.revisions:  # kernelflow reverify
             rows.append((f"checked again (verifier {version})", badge(verdict)))
         rows.append(("speedup", task_speedup(t)))
+        if t.final_verdict == "pass" and t.final_sol_fraction is not None:
+            # The final kernel against the machine's limit (docs/verifier.md).
+            rows.append(("speed-of-light", f"{t.final_sol_fraction:.0%}"))
         tokens = f"{t.llm_calls} calls, {t.total_tokens:,} tokens"
         if t.cost_usd is not None:
             tokens += f", ${t.cost_usd:.4f}"
@@ -281,6 +284,8 @@ class _Timeline:
         if r.speedup is not None:
             shown = speedup_text(r.speedup, report_interval(r), report_conclusive(r))
             extra.insert(0, f"speedup {shown}")
+        if r.roofline is not None:
+            extra.insert(1, f"{r.roofline.sol_fraction:.0%} of speed-of-light ({r.roofline.bound})")
         extra.append(seconds(r.duration_s))
         head += f' <span class="muted">({esc(", ".join(extra))})</span>'
         body = f"<p>{esc(r.summary)}</p>"
