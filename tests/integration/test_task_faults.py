@@ -12,6 +12,7 @@ import pytest
 
 from kernelflow.events.model import AgentDispatched, LLMCalled, RewardAssigned, SubmitTask
 from kernelflow.projections.task_state import fold
+from kernelflow.rollout import rollout_complete
 from tests.conftest import EXAMPLES, as_user, cli_env, run_cli
 from tests.daemons import publish, start_daemon, task_events, wait_for_line, wait_until_over
 
@@ -154,11 +155,15 @@ def test_every_event_of_a_published_task_names_its_policy(
             "--wait",
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        events = task_events(private_nats, "kb-1")
+        # --wait returns on the finish; its rewards are appended with it, and a read
+        # right then may come between the finish and the last of them.
+        deadline = time.monotonic() + 30
+        while not rollout_complete(state := fold("kb-1", task_events(private_nats, "kb-1"))):
+            assert time.monotonic() < deadline, state.rewards
+            time.sleep(0.2)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
-    state = fold("kb-1", events)
     assert state.submitted is not None and state.submitted.policy == "kernelbench"
     assert {v.report.policy for v in state.verifications} == {"kernelbench"}
     assert "clean" in state.rewards  # the reward that tells a warned pass from a clean one
