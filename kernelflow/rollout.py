@@ -256,7 +256,11 @@ class Rollout:
         pool = max(1, self.config.max_concurrency)
         with connected(self.settings) as bridge:
             start = bridge.call(bridge.log.end_seq())
-            slots = [_recorded(bridge, c) for c in commands]
+            # A new run's id is new to the log: only a given one is looked up.
+            if run_id is None:
+                slots = [_Slot(c, []) for c in commands]
+            else:
+                slots = [_recorded(bridge, c) for c in commands]
             if resume and not any(s.events for s in slots):
                 raise UsageError(
                     f"--resume {run_id}: the log holds no rollout of this run (its tasks "
