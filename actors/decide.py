@@ -75,6 +75,9 @@ def outcome_of(state: TaskState) -> Outcome:
         ),
         code_author=before,
         output=result.fields if isinstance(result, OutputParsed) else None,
+        sol_fraction=(
+            result.report.sol_fraction if isinstance(result, VerificationCompleted) else None
+        ),
     )
 
 
@@ -102,12 +105,16 @@ def plan_next(state: TaskState, workflow: Workflow, now: float | None = None) ->
         or now < submitted.at + submitted.deadline_s
     ):
         return plan
+    # Where a pass is kept (improving after it), the deadline ends the improving, not the
+    # task's success: wall time is part of such a workflow's budget.
+    kept = kept_check(state, workflow)
+    improved = workflow.improve is not None and kept is not None and kept.report.passed
     return Append(
         end_task(
             state,
             workflow,
             cause=state.last.event_id if state.last else "",
-            status="timeout",
+            status="success" if improved else "timeout",
             reason=f"deadline of {submitted.deadline_s:g}s passed",
         )
     )
@@ -235,10 +242,27 @@ def budget_error_of(state: TaskState) -> str | None:
     return None
 
 
+def kept_check(state: TaskState, workflow: Workflow | None) -> VerificationCompleted | None:
+    """The verification whose kernel a task ends with: its last; in a workflow that
+    improves after a pass, its best passing one (the highest fraction of speed-of-light,
+    then speedup, then the latest), and its last where none passed."""
+    checks = state.verifications
+    passed = [c for c in checks if c.report.passed]
+    if workflow is None or workflow.improve is None or not passed:
+        return checks[-1] if checks else None
+
+    def merit(index: int) -> tuple[float, float, int]:
+        report = passed[index].report
+        return (report.sol_fraction or 0.0, report.speedup or 0.0, index)
+
+    return passed[max(range(len(passed)), key=merit)]
+
+
 def finish_event(state: TaskState, workflow: Workflow, decision: ConductorDecided) -> TaskFinished:
-    """A kernel task succeeds when its last verification passed; a prompt task when its
-    last agent, one that may end it, produced a parsed answer (whether it is right is for
-    the rewards)."""
+    """A kernel task succeeds when the verification it ends with passed (its last, or in a
+    workflow that improves after a pass its best passing one: ``kept_check``); a prompt
+    task when its last agent, one that may end it, produced a parsed answer (whether it is
+    right is for the rewards)."""
     checks = state.verifications
     if checks and checks[-1].report.fault is not None:
         return end_task(state, workflow, decision.event_id, "rejected", decision.reason)
@@ -257,7 +281,10 @@ def finish_event(state: TaskState, workflow: Workflow, decision: ConductorDecide
                 f"{', '.join(enders)} may give it; {reason}"
             )
     else:
-        passed = bool(checks) and checks[-1].report.passed
+        kept = kept_check(state, workflow)
+        passed = kept is not None and kept.report.passed
+        if passed and kept is not checks[-1]:
+            reason = f"ended with the best kernel that passed; {reason}"
     over_budget = None if passed else budget_error_of(state)
     if over_budget is not None:
         return end_task(state, workflow, decision.event_id, "budget_exceeded", over_budget)
@@ -284,21 +311,22 @@ def one_line(text: str, limit: int = 400) -> str:
 def end_task(
     state: TaskState, workflow: Workflow | None, cause: str, status: TaskStatus, reason: str
 ) -> TaskFinished:
-    """The task's last event: its status, and the last verified code with its verdict (a
-    prompt task: its final answer; ``workflow`` None: the recorded one cannot be read, so
-    no answer is known for final)."""
+    """The task's last event: its status, and the verified code it ends with
+    (``kept_check``) with its verdict (a prompt task: its final answer; ``workflow`` None:
+    the recorded one cannot be read, so no answer is known for final)."""
     checks = state.verifications
-    last_check = checks[-1] if checks else None
+    kept = kept_check(state, workflow)
     return TaskFinished(
         task_id=state.task_id,
         cause=cause,
         status=status,
         reason=reason,
-        final_code=last_check.code if last_check else None,
-        verdict=last_check.report.verdict if last_check else None,
-        speedup=last_check.report.speedup if last_check else None,
+        final_code=kept.code if kept else None,
+        verdict=kept.report.verdict if kept else None,
+        speedup=kept.report.speedup if kept else None,
         final_answer=final_answer(state, workflow) if is_prompt_task(state) else None,
-        speedup_conclusive=report_conclusive(last_check.report) if last_check else None,
+        speedup_conclusive=report_conclusive(kept.report) if kept else None,
+        final_check=kept.event_id if kept is not None and kept is not checks[-1] else None,
     )
 
 

@@ -125,7 +125,7 @@ def agent_messages(state: TaskState, workflow: Workflow, agent: str) -> list[Cha
         task_source=submitted.task_source.strip(),
         design=design,
         prior_kernels=prior,
-        feedback=_feedback_section(state, agent),
+        feedback=_feedback_section(state, agent) + _improve_section(state, workflow, agent),
         output_format=_format_section(spec, workflow.toolset),
         **_flow_sections(template, state, workflow),
     )
@@ -346,6 +346,25 @@ def _feedback_section(state: TaskState, agent: str) -> str:
         for check in state.verifications[-MAX_ATTEMPTS_SHOWN:]:
             parts.append(_attempt(check))
     return ("\n" + "\n\n".join(parts) + "\n") if parts else ""
+
+
+def _improve_section(state: TaskState, workflow: Workflow, agent: str) -> str:
+    """Why a kernel that passed is back with its author (docs/workflows.md, "Improving
+    after a pass"): how close it came to speed-of-light, and the target."""
+    checks = state.verifications
+    current = state.current
+    improve = workflow.improve
+    if improve is None or not checks or current is None or current.agent != agent:
+        return ""
+    report = checks[-1].report
+    if not report.passed or report.sol_fraction is None:
+        return ""
+    return (
+        f"\n## Your kernel passed: now make it faster\n"
+        f"It reaches {report.sol_fraction:.0%} of this machine's speed-of-light; the target "
+        f"is {improve.target_sol_fraction:.0%}. Hand over a faster kernel: the task keeps "
+        "the best kernel that passed, whatever happens to the next ones.\n"
+    )
 
 
 def _verifier_feedback(report: VerificationReport) -> str:

@@ -387,6 +387,10 @@ class TaskFinished(Event, tag="task_finished", frozen=True, kw_only=True):
     # The last verification's ``speedup_conclusive`` (None: not timed, or recorded before
     # the flag was: then it is that verification's).
     speedup_conclusive: bool | None = None
+    # The event id of the verification whose kernel the task ends with, where it is not the
+    # last one (a workflow that improves after a pass keeps its best passing kernel:
+    # docs/workflows.md, "Improving after a pass"); None: the last verification.
+    final_check: str | None = None
 
 
 class AgentDispatched(Event, tag="agent_dispatched", frozen=True, kw_only=True):

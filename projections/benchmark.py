@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from kernelflow.events.model import FAULT_VERDICTS, VerificationReport
 from kernelflow.projections.search import Candidate, SearchDatabase
 from kernelflow.projections.speedups import counted, report_conclusive, speedup_text
@@ -80,6 +82,8 @@ class ProblemResult:
     speedup_conclusive: bool | None = None
     speedup_compile_conclusive: bool | None = None
     speedup_ci95: tuple[float, ...] = ()
+    # The best kernel's fraction of speed-of-light (docs/verifier.md; None: not counted).
+    sol_fraction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +144,7 @@ def problem_result(problem: str, db: SearchDatabase) -> ProblemResult:
         speedup_conclusive=_conclusive(report, "eager", speedup),
         speedup_compile_conclusive=_conclusive(report, "compile", speedup_compile),
         speedup_ci95=_interval_over(report, "eager") if speedup is not None else (),
+        sol_fraction=report.sol_fraction if solved and report is not None else None,
     )
 
 
@@ -306,6 +311,8 @@ def benchmark_card(
                 or ({t.baseline: kernel.speedup} if kernel.speedup is not None else {}),
                 "speedup_ci95": list(t.speedup_ci95),
                 "speedup_conclusive": report_conclusive(kernel.report) if kernel.report else None,
+                # The roofline it was held against (docs/verifier.md, "Speed-of-light").
+                "roofline": msgspec.to_builtins(t.roofline) if t.roofline else None,
             }
         )
         flagged += [{"problem": label, "task": task_id, "flag": f} for f in t.flags]
@@ -360,9 +367,17 @@ def card_lines(card: dict[str, Any]) -> list[str]:
         if t.get("speedup_conclusive") is False:
             median = t["speedups"].get(t["baseline"])
             speedup = "; speedup " + speedup_text(median, interval, False)
+        limit = t.get("roofline")
+        sol = (
+            f"; {limit['sol_fraction']:.0%} of speed-of-light ({limit['bound']}-bound: "
+            f"{limit['attainable_ms']:.3g} ms at {limit['peak_gbs']:.0f} GB/s, "
+            f"{limit['peak_gflops']:.0f} GFLOP/s)"
+            if limit
+            else ""
+        )
         lines.append(
             f"  {t['problem']}: candidate {candidate}, {t['baseline']} {baseline} (95 % "
-            f"intervals){speedup}"
+            f"intervals){speedup}{sol}"
         )
     versions = ", ".join(map(str, card["verifier_versions"])) or "-"
     lines.append(f"  verifier version(s): {versions}")

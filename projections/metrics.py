@@ -95,6 +95,11 @@ class TaskMetrics(msgspec.Struct, kw_only=True, gc=False):
     final_sol_fraction: float | None = None
     final_verifier_version: int = 0  # of the verification the task ended on
     final_warned: bool = False  # it passed with its policy's warnings
+    # While the task runs, each passing verification's final_* figures by its event id
+    # (verifier version, warned, conclusive, interval, fraction of speed-of-light): the
+    # finish of a workflow that improves after a pass may name an earlier one
+    # (``TaskFinished.final_check``; docs/workflows.md, "Improving after a pass").
+    passes: dict[str, tuple[int, bool, bool | None, tuple[float, ...], float | None]] = {}
     # Later checks of the kernel the task ended with: (verifier version, verdict, speedup,
     # passed with warnings, speedup conclusive).
     revisions: tuple[tuple[int, str, float | None, bool, bool | None], ...] = ()
@@ -379,6 +384,14 @@ def _on_verified(p: MetricsProjection, t: TaskMetrics, event: VerificationComple
     t.final_conclusive = report_conclusive(r)
     t.final_speedup_ci95 = report_interval(r)
     t.final_sol_fraction = r.sol_fraction
+    if r.passed:
+        t.passes[event.event_id] = (
+            t.final_verifier_version,
+            t.final_warned,
+            t.final_conclusive,
+            t.final_speedup_ci95,
+            t.final_sol_fraction,
+        )
     speedup = counted(r.speedup, t.final_conclusive)
     if r.passed and speedup is not None:
         t.best_speedup = max(t.best_speedup or speedup, speedup)
@@ -428,6 +441,16 @@ def _on_finished(p: MetricsProjection, t: TaskMetrics, event: TaskFinished) -> N
     t.ended_at = event.at
     t.final_verdict = _shared(event.verdict) if event.verdict is not None else None
     t.final_speedup = event.speedup
+    kept = t.passes.get(event.final_check) if event.final_check is not None else None
+    if kept is not None:
+        (
+            t.final_verifier_version,
+            t.final_warned,
+            t.final_conclusive,
+            t.final_speedup_ci95,
+            t.final_sol_fraction,
+        ) = kept
+    t.passes = {}
     if event.speedup_conclusive is not None:
         t.final_conclusive = event.speedup_conclusive
     p.state.open_dispatches.pop(event.task_id, None)

@@ -115,7 +115,8 @@ def summary(state: TaskState) -> dict[str, Any]:
         else (end.kind.removeprefix("task_") if end else "running")
     )
     finished = state.finished
-    last = state.verifications[-1].report if finished and state.verifications else None
+    kept = state.final_check if finished else None
+    last = kept.report if kept else None
     conclusive = None
     if finished is not None and finished.speedup is not None:
         conclusive = finished.speedup_conclusive

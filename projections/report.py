@@ -424,6 +424,7 @@ def bench_text(
             r.best_verdict or "-",
             _speedup_cell(r.speedup, r.speedup_conclusive),
             _speedup_cell(r.speedup_compile, r.speedup_compile_conclusive),
+            _pct(r.sol_fraction),
             r.candidates,
             r.verifications,
             r.tokens,
@@ -431,7 +432,9 @@ def bench_text(
         ]
         for r in results
     ]
-    headers = ["problem", "best", "vs eager", "vs compile", "candidates", "checks", "tokens", "usd"]
+    headers = [
+        "problem", "best", "vs eager", "vs compile", "sol", "candidates", "checks", "tokens", "usd"
+    ]  # fmt: skip
     fast = ", ".join(
         f"fast_{p}={'-' if v is None else f'{v:.2f}'}" for p, v in summary["fast_p"].items()
     )

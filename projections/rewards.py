@@ -407,11 +407,11 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
             ),
         )
     if isinstance(end, TaskFinished):
-        checks = state.verifications
-        warned = bool(checks and checks[-1].report.passed and checks[-1].report.warnings)
+        kept = state.final_check  # the verification of the kernel the task ended with
+        warned = bool(kept and kept.report.passed and kept.report.warnings)
         conclusive = end.speedup_conclusive
-        if conclusive is None and end.speedup is not None and checks:
-            conclusive = report_conclusive(checks[-1].report)  # finished before the flag
+        if conclusive is None and end.speedup is not None and kept:
+            conclusive = report_conclusive(kept.report)  # finished before the flag
         return msgspec.structs.replace(
             inputs,
             status=end.status,
@@ -419,7 +419,7 @@ def reward_input(state: TaskState, finished: TaskFinished | None = None) -> Rewa
             speedup=end.speedup,
             speedup_conclusive=conclusive if end.speedup is not None else None,
             warned=warned,
-            sol_fraction=checks[-1].report.sol_fraction if checks else None,
+            sol_fraction=kept.report.sol_fraction if kept else None,
         )
     if end is not None:
         return msgspec.structs.replace(inputs, status=end.kind.removeprefix("task_"))

@@ -108,8 +108,11 @@ class Candidate:
     cost_usd: float | None = None
     submitted_at: float | None = None
     ended_at: float | None = None
-    # The last verification's report, until the task ends (its kernel is that one's).
+    # The last verification's report, until the task ends (its kernel is that one's), and
+    # each passing one's by event id (a workflow that improves after a pass ends with the
+    # one ``TaskFinished.final_check`` names: docs/workflows.md, "Improving after a pass").
     last_report: VerificationReport | None = None
+    passes: dict[str, VerificationReport] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -350,6 +353,8 @@ def _verified(c: Candidate, event: VerificationCompleted) -> None:
     c.verify_s += event.report.duration_s
     c.verify_device = event.report.device or c.verify_device
     c.last_report = event.report
+    if event.report.passed:
+        c.passes[event.event_id] = event.report
 
 
 def _judged(c: Candidate, report: VerificationReport) -> None:
@@ -371,16 +376,17 @@ def _finished(c: Candidate, event: TaskFinished) -> None:
     c.status = event.status
     c.ended_at = event.at
     c.code = event.final_code
-    if c.last_report is not None and event.final_code is not None:
-        c.checks.append(c.last_report)
-        _judged(c, c.last_report)
-    c.last_report = None
+    kept = c.passes.get(event.final_check or "", c.last_report)
+    if kept is not None and event.final_code is not None:
+        c.checks.append(kept)
+        _judged(c, kept)
+    c.last_report, c.passes = None, {}
 
 
 def _stopped(c: Candidate, event: TaskCancelled | TaskRejected) -> None:
     c.status = "cancelled" if type(event) is TaskCancelled else "rejected"
     c.ended_at = event.at
-    c.last_report = None
+    c.last_report, c.passes = None, {}
 
 
 def _reverified(c: Candidate, event: KernelReverified) -> None:

@@ -110,6 +110,16 @@ class TaskState:
     def finished(self) -> TaskFinished | None:
         return self.terminal if isinstance(self.terminal, TaskFinished) else None
 
+    @property
+    def final_check(self) -> VerificationCompleted | None:
+        """The verification whose kernel the task ended with (``TaskFinished.final_check``),
+        or, before it ends or where that names none, its last."""
+        checks = self.verifications
+        named = self.finished.final_check if self.finished is not None else None
+        if named is not None:
+            return next((c for c in checks if c.event_id == named), None)
+        return checks[-1] if checks else None
+
 
 def _submitted(state: TaskState, event: TaskSubmitted) -> None:
     state.submitted = event

@@ -21,6 +21,9 @@ ANSWER_FIELD = "answer"
 # An output field's type that holds the name of one of the workflow's tools (AgentFlow's
 # planner chooses its tool with one: docs/workflows.md, "output_format").
 TOOL_FIELD_TYPE = "tool"
+# ``improve_after_pass``'s target when it names none: KernelAgent stops at 95 % of
+# speed-of-light (docs/workflows.md, "Improving after a pass").
+DEFAULT_TARGET_SOL = 0.95
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,16 @@ class SequenceLimit:
 
 
 @dataclass(frozen=True)
+class Improvement:
+    """``improve_after_pass``: a passing kernel goes back to its author to be made faster
+    until one reaches ``target_sol_fraction`` of the machine's speed-of-light or the limits
+    end the task, which then ends with the best kernel that passed (docs/workflows.md,
+    "Improving after a pass")."""
+
+    target_sol_fraction: float = DEFAULT_TARGET_SOL
+
+
+@dataclass(frozen=True)
 class Workflow:
     name: str
     agents: dict[str, AgentSpec]
@@ -106,6 +119,8 @@ class Workflow:
     # The reward functions a task of this workflow is scored with unless its submitter
     # names others (``rewards``); empty: the defaults for its kind of task.
     rewards: tuple[str, ...] = ()
+    # ``improve_after_pass`` (None: a pass is final, rule 4 of docs/workflows.md, "Routing").
+    improve: Improvement | None = None
 
     @property
     def toolset(self) -> tuple[str, ...]:

@@ -21,7 +21,10 @@ After an agent finishes (docs/workflows.md, "Routing"):
    ``default_with_optimizer.yaml`` (verifier → [finish, coder, optimizer]) may send a
    kernel the coder got right on to the optimizer, and ``conductor_connect_all`` may send
    it back to the designer for another round. The built-in verifier (named, not defined)
-   finishes on a pass and goes back to the kernel's author on a failure.
+   finishes on a pass and goes back to the kernel's author on a failure. In a workflow
+   that improves after a pass (``improve_after_pass``, the predefined ``agentic``), a pass
+   goes back to its author while its fraction of speed-of-light is below the target and
+   the limits let the author run, and finishes otherwise (not timed: finishes).
 5. An agent with ``route_by`` chooses for itself: the agent its answer names is taken when
    the limits leave it.
 6. No option left → finish; one option, after an agent not in ``mandatory_llm_analysis``
@@ -56,6 +59,8 @@ class Outcome:
     code_author: str | None = None
     # The agent's parsed answer, if it gave one (an agent with ``route_by`` routes by it).
     output: Mapping[str, Any] | None = None
+    # A verified kernel's fraction of speed-of-light (None: not timed, or no roofline).
+    sol_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,9 @@ def route(
             retry_removed=illegal[agent],
         )
     spec = workflow.agents[agent]
+    improvable = workflow.improve is not None and outcome.code_author in spec.possible_next
+    if agent == VERIFIER and outcome.verification_passed and improvable:
+        return _improve(workflow, illegal, outcome)
     if agent == VERIFIER and spec.built_in:
         return _after_the_built_in_verifier(workflow, illegal, outcome)
     if agent == VERIFIER and outcome.verification_passed:
@@ -257,6 +265,29 @@ def _after_a_pass(
         "verification passed; the conductor's LLM chooses whether to hand it on",
         removed,
     )
+
+
+def _improve(workflow: Workflow, illegal: dict[str, RemovedOption], outcome: Outcome) -> Route:
+    """Rule 4 in a workflow that improves after a pass: the kernel goes back to its author
+    until one reaches the target fraction of speed-of-light or the limits stop it."""
+    assert workflow.improve is not None and outcome.code_author is not None
+    author, sol = outcome.code_author, outcome.sol_fraction
+    target = workflow.improve.target_sol_fraction
+    if sol is None:
+        return Route(
+            "finish", "auto", (FINISH,), FINISH,
+            "verification passed; not timed here, so no speed-of-light to improve towards",
+        )  # fmt: skip
+    reached = f"verification passed at {sol:.0%} of speed-of-light"
+    if sol >= target:
+        why = f"{reached}, the target {target:.0%} reached"
+        return Route("finish", "auto", (FINISH,), FINISH, why)
+    if author in illegal:
+        removed = (illegal[author],)
+        why = f"{reached}, below the target {target:.0%}; no more improving: {_why(removed)}"
+        return Route("finish", "limit", (FINISH,), FINISH, why, removed)
+    why = f"{reached}, below the target {target:.0%}: {author} improves it"
+    return Route("run", "auto", (author,), author, why)
 
 
 def _after_the_built_in_verifier(

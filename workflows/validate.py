@@ -15,7 +15,7 @@ duplicate keys and line numbers, and raises ``WorkflowError`` with the whole lis
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from kernelflow.workflows.checking import (
     NAME,
@@ -29,10 +29,12 @@ from kernelflow.workflows.checking import (
 from kernelflow.workflows.model import (
     CODE_FIELD,
     DEFAULT_AGENT_KIND,
+    DEFAULT_TARGET_SOL,
     FINISH,
     TOOL_FIELD_TYPE,
     VERIFIER,
     AgentSpec,
+    Improvement,
     OutputField,
     RouteBy,
     Workflow,
@@ -45,7 +47,9 @@ TOP_KEYS = (
     "limitation_info",
     "trainable_agents",
     "rewards",
+    "improve_after_pass",
 )
+IMPROVE_KEYS = ("target_sol_fraction",)
 VERIFIER_KEYS = ("possible_next_agent",)
 LLM_AGENT_KEYS = (
     "possible_next_agent",
@@ -116,11 +120,14 @@ class _Checker(Checker):
         limits = self.limits(self.required(doc, "limitation_info", "", _EXTEND_HINT), known)
         trainable = self.trainable(doc.get("trainable_agents"), agents_doc)
         rewards = self.rewards(doc.get("rewards"))
+        improve = self.improvement(doc.get("improve_after_pass", False))
         if agents is not None:
             _add_built_in_verifier(agents, start)
             if graph_sound:
                 self.graph(agents, start)
                 self.tool_fields(agents)
+                if improve:
+                    self.improvable(agents)
         if (
             self.unusable
             or agents is None
@@ -129,6 +136,7 @@ class _Checker(Checker):
             or not limits
             or trainable is None
             or rewards is None
+            or improve is None
         ):
             return None
         max_step, single_agent_limits, sequences = limits
@@ -142,6 +150,7 @@ class _Checker(Checker):
             sequences=sequences,
             trainable_agents=frozenset(trainable) if trainable else None,
             rewards=tuple(rewards),
+            improve=improve or None,
         )
 
     def tool_fields(self, agents: dict[str, AgentSpec]) -> None:
@@ -175,6 +184,37 @@ class _Checker(Checker):
             return None
         llm_agents = None if agents_doc is None else [a for a in agents_doc if a != VERIFIER]
         return self.agent_names(value, path, llm_agents)
+
+    def improvement(self, value: Any) -> Improvement | Literal[False] | None:
+        """``improve_after_pass``: ``true``, or ``{target_sol_fraction: F}`` with F in
+        (0, 1]; ``false`` (or left out): a pass is final. None: broken."""
+        path = "improve_after_pass"
+        if value is True or value is False:
+            return Improvement() if value else False
+        doc = self.mapping(value, path)
+        if doc is None:
+            return None
+        self.known_keys(doc, path, IMPROVE_KEYS)
+        target = doc.get("target_sol_fraction", DEFAULT_TARGET_SOL)
+        if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1:
+            self.broken(
+                f"{path}.target_sol_fraction",
+                f"must be a fraction of speed-of-light above 0 and at most 1, got {shown(target)}",
+            )
+            return None
+        return Improvement(target_sol_fraction=float(target))
+
+    def improvable(self, agents: dict[str, AgentSpec]) -> None:
+        """Improving after a pass sends the kernel back to its author: the verifier must
+        list an agent besides ``finish``."""
+        verifier = agents.get(VERIFIER)
+        if verifier is not None and any(a != FINISH for a in verifier.possible_next):
+            return
+        self.broken(
+            "improve_after_pass",
+            "a passing kernel goes back to its author to be improved, and the verifier "
+            "lists no agent: add the kernel's author to the verifier's possible_next_agent",
+        )
 
     def rewards(self, value: Any) -> list[str] | None:
         """``rewards``: reward function names (checked against the registry on submission)."""

@@ -173,7 +173,8 @@ def answer_of(request: RewardRequest, events: Sequence[Event], *, from_log: bool
         raise ValueError(f"task {task_id} is not over")
     fn = get_reward(request.reward_fn)
     recorded = state.rewards.get(fn.name)
-    report = state.verifications[-1].report if state.verifications else None
+    kept = state.final_check
+    report = kept.report if kept else None
     ended = getattr(state.terminal, "reason", "") or state.terminal.kind
     if recorded is None or recorded.version != fn.version:
         why = f"{report.verdict}: {report.summary}" if report is not None else ended

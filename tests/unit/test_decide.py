@@ -20,7 +20,9 @@ from kernelflow.events.model import (
     OutputParsed,
     ParseFailed,
     RemovedOption,
+    Roofline,
     TaskSubmitted,
+    TimingStats,
     VerificationCompleted,
     VerificationReport,
 )
@@ -28,7 +30,7 @@ from kernelflow.projections.counters import counters_at_decisions
 from kernelflow.projections.rewards import pending_reward_events
 from kernelflow.projections.task_state import CONDUCTOR, fold
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
-from kernelflow.workflows.loader import load_workflow
+from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
 
 T = "t-sim"
@@ -50,22 +52,47 @@ def submitted(workflow: str) -> TaskSubmitted:
 FIX_IT = '{"decision": "coder", "error_and_suggestion": "fix it"}'
 
 
+def passed_at(sol_fraction: float) -> VerificationReport:
+    """A timed pass whose kernel reaches ``sol_fraction`` of speed-of-light."""
+    limit = Roofline(
+        flops=0.0,
+        bytes=1e6,
+        peak_gbs=10.0,
+        peak_gflops=100.0,
+        attainable_ms=0.1,
+        bound="memory",
+        sol_fraction=sol_fraction,
+    )
+    return VerificationReport(
+        verdict="pass",
+        summary="checked",
+        speedup=1 + sol_fraction,
+        timing=TimingStats(roofline=limit),
+    )
+
+
 def simulate(
     workflow: str,
-    verdicts: list[bool] | list[str],
+    verdicts: list[bool] | list[str] | list[bool | float],
     parse_ok: list[bool] | None = None,
     conductor_says: str | list[str] = FIX_IT,
+    workflow_text: str | None = None,
 ) -> list[Event]:
-    """Run a task to its end with scripted agent outcomes, appending what plan_next says.
-    The conductor's LLM answers ``conductor_says`` every time, or each of a list in turn."""
-    wf, _ = load_workflow(workflow)
+    """Run a task to its end with scripted agent outcomes, appending what plan_next says:
+    each verification passes or fails (a bool), ends with a verdict (a str), or passes at
+    a fraction of speed-of-light (a float). The conductor's LLM answers ``conductor_says``
+    every time, or each of a list in turn. ``workflow_text``: the workflow's document (else
+    the predefined ``workflow``'s)."""
+    wf, text = load_workflow(workflow)
+    if workflow_text is not None:
+        wf, text = parse_workflow(workflow_text, workflow), workflow_text
     events: list[Event] = []
     answers = [conductor_says] if isinstance(conductor_says, str) else list(conductor_says)
 
     def record(event: Event) -> None:
         events.append(msgspec.structs.replace(event, seq=len(events) + 1))
 
-    record(submitted(workflow))
+    record(msgspec.structs.replace(submitted(workflow), workflow_yaml=text))
     verdicts, parse_ok = list(verdicts), list(parse_ok or [])
     for _ in range(500):
         plan = plan_next(fold(T, events), wf)
@@ -90,14 +117,17 @@ def simulate(
             assert d is not None and isinstance(plan, Idle)
             if d.agent == "verifier":
                 ok = verdicts.pop(0) if verdicts else False
-                verdict = ok if isinstance(ok, str) else "pass" if ok else "fail"
-                report = VerificationReport(verdict=verdict, summary="checked")  # type: ignore[arg-type]
+                if isinstance(ok, float):
+                    report = passed_at(ok)
+                else:
+                    verdict = ok if isinstance(ok, str) else "pass" if ok else "fail"
+                    report = VerificationReport(verdict=verdict, summary="checked")  # type: ignore[arg-type]
                 record(
                     VerificationCompleted(
                         task_id=T,
                         agent="verifier",
                         dispatch_id=d.dispatch_id,
-                        code="k",
+                        code=f"k{d.event.step}",
                         report=report,
                     )
                 )

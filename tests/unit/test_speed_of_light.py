@@ -10,6 +10,8 @@ import pytest
 
 from kernelflow.actors.readmodel_client import status_row
 from kernelflow.cli.commands.verify import verdict_text
+from kernelflow.cli.ui.data import TaskRows
+from kernelflow.cli.ui.list_pages import task_list_fragment
 from kernelflow.cli.ui.task_page import task_fragment
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
@@ -21,10 +23,17 @@ from kernelflow.events.model import (
     VerificationCompleted,
     VerificationReport,
 )
+from kernelflow.projections.benchmark import (
+    BENCH_FAST_P,
+    benchmark_card,
+    problem_result,
+    run_summary,
+)
 from kernelflow.projections.metrics import MetricsProjection
 from kernelflow.projections.render import row_speedup_text, summary
-from kernelflow.projections.report import task_table
+from kernelflow.projections.report import bench_text, task_table
 from kernelflow.projections.rewards import RewardInput, get_reward, reward_events
+from kernelflow.projections.search import SearchDatabase
 from kernelflow.projections.task_state import fold
 
 LIMIT = Roofline(
@@ -116,3 +125,35 @@ def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction(
 def test_verify_prints_the_fraction_under_the_timing() -> None:
     text = verdict_text(PASSED)
     assert "\n  speed-of-light: 44% (memory-bound: 0.17 ms attainable for 0 FLOP and 2.1 MB" in text
+
+
+def test_the_bench_card_and_the_dashboards_lists_show_the_fraction() -> None:
+    submitted = TaskSubmitted(
+        task_id="t",
+        seq=1,
+        task_name="gelu",
+        task_source="x",
+        workflow_name="default",
+        workflow_yaml="x: 1",
+        backend="cpp",
+        group_id="g",
+    )
+    dispatched = AgentDispatched(task_id="t", seq=2, agent="verifier", step=1, dispatch_id="d")
+    finished = TaskFinished(
+        task_id="t", seq=4, status="success", reason="r", verdict="pass", speedup=2.5,
+        final_code="x",
+    )  # fmt: skip
+    db = SearchDatabase(None).apply_all([submitted, dispatched, checked(), finished])
+    result = problem_result("gelu", db)
+    assert result.sol_fraction == 0.44 and result.to_dict()["sol_fraction"] == 0.44
+    card = benchmark_card({"gelu": db}, [result])
+    assert card["timings"][0]["roofline"]["bound"] == "memory"
+    text = bench_text("r1", [result], run_summary([result], BENCH_FAST_P), card)
+    header, _, row = text.splitlines()[1:4]
+    assert "sol" in header.split() and "44.0%" in row.split()
+    assert "; 44% of speed-of-light (memory-bound: 0.17 ms at 12 GB/s, 167 GFLOP/s)" in text
+    # The dashboard's task list, from a read model row, and a group's rollouts.
+    t = MetricsProjection().apply_all(enumerate([submitted, dispatched, checked(), finished], 1))
+    rows = TaskRows(rows=[status_row(t.tasks["t"])], source="test")
+    page = task_list_fragment(rows, "", "")
+    assert "<th>sol</th>" in page and "<td>44%</td>" in page

@@ -20,6 +20,7 @@ from kernelflow.cli.ui.html import (
     cell,
     esc,
     number,
+    sol_cell,
     speedup,
     table,
     task_link,
@@ -96,12 +97,13 @@ def _rollouts(
                 str(t.steps),
                 " → ".join(badge(v) for v in t.verdicts) or "none",
                 task_speedup(t),
+                sol_cell(t.final_sol_fraction if t.ended and t.final_verdict == "pass" else None),
                 reward,
                 advantage,
                 cell(t.reason if t.ended else ""),
             ]
         )
-    headers = ["task", "status", "steps", "verifications", "speedup", "reward", "advantage"]
+    headers = ["task", "status", "steps", "verifications", "speedup", "sol", "reward", "advantage"]
     return table([*headers, "reason"], rows, cls="rollouts")
 
 

@@ -127,6 +127,12 @@ def task_speedup(t: TaskMetrics) -> str:
     return speedup(t.final_speedup, t.final_conclusive, t.final_speedup_ci95)
 
 
+def sol_cell(fraction: object) -> str:
+    """A passing kernel's fraction of speed-of-light (docs/verifier.md): ``45%``; ``—``
+    where it was not counted."""
+    return f"{fraction:.0%}" if isinstance(fraction, int | float) else "—"
+
+
 def seconds(value: float | None) -> str:
     if value is None:
         return "—"

@@ -18,6 +18,7 @@ from kernelflow.cli.ui.html import (
     href,
     link,
     pre,
+    sol_cell,
     speedup,
     table,
     task_link,
@@ -75,7 +76,7 @@ def task_list_fragment(rows: TaskRows, status: str, text: str) -> str:
     )
     shown = matching[:MAX_ROWS]
     body = table(
-        ["task", "status", "steps", "verifications", "verdict", "speedup", "reason"],
+        ["task", "status", "steps", "verifications", "verdict", "speedup", "sol", "reason"],
         (
             [
                 task_link(str(r["task_id"])),
@@ -84,6 +85,7 @@ def task_list_fragment(rows: TaskRows, status: str, text: str) -> str:
                 " → ".join(badge(v) for v in r["verifications"]) or "none",
                 badge(r["verdict"]) if r["verdict"] else "—",
                 speedup(r["speedup"], r.get("speedup_conclusive"), r.get("speedup_ci95") or ()),
+                sol_cell(r.get("sol_fraction")),
                 cell(r["reason"]),
             ]
             for r in shown
@@ -150,12 +152,15 @@ def bench_fragment(run: str, fold: LocalFold) -> str | None:
             task_link(r.best_task) if r.best_task else "—",
             badge(r.best_verdict) if r.best_verdict else "—",
             speedup(r.speedup, r.speedup_conclusive, r.speedup_ci95),
+            sol_cell(r.sol_fraction),
             str(r.candidates),
             str(r.running),
         ]
         for r in results
     ]
-    headers = ["problem", "search", "best kernel", "verdict", "speedup", "candidates", "running"]
+    headers = [
+        "problem", "search", "best kernel", "verdict", "speedup", "sol", "candidates", "running"
+    ]  # fmt: skip
     tasks = [
         fold.metrics.tasks[c.task_id]
         for db in searches.values()
