@@ -31,7 +31,7 @@ from kernelflow.actors.verifier import WarmUps
 from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.llm.scripted import ScriptedProvider
 from kernelflow.search.driver import SearchRunner, SearchTask
-from kernelflow.search.strategies import SearchSettings
+from kernelflow.search.strategies import SearchConfig
 from kernelflow.workflows.loader import load_workflow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def one_run(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         task_source=(REPO / "examples/tasks/relu.py").read_text(),
         workflow=workflow.name,
         workflow_yaml=workflow_yaml,
-        settings=SearchSettings(
+        settings=SearchConfig(
             strategy=args.strategy,
             samples=args.samples,
             generations=args.generations,

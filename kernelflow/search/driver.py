@@ -47,7 +47,7 @@ from kernelflow.projections.search import (
 )
 from kernelflow.search.strategies import (
     CandidateSpec,
-    SearchSettings,
+    SearchConfig,
     Strategy,
     plan,
     strategy,
@@ -99,7 +99,7 @@ class SearchTask:
     workflow_yaml: str
     backend: str = "triton"
     policy: str = DEFAULT_POLICY  # the verifier's strictness policy
-    settings: SearchSettings = field(default_factory=SearchSettings)
+    settings: SearchConfig = field(default_factory=SearchConfig)
     budget: Budget = field(default_factory=Budget)
     deadline_s: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)

@@ -40,7 +40,7 @@ ENTRY_POINT_GROUP = "kernelflow.search"
 
 
 @dataclass(frozen=True)
-class SearchSettings:
+class SearchConfig:
     """What a search was asked to do; recorded with every candidate (``search_settings``)
     so a resumed search can tell it is the same search."""
 
@@ -91,19 +91,19 @@ class Strategy(Protocol):
     name: str
     early_win: bool  # whether the first pass ends the search, by default
 
-    def rounds(self, settings: SearchSettings) -> int:
+    def rounds(self, settings: SearchConfig) -> int:
         """How many generations the search has (it may stop earlier)."""
         ...
 
     def generation(
-        self, db: SearchDatabase, settings: SearchSettings, g: int
+        self, db: SearchDatabase, settings: SearchConfig, g: int
     ) -> tuple[CandidateSpec, ...]:
         """The candidates of generation ``g``, from the candidates of the generations
         before it only (``db.before(g)``) and the seed."""
         ...
 
 
-def plan(found: Strategy, db: SearchDatabase, settings: SearchSettings) -> Generation | None:
+def plan(found: Strategy, db: SearchDatabase, settings: SearchConfig) -> Generation | None:
     """The generation to run now: the newest one while any of its candidates is not in the
     log or not over, else the next one; None once the strategy's generations are done."""
     g = max((c.generation for c in db.candidates.values()), default=0)
@@ -118,7 +118,7 @@ def plan(found: Strategy, db: SearchDatabase, settings: SearchSettings) -> Gener
     return Generation(g + 1, found.generation(db, settings, g + 1))
 
 
-def _rng(settings: SearchSettings, *where: int) -> random.Random:
+def _rng(settings: SearchConfig, *where: int) -> random.Random:
     # A string seed is hashed (SHA-512) the same way in every process and Python version.
     return random.Random(":".join(str(x) for x in (settings.seed, *where)))
 
@@ -132,11 +132,11 @@ class BestOfN:
     name = "best_of_n"
     early_win = True
 
-    def rounds(self, settings: SearchSettings) -> int:
+    def rounds(self, settings: SearchConfig) -> int:
         return 1
 
     def generation(
-        self, db: SearchDatabase, settings: SearchSettings, g: int
+        self, db: SearchDatabase, settings: SearchConfig, g: int
     ) -> tuple[CandidateSpec, ...]:
         return tuple(CandidateSpec(i, 0) for i in range(settings.samples))
 
@@ -145,11 +145,11 @@ class Evolve:
     name = "evolve"
     early_win = False
 
-    def rounds(self, settings: SearchSettings) -> int:
+    def rounds(self, settings: SearchConfig) -> int:
         return settings.generations
 
     def generation(
-        self, db: SearchDatabase, settings: SearchSettings, g: int
+        self, db: SearchDatabase, settings: SearchConfig, g: int
     ) -> tuple[CandidateSpec, ...]:
         first = _first_index(db, g)
         specs = []
@@ -172,9 +172,7 @@ class Evolve:
         return tuple(specs)
 
     @staticmethod
-    def archive(
-        db: SearchDatabase, settings: SearchSettings, island: int, g: int
-    ) -> list[Candidate]:
+    def archive(db: SearchDatabase, settings: SearchConfig, island: int, g: int) -> list[Candidate]:
         """The island's elites before generation ``g``: its best ``elites`` kernels, with
         the best kernel its neighbour (island - 1) had at each migration (every
         ``migrate_every`` generations), best first."""
@@ -202,11 +200,11 @@ class Tree:
     name = "tree"
     early_win = False
 
-    def rounds(self, settings: SearchSettings) -> int:
+    def rounds(self, settings: SearchConfig) -> int:
         return settings.generations
 
     def generation(
-        self, db: SearchDatabase, settings: SearchSettings, g: int
+        self, db: SearchDatabase, settings: SearchConfig, g: int
     ) -> tuple[CandidateSpec, ...]:
         first = _first_index(db, g)
         nodes = self.expanded(db, settings, g) if g > 0 else []
@@ -219,7 +217,7 @@ class Tree:
         )
 
     @staticmethod
-    def expanded(db: SearchDatabase, settings: SearchSettings, g: int) -> list[Candidate]:
+    def expanded(db: SearchDatabase, settings: SearchConfig, g: int) -> list[Candidate]:
         """The ``expand`` best kernels before generation ``g``; among equally good ones,
         those with fewer children first."""
         earlier = db.before(g)

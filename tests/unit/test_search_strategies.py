@@ -41,7 +41,7 @@ from kernelflow.search.driver import Budget
 from kernelflow.search.strategies import (
     CandidateSpec,
     Evolve,
-    SearchSettings,
+    SearchConfig,
     Tree,
     UnknownStrategy,
     plan,
@@ -103,7 +103,7 @@ def ended(task_id: str, outcome: Outcome) -> list[Event]:
 
 
 def simulate(
-    search: SearchSettings,
+    search: SearchConfig,
     outcome: Callable[[int], Outcome],
     order: random.Random,
     log: list[Event],
@@ -164,7 +164,7 @@ outcomes = st.lists(
     max_size=40,
 ).map(lambda xs: [(v, s if v == "pass" else None) for v, s in xs])
 searches = st.builds(
-    SearchSettings,
+    SearchConfig,
     strategy=st.sampled_from(["best_of_n", "evolve", "tree"]),
     samples=st.integers(1, 3),
     seed=st.integers(0, 5),
@@ -180,7 +180,7 @@ searches = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(searches, outcomes, st.integers(0, 1000), st.integers(0, 1000), st.integers(0, 12))
 def test_a_search_stopped_anywhere_and_resumed_ends_with_the_same_database(
-    search: SearchSettings, results: list[Outcome], first: int, second: int, stop: int
+    search: SearchConfig, results: list[Outcome], first: int, second: int, stop: int
 ) -> None:
     def outcome(index: int) -> Outcome:
         return results[index % len(results)]
@@ -202,7 +202,7 @@ def _redos_unnamed(db: SearchDatabase) -> str:
 @settings(max_examples=150, deadline=None)
 @given(searches, outcomes, st.integers(0, 1000), st.integers(0, 1000), st.integers(0, 12))
 def test_a_search_interrupted_anywhere_redoes_what_the_interrupt_cancelled(
-    search: SearchSettings, results: list[Outcome], first: int, second: int, stop: int
+    search: SearchConfig, results: list[Outcome], first: int, second: int, stop: int
 ) -> None:
     def outcome(index: int) -> Outcome:
         return results[index % len(results)]
@@ -226,7 +226,7 @@ def test_a_search_interrupted_anywhere_redoes_what_the_interrupt_cancelled(
 def test_evolution_builds_only_on_its_islands_elites_and_never_on_a_hack(
     results: list[Outcome], seed: int, islands: int, elites: int, migrate_every: int
 ) -> None:
-    search = SearchSettings(
+    search = SearchConfig(
         strategy="evolve",
         samples=2,
         seed=seed,
@@ -256,7 +256,7 @@ def test_evolution_builds_only_on_its_islands_elites_and_never_on_a_hack(
 def test_a_refinement_tree_expands_the_best_kernels(
     results: list[Outcome], samples: int, expand: int
 ) -> None:
-    search = SearchSettings(strategy="tree", samples=samples, generations=3, expand=expand)
+    search = SearchConfig(strategy="tree", samples=samples, generations=3, expand=expand)
     db = simulate(search, lambda i: results[i % len(results)], random.Random(0), [])
     for g in range(1, 3):
         children = db.generation(g)
@@ -270,7 +270,7 @@ def test_a_refinement_tree_expands_the_best_kernels(
 
 
 def test_best_of_n_is_one_generation_of_independent_candidates() -> None:
-    search = SearchSettings(strategy="best_of_n", samples=5)
+    search = SearchConfig(strategy="best_of_n", samples=5)
     db = simulate(search, lambda i: ("mismatch", None), random.Random(0), [])
     assert [(c.generation, c.parents) for c in db.ordered()] == [(0, ())] * 5
 
@@ -278,7 +278,7 @@ def test_best_of_n_is_one_generation_of_independent_candidates() -> None:
 def test_a_pass_is_built_on_before_any_failure() -> None:
     """Kernels are ranked: the fastest pass first, any pass before any failure."""
     results = {0: ("mismatch", None), 1: ("pass", 1.5), 2: ("pass", 2.5)}
-    search = SearchSettings(strategy="tree", samples=3, generations=2, expand=1)
+    search = SearchConfig(strategy="tree", samples=3, generations=2, expand=1)
     db = simulate(search, lambda i: results.get(i, ("pass", 1.0)), random.Random(0), [])
     assert [c.parents for c in db.generation(1)] == [(f"{S}-2",)] * 3
 
@@ -326,26 +326,26 @@ class Ladder:
     name = "ladder"
     early_win = False
 
-    def rounds(self, settings: SearchSettings) -> int:
+    def rounds(self, settings: SearchConfig) -> int:
         return settings.generations
 
-    def generation(self, db: SearchDatabase, settings: SearchSettings, g: int) -> tuple:
+    def generation(self, db: SearchDatabase, settings: SearchConfig, g: int) -> tuple:
         best = next((c for c in db.before(g) if c.score is not None), None)
         return (CandidateSpec(g, g, parents=(best.task_id,) if best else ()),)
 
 
 def test_a_strategy_of_ones_own_plugs_in_and_unknown_names_are_listed() -> None:
     register_strategy(Ladder())
-    search = SearchSettings(strategy="ladder", generations=3)
+    search = SearchConfig(strategy="ladder", generations=3)
     db = simulate(search, lambda i: ("pass", 1.0 + i), random.Random(0), [])
     assert [c.parents for c in db.ordered()] == [(), (f"{S}-0",), (f"{S}-1",)]
     with pytest.raises(UnknownStrategy, match=r"unknown search strategy 'nope'; known: .*ladder"):
-        SearchSettings(strategy="nope").check()
+        SearchConfig(strategy="nope").check()
 
 
 def test_each_budget_stops_a_search_where_it_is_reached() -> None:
     db = simulate(
-        SearchSettings(strategy="best_of_n", samples=4),
+        SearchConfig(strategy="best_of_n", samples=4),
         lambda i: ("mismatch", None),
         random.Random(0),
         [],

@@ -48,7 +48,7 @@ from kernelflow.search.driver import (
     SettingsChanged,
     print_progress,
 )
-from kernelflow.search.strategies import SearchSettings, UnknownStrategy, strategy_names
+from kernelflow.search.strategies import SearchConfig, UnknownStrategy, strategy_names
 from kernelflow.verification.backends import DEFAULT_BACKEND, backend_names
 from kernelflow.verification.policy import DEFAULT_POLICY
 from kernelflow.verification.taskfile import TaskFileError, check_task_source
@@ -194,8 +194,8 @@ def parse_selection(text: str) -> set[int]:
     return chosen
 
 
-def search_settings(args: argparse.Namespace) -> SearchSettings:
-    settings = SearchSettings(
+def search_settings(args: argparse.Namespace) -> SearchConfig:
+    settings = SearchConfig(
         strategy=args.strategy,
         samples=args.samples,
         seed=args.seed,
@@ -224,7 +224,7 @@ def budget_of(args: argparse.Namespace) -> Budget:
     return Budget(args.max_candidates, args.max_tokens, args.max_dollars, args.max_wall)
 
 
-def run_id(problems: list[Problem], settings: SearchSettings, args: argparse.Namespace) -> str:
+def run_id(problems: list[Problem], settings: SearchConfig, args: argparse.Namespace) -> str:
     """The default run id: the same problems and settings continue the same run."""
     digest = hashlib.sha256()
     for part in (
