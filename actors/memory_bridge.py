@@ -27,6 +27,7 @@ from typing import NoReturn
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events.memory import MemoryCommandQueue, MemoryEventLog, MemoryStreams
 from kernelflow.events.memory_consumers import MemoryConsumers
+from kernelflow.events.memory_inspection import MemoryInspection
 from kernelflow.events.memory_objects import MemoryBuckets
 from kernelflow.events.memory_requests import MemoryRequests, RequestBus
 from kernelflow.events.model import Event
@@ -49,6 +50,10 @@ class MemoryServer:
         self.consumers = MemoryConsumers(self.streams)
         self.requests = RequestBus()
         self.buckets = MemoryBuckets()
+
+    def inspection(self) -> MemoryInspection:
+        """What ``kernelflow health`` reads of this server (``check_streams``...)."""
+        return MemoryInspection(self.streams, self.consumers, MemoryRequests(self.requests))
 
     def bridge(
         self, after_append: Callable[[Event, TaskHistory], None] | None = None

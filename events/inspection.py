@@ -2,7 +2,8 @@
 what the server says of itself, JetStream's use by the account, the streams' settings and
 state, the durable consumers (``kernelflow.events.consumers``) and the daemons' answers to
 pings (``kernelflow.events.requests``). Only reads: nothing is made. The interface; on NATS
-it is ``kernelflow.events.nats_inspection``'s.
+it is ``kernelflow.events.nats_inspection``'s, in memory
+``kernelflow.events.memory_inspection``'s.
 
 Nothing here imports NATS.
 """

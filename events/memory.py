@@ -182,6 +182,20 @@ class MemoryStreams:
                 found.append(message)
         return found
 
+    def held(self, stream: str) -> tuple[int, int, int, int]:
+        """What ``stream`` (the events' or the commands') holds now: messages, bytes, the
+        first and the last stream sequence (0, 0 when empty)."""
+        with self._lock:
+            if stream == subjects.EVENTS_STREAM:
+                data = [stored[2] for stored in self._events]
+                first = 1 if data else 0
+                return len(data), sum(map(len, data)), first, len(self._events)
+            if stream != subjects.COMMANDS_STREAM:
+                raise ValueError(f"no stream {stream!r}")
+            seqs = list(self._commands)
+            size = sum(len(c.data) for c in self._commands.values())
+            return len(seqs), size, seqs[0] if seqs else 0, self._last_command
+
     def headers_of(self, seq: int) -> dict[str, str]:
         """The headers the event at stream sequence ``seq`` was published with."""
         with self._lock:
