@@ -1,7 +1,8 @@
 """The NATS bridge: one asyncio thread that owns the NATS connection and the event log.
 
 ``Bridge.log`` is the log's port (``kernelflow.events.port``), ``Bridge.commands`` the
-command queue's (``kernelflow.events.queue``), ``Bridge.requests`` that of requests
+command queue's (``kernelflow.events.queue``), ``Bridge.consumers`` the durable
+consumers' (``kernelflow.events.consumers``), ``Bridge.requests`` that of requests
 among processes (``kernelflow.events.requests``) and ``Bridge.buckets`` the object
 stores' (``kernelflow.events.objects``): callers ask them, never NATS
 (docs/architecture.md, "The event log and its ports"); on this bridge they are the NATS
@@ -33,7 +34,6 @@ from typing import Any, Generic, TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 
 from kernelflow.actors.connection import (
     ClientAuth,
@@ -43,8 +43,10 @@ from kernelflow.actors.connection import (
     safe_url,
     server_urls,
 )
+from kernelflow.events.consumers import ConsumersPort
 from kernelflow.events.log import EventLog, EventLogPort, StreamSettings, TaskHistory
 from kernelflow.events.model import Event
+from kernelflow.events.nats_consumers import NatsConsumers
 from kernelflow.events.nats_objects import NatsBuckets
 from kernelflow.events.nats_queue import JetStreamCommandQueue
 from kernelflow.events.nats_requests import NatsRequests
@@ -164,6 +166,7 @@ class Bridge:
         self._nc: NATS | None = None
         self._log: EventLogPort | None = None
         self._commands: CommandQueuePort | None = None
+        self._consumers: ConsumersPort | None = None
         self._requests: RequestsPort | None = None
         self._buckets: Buckets | None = None
         self._closing = False
@@ -318,7 +321,7 @@ class Bridge:
                 raise NatsUnreachable(unreachable.result())
             connecting.result()
             connected = True
-            check_tls(self._nc, self.nats_url, self.auth)
+            check_tls(self._nc._server_info, self.nats_url, self.auth)
         except BaseException:
             connecting.cancel()
             self._closing = True
@@ -328,6 +331,7 @@ class Bridge:
         await event_log.ensure_streams()
         self._log = event_log
         self._commands = JetStreamCommandQueue(self._nc)
+        self._consumers = NatsConsumers(self._nc)
         self._requests = NatsRequests(self._nc)
         self._buckets = NatsBuckets(self._nc.jetstream())
 
@@ -395,6 +399,12 @@ class Bridge:
         return self._commands
 
     @property
+    def consumers(self) -> ConsumersPort:
+        """The durable consumers: the daemons' pools, the read model's cursor."""
+        assert self._consumers is not None, "bridge not started"
+        return self._consumers
+
+    @property
     def connected(self) -> bool:
         """Whether NATS is reachable now (False while reconnecting, and once closed)."""
         return bool(self.nc.is_connected)
@@ -410,13 +420,6 @@ class Bridge:
         """The object stores: the read model's snapshots, the verifiers' extensions."""
         assert self._buckets is not None, "bridge not started"
         return self._buckets
-
-    @property
-    def jetstream(self) -> JetStreamContext:
-        """JetStream itself, for what has no port yet: the durable consumers of the
-        daemons and of the read model (``tests/unit/test_architecture.py`` names the modules
-        that still ask it)."""
-        return self.nc.jetstream()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the bridge loop and wait for its result (never from the loop).

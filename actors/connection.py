@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import nkeys
-from nats.aio.client import Client as NATS
 
 # What a .creds file (a user JWT and its seed, from an operator-mode deployment) holds.
 _JWT_MARK = "BEGIN NATS USER JWT"
@@ -200,10 +199,11 @@ def tls_wanted(url: str, auth: ClientAuth) -> bool:
     return auth.tls or any(urlsplit(u).scheme == "tls" for u in server_urls(url))
 
 
-def check_tls(nc: NATS, url: str, auth: ClientAuth) -> None:
+def check_tls(server_info: dict[str, Any] | None, url: str, auth: ClientAuth) -> None:
     """Refuse a connection made in plaintext where TLS was asked for (nats-py goes on in
-    plaintext with a server that does not offer TLS, even for a ``tls://`` URL)."""
-    if tls_wanted(url, auth) and not (nc._server_info or {}).get("tls_required"):
+    plaintext with a server that does not offer TLS, even for a ``tls://`` URL), from
+    what the server said of itself when the client connected (its INFO)."""
+    if tls_wanted(url, auth) and not (server_info or {}).get("tls_required"):
         raise NatsAccessRefused(
             f"TLS was asked for, but the NATS server at {safe_url(url)} does not offer it "
             "(configure tls {…} on the server, or drop the TLS settings)"

@@ -1,4 +1,5 @@
-"""The daemon: pools of actors per role, each fed by a durable JetStream consumer.
+"""The daemon: pools of actors per role, each fed by a durable consumer
+(``kernelflow.events.consumers``: JetStream's, or the memory bridge's).
 
 Work reaches actors only through the log: the conductor's pool consumes commands and the
 events that call for a decision; each agent pool consumes the dispatches for its agent.
@@ -31,10 +32,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
 import pykka
-from nats.aio.msg import Msg
-from nats.js import api
 
 from kernelflow.actors.agents import LLMAgent
 from kernelflow.actors.bridge import Bridge
@@ -44,8 +42,7 @@ from kernelflow.actors.extension_store import ensure_extension_bucket
 from kernelflow.actors.verifier import Verifier, WarmUps
 from kernelflow.actors.worker import Delivery, Job, Settlement, Source, task_of
 from kernelflow.events import subjects
-from kernelflow.events.log import delivery_of
-from kernelflow.events.pull import CreditPuller
+from kernelflow.events.consumers import ConsumerSpec, Delivered, Pull
 from kernelflow.llm.base import LLMProvider
 from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
 from kernelflow.verification.engine import VerifierConfig
@@ -70,11 +67,6 @@ SOON_S = 0.5
 _GIVEN_BACK_AFTER_S = 6.0
 # Triggers the loop may hold at once beyond what idle conductor actors can take.
 _LOOP_ROOM = 64
-
-
-def agent_durable(role: str) -> str:
-    """The durable consumer the daemons hosting agent ``role`` share."""
-    return f"kf-agent-{role}"
 
 
 @dataclass
@@ -132,7 +124,7 @@ class _Feed:
     role: str
     stream: str
     durable: str
-    filters: list[str]
+    filters: tuple[str, ...]
     source: Source
     # Task id -> whether this process knows that work for the task calls for nothing.
     stale: Callable[[str], bool] | None = None
@@ -146,7 +138,7 @@ class _Pool:
     role: str
     actors: list[ActorRef]
     idle: asyncio.Queue[ActorRef]
-    puller: CreditPuller | None = None
+    puller: Pull | None = None
     # Messages the loop may hold beyond what idle actors can take: a feed whose messages
     # the loop mostly handles itself (decisions) is not held back by busy actors.
     loop_room: int = 0
@@ -182,7 +174,7 @@ class _Held:
 
     pool: _Pool
     actor: ActorRef | None
-    msg: Msg
+    msg: Delivered
     actor_freed: bool = False
     settled: bool = False
     # Counted in its pool's ``on_loop`` until handed to an actor or settled.
@@ -198,7 +190,7 @@ class Daemon:
         self._pumps: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._held: set[_Held] = set()
-        self._parked: list[Msg] = []  # jobs it does not serve, left for another daemon
+        self._parked: list[Delivered] = []  # jobs it does not serve, left for another daemon
         self._heartbeat: asyncio.Task[None] | None = None
 
     def pool_loads(self) -> list[PoolLoad]:
@@ -220,14 +212,14 @@ class Daemon:
     async def backlog(self, load: PoolLoad) -> tuple[int, int]:
         """What a feed's durable consumer holds (``pool_loads``' ``load``): messages
         waiting to be delivered, and delivered but not settled. On the bridge loop."""
-        info = await self.bridge.jetstream.consumer_info(load.stream, load.consumer)
-        return info.num_pending or 0, info.num_ack_pending or 0
+        state = await self.bridge.consumers.state(load.stream, load.consumer)
+        return state.pending, state.ack_pending
 
     def remove_consumer(self, role: str) -> None:
         """Delete the durable consumer of agent ``role`` (a role that dies with its
         process: its consumer would outlive it in NATS)."""
-        js = self.bridge.jetstream
-        self.bridge.call(js.delete_consumer(subjects.EVENTS_STREAM, agent_durable(role)))
+        consumer = subjects.agent_consumer(role)
+        self.bridge.call(self.bridge.consumers.delete(subjects.EVENTS_STREAM, consumer))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -283,8 +275,8 @@ class Daemon:
                     _Feed(
                         role,
                         subjects.COMMANDS_STREAM,
-                        "kf-conductor-commands",
-                        [subjects.ALL_COMMANDS],
+                        subjects.CONDUCTOR_COMMANDS_CONSUMER,
+                        (subjects.ALL_COMMANDS,),
                         "command",
                     )
                 )
@@ -292,8 +284,8 @@ class Daemon:
                     _Feed(
                         role,
                         subjects.EVENTS_STREAM,
-                        "kf-conductor",
-                        subjects.decision_triggers(),
+                        subjects.CONDUCTOR_CONSUMER,
+                        tuple(subjects.decision_triggers()),
                         "event",
                         stale=functools.partial(settled, self.bridge),
                         decided_on_loop=True,
@@ -304,8 +296,8 @@ class Daemon:
                     _Feed(
                         role,
                         subjects.EVENTS_STREAM,
-                        agent_durable(role),
-                        [subjects.dispatches_for(role)],
+                        subjects.agent_consumer(role),
+                        (subjects.dispatches_for(role),),
                         "event",
                         # Nothing is dispatched after a task's end.
                         stale=self.bridge.log.has_ended,
@@ -333,23 +325,20 @@ class Daemon:
             await self._pump(pool, feed)
 
     async def _pump(self, pool: _Pool, feed: _Feed) -> None:
-        js = self.bridge.jetstream
-        await js.add_consumer(
-            feed.stream,
-            api.ConsumerConfig(
-                durable_name=feed.durable,
-                filter_subjects=feed.filters,
-                ack_policy=api.AckPolicy.EXPLICIT,
-                ack_wait=self.config.ack_wait_s,
+        await self.bridge.consumers.create(
+            ConsumerSpec(
+                feed.stream,
+                feed.durable,
+                feed.filters,
+                ack_wait_s=self.config.ack_wait_s,
                 # A message that keeps failing (or keeps killing its daemon) is given up
                 # after this many deliveries rather than retried forever.
-                max_deliver=self.config.max_deliveries,
-                deliver_policy=api.DeliverPolicy.ALL,
-            ),
+                max_deliveries=self.config.max_deliveries,
+            )
         )
 
-        def deliver(msg: Msg) -> None:
-            if msg.headers and subjects.HISTORY_ONLY_HEADER in msg.headers:
+        def deliver(msg: Delivered) -> None:
+            if subjects.HISTORY_ONLY_HEADER in msg.headers:
                 # A forked task's copied history: nothing to do (docs/workflows.md).
                 self._in_background(msg.ack())
                 return
@@ -377,21 +366,18 @@ class Daemon:
                     return
             self._to_next_actor(held, job)
 
-        pool.puller = CreditPuller(
-            self.bridge.nc, feed.stream, feed.durable, credit=pool.credit, deliver=deliver
-        )
+        pool.puller = self.bridge.consumers.pull(feed.stream, feed.durable, pool.credit, deliver)
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
-    def _job(self, pool: _Pool, msg: Msg, source: Source) -> Job:
-        at = delivery_of(msg)
+    def _job(self, pool: _Pool, msg: Delivered, source: Source) -> Job:
         job = Job(
             source=source,
             subject=msg.subject,
             data=msg.data,
-            headers=dict(msg.headers or {}),
-            stream_seq=at.stream_seq,
-            deliveries=at.delivered,
-            last_delivery=0 < self.config.max_deliveries <= at.delivered,
+            headers=dict(msg.headers),
+            stream_seq=msg.stream_seq,
+            deliveries=msg.delivered,
+            last_delivery=0 < self.config.max_deliveries <= msg.delivered,
         )
         if self.config.on_job is not None:
             self.config.on_job(pool.role, job)
@@ -468,13 +454,13 @@ class Daemon:
         self._in_background(self._answer(held, how))
 
     async def _answer(self, held: _Held, how: Settlement) -> None:
+        # A job that outlived stop() is settled on a closed connection: nothing happens,
+        # and it is redelivered to the next daemon, like the rest.
         try:
             if how == "ack":
                 await held.msg.ack()
             else:
                 await held.msg.nak(delay=SOON_S if how == "soon" else self.config.ack_wait_s)
-        except nats.errors.ConnectionClosedError:
-            pass  # a job that outlived stop(): redelivered to the next daemon, like the rest
         except Exception as exc:  # the message will be redelivered; the log makes that safe
             log.warning("%s: could not settle %s: %s", held.pool.role, held.msg.subject, exc)
 

@@ -2,21 +2,21 @@
 nats-server.
 
 ``MemoryServer`` stands for one NATS server: the log's and the command queue's streams
-(``MemoryStreams``), who serves which requests (``RequestBus``) and the object stores.
+(``MemoryStreams``), their durable consumers, who serves which requests (``RequestBus``)
+and the object stores.
 ``MemoryServer.bridge()`` is a ``Bridge`` on it: the same loop thread, ``call``, ``post``
 and ``spawn`` as the NATS bridge (inherited), with the ports' memory adapters as its
-``log`` (``MemoryEventLog``), ``commands`` (``MemoryCommandQueue``), ``requests``
-(``MemoryRequests``) and ``buckets`` (``MemoryBuckets``). Several bridges on one server
-are several processes on one NATS: they share the log, the queue, the requests and the
-buckets, and each remembers its own histories.
+``log`` (``MemoryEventLog``), ``commands`` (``MemoryCommandQueue``), ``consumers``
+(``MemoryConsumers``), ``requests`` (``MemoryRequests``) and ``buckets``
+(``MemoryBuckets``). Several bridges on one server are several processes on one NATS:
+they share the log, the queue, the consumers, the requests and the buckets, and each
+remembers its own histories.
 
-There is no NATS connection here (``nc`` and ``jetstream`` say so): everything of
-kernelflow's that is not about NATS asks the ports (docs/architecture.md, "The event log
-and its ports"; ``tests/unit/test_architecture.py``). Nothing consumes either: there are no
-durable consumers, acks, redeliveries or pools. The daemon, the read model and whatever
-else needs JetStream itself run on a NATS server (``Bridge``); on this bridge, logic is
-handed its jobs directly (``Worker.handle`` or ``receive``, ``advance_on_loop``). The
-daemon never uses it.
+There is no NATS connection here (``nc`` says so): everything of kernelflow's that is
+not about NATS asks the ports (docs/architecture.md, "The event log and its ports";
+``tests/unit/test_architecture.py``), and so runs on this bridge too: the read model, the
+daemon's pools; or logic is handed its jobs directly (``Worker.handle`` or ``receive``,
+``advance_on_loop``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import NoReturn
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.events.memory import MemoryCommandQueue, MemoryEventLog, MemoryStreams
+from kernelflow.events.memory_consumers import MemoryConsumers
+from kernelflow.events.memory_inspection import MemoryInspection
 from kernelflow.events.memory_objects import MemoryBuckets
 from kernelflow.events.memory_requests import MemoryRequests, RequestBus
 from kernelflow.events.model import Event
@@ -37,15 +39,21 @@ class NoNats(RuntimeError):
 
 
 class MemoryServer:
-    """What stands in for one NATS server: the streams and the requests' servers.
+    """What stands in for one NATS server: the streams, their consumers, the requests'
+    servers and the object stores.
     ``clock``: what the duplicate window is measured on (tests pass one they can move)."""
 
     def __init__(
         self, settings: StreamSettings | None = None, *, clock: Callable[[], float] | None = None
     ) -> None:
         self.streams = MemoryStreams(settings, clock=clock)
+        self.consumers = MemoryConsumers(self.streams)
         self.requests = RequestBus()
         self.buckets = MemoryBuckets()
+
+    def inspection(self) -> MemoryInspection:
+        """What ``kernelflow health`` reads of this server (``check_streams``...)."""
+        return MemoryInspection(self.streams, self.consumers, MemoryRequests(self.requests))
 
     def bridge(
         self, after_append: Callable[[Event, TaskHistory], None] | None = None
@@ -68,6 +76,7 @@ class MemoryBridge(Bridge):
     async def _connect(self, timeout_s: float | None) -> None:
         self._log = MemoryEventLog(self.server.streams, self.streams, self._after_append)
         self._commands = MemoryCommandQueue(self.server.streams)
+        self._consumers = self.server.consumers
         self._requests = MemoryRequests(self.server.requests)
         self._buckets = self.server.buckets
 

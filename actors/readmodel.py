@@ -22,9 +22,10 @@ the other and events would be lost or counted twice. Keeping the position *insid
 snapshot makes "state = fold(log[1..position])" true of every snapshot ever written, by
 whichever daemon: the fold is deterministic, so two daemons' snapshots at one position are
 equal, and a snapshot that is behind only costs catch-up time. The durable consumer
-(``kf-readmodel-<instance>``, no acks, removed by the server a minute after its daemon
-is gone) is just the cursor of one process: recreated at ``position + 1`` on every start
-and whenever a gap in its delivery sequence shows a message was lost in transit. The fold
+(``kf-readmodel-<instance>``, on ``kernelflow.events.consumers``' port; no acks, removed
+by the server a minute after its daemon is gone) is just the cursor of one process:
+recreated at ``position + 1`` on every start and whenever a gap in its delivery sequence
+shows a message was lost in transit. The fold
 also skips positions it already applied, so nothing is ever counted twice. The object
 store chunks each object, so neither head nor page is limited by the NATS message size.
 What older versions saved there (unpaged snapshots, older folds' heads and pages) is
@@ -54,18 +55,15 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-import nats.js.errors
-from nats.aio.msg import Msg
-from nats.js import api
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel_client import PAGE, StatusQuery, status_row
 from kernelflow.actors.readmodel_snapshot import PAGE_ROWS, Page, PagedMetrics, Snapshot, page_name
 from kernelflow.events import subjects
-from kernelflow.events.log import delivery_of
+from kernelflow.events.consumers import ConsumerNotFound, ConsumerSpec, Delivered
 from kernelflow.events.model import QuarantinedEvent
 from kernelflow.events.objects import ObjectNotFound, ObjectStore, digest_of
-from kernelflow.events.pull import CreditPuller, cancel_and_wait
+from kernelflow.events.pull import cancel_and_wait
 from kernelflow.events.quarantine import HistoryCheck
 from kernelflow.events.requests import Request, Serving
 from kernelflow.projections.metrics import FOLD_VERSION, MetricsProjection
@@ -127,7 +125,7 @@ class ReadModel:
     ) -> None:
         self.bridge = bridge
         self.instance = instance
-        self.durable = f"kf-readmodel-{_safe_name(instance)}"
+        self.durable = subjects.readmodel_consumer(_safe_name(instance))
         # Replaced once the store is open; a restored fold keeps its own page size.
         self.paged = PagedMetrics(page_rows=page_rows, seal=False)
         self.snapshot_every_s = snapshot_every_s
@@ -236,7 +234,7 @@ class ReadModel:
             log.warning("read model: final snapshot failed: %r", exc)
         self._stopping = "deleting its consumer"
         with contextlib.suppress(Exception):
-            await self.bridge.jetstream.delete_consumer(subjects.EVENTS_STREAM, self.durable)
+            await self.bridge.consumers.delete(subjects.EVENTS_STREAM, self.durable)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -365,40 +363,38 @@ class ReadModel:
                 await asyncio.sleep(0.5)
 
     async def _follow(self) -> None:
-        js = self.bridge.jetstream
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await js.delete_consumer(subjects.EVENTS_STREAM, self.durable)
-        await js.add_consumer(
-            subjects.EVENTS_STREAM,
-            api.ConsumerConfig(
-                durable_name=self.durable,
-                filter_subject=subjects.ALL_EVENTS,
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=self.position + 1,
-                ack_policy=api.AckPolicy.NONE,
-                inactive_threshold=60.0,
-                mem_storage=True,
-            ),
+        consumers = self.bridge.consumers
+        with contextlib.suppress(ConsumerNotFound):
+            await consumers.delete(subjects.EVENTS_STREAM, self.durable)
+        await consumers.create(
+            ConsumerSpec(
+                subjects.EVENTS_STREAM,
+                self.durable,
+                (subjects.ALL_EVENTS,),
+                start_seq=self.position + 1,
+                acked=False,
+                idle_expiry_s=60.0,
+                in_memory=True,
+            )
         )
         gap: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         gap_at = 0
         expected = 1  # the consumer's own delivery sequence: a jump means a lost message
         check = HistoryCheck(self._last_seq)
 
-        def deliver(msg: Msg) -> None:
+        def deliver(msg: Delivered) -> None:
             nonlocal expected, gap_at
             if gap.done():
                 return
-            at = delivery_of(msg)
-            if at.consumer_seq != expected:
-                gap_at = at.consumer_seq
+            if msg.consumer_seq != expected:
+                gap_at = msg.consumer_seq
                 gap.set_result(None)
                 return
             expected += 1
-            event = check.place(msg.subject, msg.data, at.stream_seq)
+            event = check.place(msg.subject, msg.data, msg.stream_seq)
             if type(event) is QuarantinedEvent:
                 self.bridge.log.report_quarantined(event)
-            if self.paged.apply(at.stream_seq, event):
+            if self.paged.apply(msg.stream_seq, event):
                 self._moved.set()
                 self._moved = asyncio.Event()
 
@@ -406,16 +402,14 @@ class ReadModel:
             # A consumer removed under us (e.g. after a long disconnect) answers no pulls.
             while True:
                 await asyncio.sleep(self.consumer_check_s)
-                await js.consumer_info(subjects.EVENTS_STREAM, self.durable)
+                await consumers.state(subjects.EVENTS_STREAM, self.durable)
 
-        puller = CreditPuller(
-            self.bridge.nc, subjects.EVENTS_STREAM, self.durable, lambda: _BATCH, deliver
-        )
-        running = {asyncio.create_task(puller.run()), asyncio.create_task(watch())}
+        pull = consumers.pull(subjects.EVENTS_STREAM, self.durable, lambda: _BATCH, deliver)
+        running = {asyncio.create_task(pull.run()), asyncio.create_task(watch())}
         try:
             done, _ = await asyncio.wait({*running, gap}, return_when=asyncio.FIRST_COMPLETED)
             if gap in done:
-                raise RuntimeError(f"delivery {gap.result()} arrived where {expected} was expected")
+                raise RuntimeError(f"delivery {gap_at} arrived where {expected} was expected")
             for task in done:
                 task.result()  # raises why it stopped
         finally:

@@ -45,10 +45,10 @@ def sample_events(task_id: str, n: int) -> list[Event]:
     ]
 
 
-async def raw_round(js, payloads: list[tuple[str, bytes]]) -> float:  # type: ignore[no-untyped-def]
+async def raw_round(log: EventLog, payloads: list[tuple[str, bytes]]) -> float:
     started = time.perf_counter()
     for subject, data in payloads:
-        await js.publish(subject, data)
+        await log.publish_raw(subject, data)
     return len(payloads) / (time.perf_counter() - started)
 
 
@@ -70,7 +70,7 @@ async def main(url: str, n: int, rounds: int) -> None:
         raw_payloads = [
             (f"kf.ev.{raw_task}.llm_called", encode(e)) for e in sample_events(raw_task, n)
         ]
-        raw_rates.append(await raw_round(log.jetstream, raw_payloads))
+        raw_rates.append(await raw_round(log, raw_payloads))
         log_rates.append(await eventlog_round(log, sample_events(log_task, n)))
         print(f"round {r + 1}: raw {raw_rates[-1]:8.0f}/s   EventLog {log_rates[-1]:8.0f}/s")
     await nc.close()

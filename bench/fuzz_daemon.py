@@ -229,7 +229,6 @@ def fuzz(url: str, daemon_pid: int, daemon_log: Path, count: int, seed: int = 1)
 
 async def _send(url: str, sent: list[Probe], report: Report) -> None:
     nc = await nats.connect(url, pending_size=1 << 26)
-    js = nc.jetstream()
     published: dict[int, float] = {}
     answers: Counter[int] = Counter()
 
@@ -244,10 +243,13 @@ async def _send(url: str, sent: list[Probe], report: Report) -> None:
     for n, probe in enumerate(sent):
         inbox = f"{INBOX}.{n}"
         published[n] = time.monotonic()
+        # As any publisher may: a request on a stream's subject, which JetStream answers
+        # once it stored the message.
         if probe.target == "command":
-            await js.publish(probe.subject, probe.data, headers={subjects.REPLY_HEADER: inbox})
+            headers = {subjects.REPLY_HEADER: inbox}
+            await nc.request(probe.subject, probe.data, timeout=10, headers=headers)
         elif probe.target == "event":
-            await js.publish(probe.subject, probe.data)
+            await nc.request(probe.subject, probe.data, timeout=10)
         else:
             await nc.publish(probe.subject, probe.data, reply=inbox)
     report.sending_s = time.monotonic() - started

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,6 +34,7 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.readmodel import SNAPSHOT, ReadModel, Snapshot
 from kernelflow.actors.readmodel_snapshot import page_name
 from kernelflow.events import subjects
+from kernelflow.events.objects import ObjectStore
 from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.projections.metrics import FOLD_VERSION
 
@@ -67,12 +69,16 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
     bridge.call(model.save(), timeout=600)  # the pages of the history, once
     print(f"  {model.paged.pages} pages sealed and stored", flush=True)
 
+    async def snapshots() -> ObjectStore:
+        store = await bridge.buckets.open(subjects.READMODEL_BUCKET)
+        assert store is not None, "the read model made no snapshot store"
+        return store
+
     async def store_info(name: str) -> int:
-        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
-        return int((await store.get_info(name)).size)
+        return (await (await snapshots()).info(name)).size
 
     async def save_whole() -> int:
-        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
+        store = await snapshots()
         doc = Snapshot(
             fold_version=FOLD_VERSION,
             stream_created="bench",
@@ -102,13 +108,18 @@ def run(bridge: Bridge, n_tasks: int, saves: int, per_save: int) -> None:
 
     # A restart: the head and every page, against reading the whole state back. The log
     # holds no events (the bench folds them directly): it is moved on to the position
-    # saved, so that the snapshot is not beyond its end.
+    # saved, so that the snapshot is not beyond its end: purged up to there, an operator's
+    # act (``nats stream purge``) on a connection of its own, since kernelflow never
+    # purges its log and has no port for it.
     async def move_log_to(position: int) -> None:
-        await bridge.log.jetstream.purge_stream(subjects.EVENTS_STREAM, seq=position + 1)
+        nc = await nats.connect(bridge.nats_url)
+        try:
+            await nc.jetstream().purge_stream(subjects.EVENTS_STREAM, seq=position + 1)
+        finally:
+            await nc.close()
 
     async def load_whole() -> int:
-        store = await bridge.log.jetstream.object_store(subjects.READMODEL_BUCKET)
-        data = (await store.get("bench-whole-state")).data or b""
+        data = await (await snapshots()).get("bench-whole-state")
         return len(msgspec.json.decode(data, type=Snapshot).state.tasks)
 
     bridge.call(move_log_to(model.saved_position))

@@ -298,9 +298,7 @@ def run(url: str, n_target: int, rounds: int, tmp: Path, sources: str) -> None:
         f"  wrote {n:,} events ({size / 1e6:,.0f} MB) in {time.perf_counter() - t:.1f}s; "
         f"peak RSS {rss_mb():.0f} MB"
     )
-    stored = loop.run_until_complete(
-        log.jetstream.stream_info(subjects.EVENTS_STREAM)
-    ).state.messages
+    stored = loop.run_until_complete(log.end_seq())  # the stream held nothing before
     assert stored == n, f"stream holds {stored} of {n} events"
 
     live = LoopSource(loop, log)

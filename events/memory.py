@@ -21,15 +21,16 @@ them is the port's shared code, the same as on JetStream:
   same ``HistoryCheck`` over the same bytes);
 - reads go by stream sequence; a following read is woken by each new message on its
   subject (and looks again every ``idle_timeout`` anyway); each message keeps the time
-  it was stored (``first_seq_at``);
+  it was stored (``first_seq_at``) and the headers it was published with (``headers_of``:
+  ``subjects.HISTORY_ONLY_HEADER``, for the consumers);
 - commands wait in their work queue until settled (``settle_command``); answers to them
   (``MemoryCommandQueue.answer``) reach whoever listens on their inbox
   (``listen_answers``): the command queue's port (``kernelflow.events.queue``) on these
   streams is ``MemoryCommandQueue``.
 
 Not modelled: ``max_age_s`` (nothing expires), replicas (one copy: a read from the leader
-is the same read), payload limits (``max_payload`` is said, not enforced), and consumers
-(nothing is delivered; whoever runs actors on this log hands them their jobs).
+is the same read), and payload limits (``max_payload`` is said, not enforced). The durable consumers
+of these streams are ``kernelflow.events.memory_consumers``'.
 
 Nothing here imports NATS.
 """
@@ -113,6 +114,7 @@ class MemoryStreams:
         self._commands: OrderedDict[int, StoredCommand] = OrderedDict()
         self._command_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._last_command = 0
+        self._headers: dict[int, dict[str, str]] = {}  # of the events published with any
         self._listeners: list[Callable[[Stored], None]] = []
         self._answer_listeners: list[Callable[[str, bytes], None]] = []
 
@@ -126,11 +128,13 @@ class MemoryStreams:
         msg_id: str | None = None,
         expected_last: int | None = None,
         expected_subject: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Published:
-        """Store ``data`` on ``subject`` (which must be under ``kf.ev.``), unless ``msg_id``
-        was stored within the duplicate window (answered as a duplicate), and only if the
-        last message on ``expected_subject`` (default: ``subject``) is at stream sequence
-        ``expected_last`` when one is given (AppendConflict otherwise)."""
+        """Store ``data`` (with ``headers``) on ``subject`` (which must be under
+        ``kf.ev.``), unless ``msg_id`` was stored within the duplicate window (answered as a
+        duplicate), and only if the last message on ``expected_subject`` (default:
+        ``subject``) is at stream sequence ``expected_last`` when one is given
+        (AppendConflict otherwise)."""
         if not subjects.matches(subjects.ALL_EVENTS, subject) or _wildcard(subject):
             raise ValueError(f"no stream takes {subject!r}")
         with self._lock:
@@ -151,6 +155,8 @@ class MemoryStreams:
                 self._by_task.setdefault(task, []).append(stored[0])
             if msg_id is not None:
                 ids[msg_id] = (stored[0], self._clock())
+            if headers:
+                self._headers[stored[0]] = dict(headers)
             listeners = list(self._listeners)
         for listener in listeners:
             listener(stored)
@@ -176,6 +182,25 @@ class MemoryStreams:
                 found.append(message)
         return found
 
+    def held(self, stream: str) -> tuple[int, int, int, int]:
+        """What ``stream`` (the events' or the commands') holds now: messages, bytes, the
+        first and the last stream sequence (0, 0 when empty)."""
+        with self._lock:
+            if stream == subjects.EVENTS_STREAM:
+                data = [stored[2] for stored in self._events]
+                first = 1 if data else 0
+                return len(data), sum(map(len, data)), first, len(self._events)
+            if stream != subjects.COMMANDS_STREAM:
+                raise ValueError(f"no stream {stream!r}")
+            seqs = list(self._commands)
+            size = sum(len(c.data) for c in self._commands.values())
+            return len(seqs), size, seqs[0] if seqs else 0, self._last_command
+
+    def headers_of(self, seq: int) -> dict[str, str]:
+        """The headers the event at stream sequence ``seq`` was published with."""
+        with self._lock:
+            return dict(self._headers.get(seq, {}))
+
     @property
     def last_seq(self) -> int:
         """The stream sequence of the newest message (0: none yet)."""
@@ -190,8 +215,8 @@ class MemoryStreams:
         return found[0][0] if found else None
 
     def listen(self, listener: Callable[[Stored], None]) -> Callable[[], None]:
-        """Call ``listener`` with each message stored from now on (on the thread that
-        stores it, once it is stored); what is returned stops that."""
+        """Call ``listener`` with each message stored on either stream from now on (on the
+        thread that stores it, once it is stored); what is returned stops that."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -235,12 +260,14 @@ class MemoryStreams:
             if msg_id is not None and msg_id in ids:
                 return Published(ids[msg_id][0], duplicate=True)
             self._last_command += 1
-            self._commands[self._last_command] = StoredCommand(
-                self._last_command, subject, bytes(data), headers
-            )
+            stored = StoredCommand(self._last_command, subject, bytes(data), headers)
+            self._commands[stored.seq] = stored
             if msg_id is not None:
-                ids[msg_id] = (self._last_command, self._clock())
-            return Published(self._last_command)
+                ids[msg_id] = (stored.seq, self._clock())
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener((stored.seq, stored.subject, stored.data))
+        return Published(stored.seq)
 
     def commands(self, pattern: str = subjects.ALL_COMMANDS) -> list[StoredCommand]:
         """The commands on ``pattern`` not settled yet, oldest first."""
@@ -342,13 +369,16 @@ class MemoryEventLog(StoredEventLog):
     async def _record(self, event: Event, after_stream_seq: int, then: Callable[[int], T]) -> T:
         return then(self._store(event, after_stream_seq))
 
-    def _store(self, event: Event, after_stream_seq: int) -> int:
+    def _store(
+        self, event: Event, after_stream_seq: int, headers: dict[str, str] | None = None
+    ) -> int:
         published = self.streams.publish(
             subjects.event_subject(event),
             encode(event),
             msg_id=event.event_id,
             expected_last=after_stream_seq,
             expected_subject=subjects.task_events(event.task_id),
+            headers=headers,
         )
         if published.duplicate:
             raise AppendConflict(f"event {event.event_id} was already recorded")
@@ -357,10 +387,10 @@ class MemoryEventLog(StoredEventLog):
     async def send_recorded(
         self, event: Event, after_stream_seq: int, *, history_only: bool = False
     ) -> asyncio.Future[int]:
-        # ``history_only`` tells consumers to skip the event; no consumer reads these streams.
         answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        headers = {subjects.HISTORY_ONLY_HEADER: "1"} if history_only else None
         try:
-            answer.set_result(self._store(event, after_stream_seq))
+            answer.set_result(self._store(event, after_stream_seq, headers))
         except AppendConflict as exc:
             answer.set_exception(exc)
         return answer

@@ -23,12 +23,14 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from kernelflow.events.consumers import Pull
+
 log = logging.getLogger("kernelflow.pull")
 
 _HEARTBEAT = "100"
 
 
-class CreditPuller:
+class CreditPuller(Pull):
     def __init__(
         self,
         nc: NATS,

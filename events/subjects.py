@@ -9,7 +9,11 @@
 ``$O.KF_READMODEL.>``                       the read model's snapshots (an object store)
 ``$O.KF_EXTENSIONS.>``                      the verifiers' shared extensions (an object store)
 
-Every subject, stream and bucket name kernelflow uses is here, and only here
+The durable consumers (``kernelflow.events.consumers``): ``kf-conductor-commands`` (the
+commands), ``kf-conductor`` (the events that call for a decision), ``kf-agent-<role>``
+(an agent role's dispatches), ``kf-readmodel-<instance>`` (a read model's cursor).
+
+Every subject, stream, bucket and consumer name kernelflow uses is here, and only here
 (``tests/unit/test_architecture.py`` holds the code to it): what names another is built from
 these.
 
@@ -54,6 +58,10 @@ ERRORS = "kf.errors"
 STATUS_QUERY = "kf.query.status"
 READMODEL_GROUP = "kf-readmodel"
 HEALTH_PING = "kf.health.ping"
+# The durable consumers the daemons share (see the module's doc).
+CONDUCTOR_COMMANDS_CONSUMER = "kf-conductor-commands"
+CONDUCTOR_CONSUMER = "kf-conductor"
+_AGENT_CONSUMER = "kf-agent-"
 _MAX_REPLY_CHARS = 255
 
 
@@ -109,6 +117,25 @@ def event_subject(event: Event) -> str:
     if isinstance(event, AgentDispatched):
         subject += f".{event.agent}"
     return subject
+
+
+def agent_consumer(role: str) -> str:
+    """The durable consumer the daemons hosting agent ``role`` share."""
+    return f"{_AGENT_CONSUMER}{role}"
+
+
+def readmodel_consumer(instance: str) -> str:
+    """The cursor of read model ``instance`` (a name safe in a consumer's)."""
+    return f"{READMODEL_GROUP}-{instance}"
+
+
+def role_of_consumer(name: str) -> str | None:
+    """The role whose work the durable consumer ``name`` holds; None: not a daemon's."""
+    if name in (CONDUCTOR_COMMANDS_CONSUMER, CONDUCTOR_CONSUMER):
+        return "conductor"
+    if name.startswith(_AGENT_CONSUMER):
+        return name.removeprefix(_AGENT_CONSUMER)
+    return None
 
 
 def dispatches_for(agent: str) -> str:

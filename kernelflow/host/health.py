@@ -27,10 +27,6 @@ import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import nats
-import nats.js.errors
-from nats.js import api
-
 from kernelflow.actors.connection import (
     ClientAuth,
     CredentialsError,
@@ -44,7 +40,10 @@ from kernelflow.actors.connection import (
 from kernelflow.actors.daemon import DEFAULT_ROLES
 from kernelflow.actors.health_pings import llm_description, ping_daemons, safe_spec
 from kernelflow.events import subjects
-from kernelflow.events.nats_requests import NatsRequests
+from kernelflow.events.consumers import ConsumersPort
+from kernelflow.events.inspection import Inspection, StreamNotFound
+from kernelflow.events.nats_inspection import inspect_nats
+from kernelflow.events.requests import RequestsPort
 from kernelflow.host.nats_server import NatsServerError
 from kernelflow.host.settings import Settings
 from kernelflow.llm import (
@@ -94,12 +93,12 @@ class DaemonsWanted:
 class StreamSpec:
     name: str
     subjects: list[str]
-    retention: api.RetentionPolicy
+    retention: str  # ``StreamDescription.retention``'s words
 
 
 STREAMS = (
-    StreamSpec(subjects.EVENTS_STREAM, [subjects.ALL_EVENTS], api.RetentionPolicy.LIMITS),
-    StreamSpec(subjects.COMMANDS_STREAM, [subjects.ALL_COMMANDS], api.RetentionPolicy.WORK_QUEUE),
+    StreamSpec(subjects.EVENTS_STREAM, [subjects.ALL_EVENTS], "limits"),
+    StreamSpec(subjects.COMMANDS_STREAM, [subjects.ALL_COMMANDS], "workqueue"),
 )
 
 
@@ -164,18 +163,8 @@ async def check_nats(
 
     try:
         # One try per server, no reconnecting: a health check must not hang.
-        nc = await asyncio.wait_for(
-            nats.connect(
-                server_urls(url),
-                name="kernelflow-health",
-                connect_timeout=3,
-                allow_reconnect=False,
-                max_reconnect_attempts=1,
-                reconnect_time_wait=0.2,
-                error_cb=on_error,
-                **auth.options(),
-            ),
-            timeout=15,
+        server = await asyncio.wait_for(
+            inspect_nats(server_urls(url), auth.options(), on_error), timeout=15
         )
     except CredentialsError as exc:
         not_connected(str(exc))
@@ -186,16 +175,15 @@ async def check_nats(
         not_connected(why or f"cannot connect: {str(failure) or repr(failure)}")
         return
     try:
+        info = server.server_info
         try:
-            check_tls(nc, url, auth)
+            check_tls(info, url, auth)
         except NatsAccessRefused as exc:
             not_connected(str(exc))
             return
-        info = getattr(nc, "_server_info", {}) or {}
         version = info.get("version", "?")
-        js = nc.jetstream()
         try:
-            account = await js.account_info()
+            account = await server.account()
         except Exception as exc:
             report.add("nats", shown, FAIL, f"server {version}: JetStream not available: {exc!r}")
             report.sections["nats"] = {"version": version, "jetstream": False}
@@ -205,25 +193,25 @@ async def check_nats(
             "version": version,
             "jetstream": True,
             "streams": account.streams,
-            "storage_bytes": account.storage,
+            "storage_bytes": account.storage_bytes,
         }
         report.add(
             "nats",
             shown,
             OK,
             f"server {version}, JetStream enabled ({account.streams} streams, "
-            f"{account.storage / 1e6:.1f} MB stored)",
+            f"{account.storage_bytes / 1e6:.1f} MB stored)",
         )
         check_access(report, info, auth)
-        last_seq = await check_streams(js, report, replicas)
+        last_seq = await check_streams(server, report, replicas)
         if daemons.none_needed:
             report.add("daemons", "-", SKIP, "not looked for (--no-daemons)")
             hosted: set[str] = set()
         else:
-            hosted = await check_daemons(nc, report, daemons, last_seq)
-        await check_consumers(js, report, hosted)
+            hosted = await check_daemons(server.requests, report, daemons, last_seq)
+        await check_consumers(server.consumers, report, hosted)
     finally:
-        await nc.close()
+        await server.close()
 
 
 def check_access(report: Report, info: dict[str, Any], auth: ClientAuth) -> None:
@@ -247,14 +235,14 @@ def check_access(report: Report, info: dict[str, Any], auth: ClientAuth) -> None
     report.add("access", "authentication", OK, f"required, {wire}; presented {presented}")
 
 
-async def check_streams(js: Any, report: Report, replicas: int) -> int:
+async def check_streams(server: Inspection, report: Report, replicas: int) -> int:
     """Returns the event log's last sequence (0 when it is missing)."""
     streams: dict[str, Any] = {}
     last_seq = 0
     for spec in STREAMS:
         try:
-            info = await js.stream_info(spec.name)
-        except nats.js.errors.NotFoundError:
+            s = await server.stream(spec.name)
+        except StreamNotFound:
             report.add(
                 "stream",
                 spec.name,
@@ -263,35 +251,33 @@ async def check_streams(js: Any, report: Report, replicas: int) -> int:
             )
             streams[spec.name] = None
             continue
-        c, s = info.config, info.state
         streams[spec.name] = {
-            "subjects": c.subjects,
-            "retention": str(getattr(c.retention, "value", c.retention)),
-            "storage": str(getattr(c.storage, "value", c.storage)),
-            "replicas": c.num_replicas,
+            "subjects": s.subjects,
+            "retention": s.retention,
+            "storage": s.storage,
+            "replicas": s.replicas,
             "messages": s.messages,
             "bytes": s.bytes,
             "first_seq": s.first_seq,
             "last_seq": s.last_seq,
-            "consumers": s.consumer_count,
+            "consumers": s.consumers,
         }
         if spec.name == subjects.EVENTS_STREAM:
-            last_seq = int(s.last_seq)
+            last_seq = s.last_seq
         problems = []
-        if c.subjects != spec.subjects:
-            problems.append(f"subjects {c.subjects}, need {spec.subjects}")
-        if c.retention != spec.retention:
-            problems.append(f"retention {c.retention}, need {spec.retention}")
+        if s.subjects != spec.subjects:
+            problems.append(f"subjects {s.subjects}, need {spec.subjects}")
+        if s.retention != spec.retention:
+            problems.append(f"retention {s.retention}, need {spec.retention}")
         detail = (
             f"{s.messages} messages, {s.bytes / 1e6:.1f} MB, seq {s.first_seq}..{s.last_seq}, "
-            f"{s.consumer_count} consumers, {streams[spec.name]['storage']} storage, "
-            f"replicas {c.num_replicas}"
+            f"{s.consumers} consumers, {s.storage} storage, replicas {s.replicas}"
         )
         if problems:
             report.add("stream", spec.name, FAIL, "; ".join(problems))
-        elif c.storage != api.StorageType.FILE:
+        elif s.storage != "file":
             report.add("stream", spec.name, WARN, f"{detail} (not file storage: not durable)")
-        elif (c.num_replicas or 1) != replicas:
+        elif s.replicas != replicas:
             report.add("stream", spec.name, WARN, f"{detail} (KF_REPLICAS is {replicas})")
         else:
             report.add("stream", spec.name, OK, detail)
@@ -299,11 +285,13 @@ async def check_streams(js: Any, report: Report, replicas: int) -> int:
     return last_seq
 
 
-async def check_daemons(nc: Any, report: Report, daemons: DaemonsWanted, last_seq: int) -> set[str]:
+async def check_daemons(
+    requests: RequestsPort, report: Report, daemons: DaemonsWanted, last_seq: int
+) -> set[str]:
     """Ping the daemons; return the roles they host. A command's own daemon (``run``,
     ``rollout``, ...: ``own_tasks_only``) is listed apart and counts for neither: it takes
     no work but its command's."""
-    answered = await ping_daemons(NatsRequests(nc), daemons.wait_s)
+    answered = await ping_daemons(requests, daemons.wait_s)
     answers = [a for a in answered if not a.get("own_tasks_only")]
     commands = [a for a in answered if a.get("own_tasks_only")]
     report.sections["daemons"] = answers
@@ -373,27 +361,20 @@ def check_verifiers(report: Report, answer: dict[str, Any]) -> None:
         report.add("verifier", name, _VERIFIER_STATUS.get(state, WARN), detail)
 
 
-def _role_of(consumer: str) -> str | None:
-    if consumer.startswith("kf-conductor"):
-        return "conductor"
-    if consumer.startswith("kf-agent-"):
-        return consumer.removeprefix("kf-agent-")
-    return None
-
-
-async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
+async def check_consumers(consumers_port: ConsumersPort, report: Report, hosted: set[str]) -> None:
+    """The daemons' durable consumers: work waiting for a role no answering daemon hosts."""
     consumers = []
     for spec in STREAMS:
         try:
-            infos = await js.consumers_info(spec.name)
+            states = await consumers_port.states(spec.name)
         except Exception:
             continue
-        for info in infos:
+        for info in states:
             name = info.name
-            role = _role_of(name)
+            role = subjects.role_of_consumer(name)
             if role is None:
                 continue
-            pending, in_flight = info.num_pending or 0, info.num_ack_pending or 0
+            pending, in_flight = info.pending, info.ack_pending
             consumers.append(
                 {
                     "stream": spec.name,
@@ -401,7 +382,7 @@ async def check_consumers(js: Any, report: Report, hosted: set[str]) -> None:
                     "role": role,
                     "pending": pending,
                     "ack_pending": in_flight,
-                    "redelivered": info.num_redelivered or 0,
+                    "redelivered": info.redelivered,
                 }
             )
             detail = f"{pending} waiting, {in_flight} in progress"

@@ -39,7 +39,6 @@ from pathlib import Path
 import nkeys
 
 from kernelflow.actors.connection import inbox_prefix, public_key_of
-from kernelflow.actors.daemon import agent_durable
 from kernelflow.events import subjects
 from kernelflow.events.model import AgentFailed, VerificationCompleted
 from kernelflow.workflows.model import VERIFIER
@@ -163,9 +162,9 @@ ROLES = {
                 *_READING,
                 subjects.of_kind(VerificationCompleted),
                 subjects.of_kind(AgentFailed),  # giving up on a candidate that keeps failing
-                _api("CONSUMER.DURABLE.CREATE", _EVENTS, agent_durable(VERIFIER)),
-                _api("CONSUMER.MSG.NEXT", _EVENTS, agent_durable(VERIFIER)),
-                *_acks(_EVENTS, agent_durable(VERIFIER)),
+                _api("CONSUMER.DURABLE.CREATE", _EVENTS, subjects.agent_consumer(VERIFIER)),
+                _api("CONSUMER.MSG.NEXT", _EVENTS, subjects.agent_consumer(VERIFIER)),
+                *_acks(_EVENTS, subjects.agent_consumer(VERIFIER)),
                 "_INBOX.>",  # answers to health pings
                 *_SHARING_EXTENSIONS,
             ),

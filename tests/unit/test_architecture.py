@@ -339,22 +339,16 @@ def test_every_subject_stream_and_bucket_is_named_in_events_subjects() -> None:
 
 
 # Who may import the NATS client, and why: the adapters of the ports (``events/``), the
-# bridge that owns the connection, the connection's own code (URLs, credentials, TLS), and
-# ``kernelflow health``, whose job is to diagnose the NATS server itself (its own short
-# connection: JetStream's account, the streams' configurations, the consumers).
+# bridge that owns the connection, and the embedded server's host code (it runs
+# nats-server and writes its configuration).
 MAY_IMPORT_NATS = {
     "kernelflow.actors.bridge",
-    "kernelflow.actors.connection",
-    "kernelflow.host.health",
+    "kernelflow.host.nats_server",
+    "kernelflow.host.nats_auth",
 }
-# Who may ask JetStream itself (``.jetstream``): the adapters and the bridge (which hands
-# it out), and ``kernelflow health`` (its own connection, above).
-MAY_ASK_JETSTREAM = {"kernelflow.actors.bridge", "kernelflow.host.health"}
-# Not moved behind a port yet (issue 48, item 1, step 4: the durable consumers, of the
-# daemons' pools and of the read model, behind an interface in ``events/``). A ratchet: a
-# module leaves these lists when it stops going around the ports, and none may join them.
-NOT_YET_OFF_NATS = {"kernelflow.actors.daemon", "kernelflow.actors.readmodel"}
-NOT_YET_OFF_JETSTREAM = {"kernelflow.actors.daemon", "kernelflow.actors.readmodel"}
+# Who may ask JetStream itself (``.jetstream``): the adapters and the bridge (which makes
+# them on its connection).
+MAY_ASK_JETSTREAM = {"kernelflow.actors.bridge"}
 
 
 def _outside_the_adapters() -> dict[str, Path]:
@@ -365,25 +359,43 @@ def _outside_the_adapters() -> dict[str, Path]:
     }
 
 
-def test_only_the_adapters_the_bridge_and_the_connection_import_nats() -> None:
-    importers = {
+def nats_importers(found: dict[str, Path]) -> set[str]:
+    """The modules of ``found`` that import the NATS client (anywhere in them)."""
+    return {
         name
-        for name, path in _outside_the_adapters().items()
+        for name, path in found.items()
         if any(n == "nats" or n.startswith("nats.") for n in imported_names(name, path))
     }
-    assert importers - MAY_IMPORT_NATS == NOT_YET_OFF_NATS
 
 
-def test_only_the_adapters_and_the_bridge_ask_jetstream_itself() -> None:
-    askers = {
+def jetstream_askers(found: dict[str, Path]) -> set[str]:
+    """The modules of ``found`` that ask anything for ``.jetstream``."""
+    return {
         name
-        for name, path in _outside_the_adapters().items()
+        for name, path in found.items()
         if any(
             isinstance(node, ast.Attribute) and node.attr == "jetstream"
             for node in ast.walk(ast.parse(path.read_text(), str(path)))
         )
     }
-    assert askers - MAY_ASK_JETSTREAM == NOT_YET_OFF_JETSTREAM
+
+
+def test_the_nats_rules_find_side_doors_but_not_words(tmp_path: Path) -> None:
+    door = tmp_path / "door.py"
+    door.write_text("from nats.js import api\n\nasync def f(nc):\n    return nc.jetstream()\n")
+    words = tmp_path / "words.py"
+    words.write_text('"""Not through nats.jetstream: the port."""\nJETSTREAM = "jetstream"\n')
+    found = {"kernelflow.actors.door": door, "kernelflow.actors.words": words}
+    assert nats_importers(found) == {"kernelflow.actors.door"}
+    assert jetstream_askers(found) == {"kernelflow.actors.door"}
+
+
+def test_only_the_adapters_the_bridge_and_the_server_s_host_code_import_nats() -> None:
+    assert nats_importers(_outside_the_adapters()) <= MAY_IMPORT_NATS
+
+
+def test_only_the_adapters_and_the_bridge_ask_jetstream_itself() -> None:
+    assert jetstream_askers(_outside_the_adapters()) <= MAY_ASK_JETSTREAM
 
 
 def test_the_bridge_s_log_is_the_port() -> None:

@@ -464,9 +464,11 @@ def test_the_contract_in_memory(check: Callable[[LogUnderTest], None]) -> None:
 class SkipsTheConflictCheck(MemoryEventLog):
     """Records an event whatever the task's last message is."""
 
-    def _store(self, event: Event, after_stream_seq: int) -> int:
+    def _store(
+        self, event: Event, after_stream_seq: int, headers: dict[str, str] | None = None
+    ) -> int:
         published = self.streams.publish(
-            subjects.event_subject(event), encode(event), msg_id=event.event_id
+            subjects.event_subject(event), encode(event), msg_id=event.event_id, headers=headers
         )
         if published.duplicate:
             raise AppendConflict(f"event {event.event_id} was already recorded")
@@ -476,12 +478,15 @@ class SkipsTheConflictCheck(MemoryEventLog):
 class SkipsTheDuplicateCheck(MemoryEventLog):
     """Records an event however recently its id was recorded."""
 
-    def _store(self, event: Event, after_stream_seq: int) -> int:
+    def _store(
+        self, event: Event, after_stream_seq: int, headers: dict[str, str] | None = None
+    ) -> int:
         return self.streams.publish(
             subjects.event_subject(event),
             encode(event),
             expected_last=after_stream_seq,
             expected_subject=subjects.task_events(event.task_id),
+            headers=headers,
         ).seq
 
 

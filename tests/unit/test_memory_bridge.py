@@ -54,5 +54,3 @@ def test_a_memory_bridge_has_no_nats() -> None:
         assert bridge.connected
         with pytest.raises(NoNats):
             bridge.nc  # noqa: B018
-        with pytest.raises(NoNats):
-            bridge.jetstream  # noqa: B018
