@@ -44,7 +44,7 @@ from kernelflow.actors.connection import (
     server_urls,
 )
 from kernelflow.events.consumers import ConsumersPort
-from kernelflow.events.log import EventLog, EventLogPort, StreamSettings, TaskHistory
+from kernelflow.events.log import EventLog, EventLogPort, StreamConfig, TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.events.nats_consumers import NatsConsumers
 from kernelflow.events.nats_objects import NatsBuckets
@@ -151,7 +151,7 @@ class Bridge:
     def __init__(
         self,
         nats_url: str,
-        streams: StreamSettings | None = None,
+        streams: StreamConfig | None = None,
         after_append: Callable[[Event, TaskHistory], None] | None = None,
         auth: ClientAuth | None = None,
         give_up_s: float | None = None,
@@ -159,7 +159,7 @@ class Bridge:
     ) -> None:
         self.nats_url = nats_url  # one URL, or a comma-separated list of a cluster's
         self.auth = auth or ClientAuth()
-        self.streams = streams or StreamSettings()
+        self.streams = streams or StreamConfig()
         self._after_append = after_append
         self.loop = _new_loop()
         self._thread = threading.Thread(target=self._run, name="kf-nats-bridge", daemon=True)

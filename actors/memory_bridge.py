@@ -31,7 +31,7 @@ from kernelflow.events.memory_inspection import MemoryInspection
 from kernelflow.events.memory_objects import MemoryBuckets
 from kernelflow.events.memory_requests import MemoryRequests, RequestBus
 from kernelflow.events.model import Event
-from kernelflow.events.port import StreamSettings, TaskHistory
+from kernelflow.events.port import StreamConfig, TaskHistory
 
 
 class NoNats(RuntimeError):
@@ -44,7 +44,7 @@ class MemoryServer:
     ``clock``: what the duplicate window is measured on (tests pass one they can move)."""
 
     def __init__(
-        self, settings: StreamSettings | None = None, *, clock: Callable[[], float] | None = None
+        self, settings: StreamConfig | None = None, *, clock: Callable[[], float] | None = None
     ) -> None:
         self.streams = MemoryStreams(settings, clock=clock)
         self.consumers = MemoryConsumers(self.streams)

@@ -54,7 +54,7 @@ from kernelflow.events.port import AppendConflict as AppendConflict
 from kernelflow.events.port import EventLogPort as EventLogPort
 from kernelflow.events.port import LogInfo, StopWatching, StoredEventLog
 from kernelflow.events.port import RecentIds as RecentIds
-from kernelflow.events.port import StreamSettings as StreamSettings
+from kernelflow.events.port import StreamConfig as StreamConfig
 from kernelflow.events.port import TaskHistory as TaskHistory
 from kernelflow.events.port import numbered_after as numbered_after
 from kernelflow.events.replies import STATUS, Replies
@@ -79,7 +79,7 @@ class EventLog(StoredEventLog):
     def __init__(
         self,
         nc: NATS,
-        settings: StreamSettings | None = None,
+        settings: StreamConfig | None = None,
         after_append: Callable[[Event, TaskHistory], None] | None = None,
     ) -> None:
         # Not thread-safe: use one EventLog from one event loop (the bridge's); only

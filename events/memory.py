@@ -13,7 +13,7 @@ them is the port's shared code, the same as on JetStream:
   ``Nats-Expected-Last-Subject-Sequence``) and is refused with ``AppendConflict`` if
   anything else is there now, a message that is not an event included;
 - a message id (an event's ``event_id``; a command's ``Nats-Msg-Id`` header) stored within
-  the last ``StreamSettings.duplicate_window_s`` is not stored again: the publish is
+  the last ``StreamConfig.duplicate_window_s`` is not stored again: the publish is
   answered as a duplicate with the first one's sequence, before any expected sequence is
   looked at, as the server does; after the window the id is forgotten;
 - anyone may store anything on an event subject (``publish_raw``, or ``MemoryStreams.publish``
@@ -60,7 +60,7 @@ from kernelflow.events.port import (
     StopWatching,
     Stored,
     StoredEventLog,
-    StreamSettings,
+    StreamConfig,
     TaskHistory,
 )
 from kernelflow.events.queue import CommandQueuePort
@@ -94,12 +94,12 @@ class MemoryStreams:
 
     def __init__(
         self,
-        settings: StreamSettings | None = None,
+        settings: StreamConfig | None = None,
         *,
         clock: Callable[[], float] | None = None,
         max_payload: int = MAX_PAYLOAD,
     ) -> None:
-        self.settings = settings or StreamSettings()
+        self.settings = settings or StreamConfig()
         self.max_payload = max_payload
         # When the stream was made (``LogInfo.created``).
         self.created = datetime.now(UTC).isoformat()
@@ -358,7 +358,7 @@ class MemoryEventLog(StoredEventLog):
     def __init__(
         self,
         streams: MemoryStreams | None = None,
-        settings: StreamSettings | None = None,
+        settings: StreamConfig | None = None,
         after_append: Callable[[Event, TaskHistory], None] | None = None,
     ) -> None:
         self.streams = streams or MemoryStreams(settings)

@@ -117,7 +117,7 @@ class LogInfo:
 
 
 @dataclass(frozen=True)
-class StreamSettings:
+class StreamConfig:
     """What the streams promise (the README's Configuration section says what each buys).
 
     replicas: copies of each message in a JetStream cluster (1 on a single server, 3 to
@@ -256,10 +256,10 @@ class StoredEventLog(EventLogPort):
 
     def __init__(
         self,
-        settings: StreamSettings | None = None,
+        settings: StreamConfig | None = None,
         after_append: Callable[[Event, TaskHistory], None] | None = None,
     ) -> None:
-        self._settings = settings or StreamSettings()
+        self._settings = settings or StreamConfig()
         self._known: OrderedDict[str, TaskHistory] = OrderedDict()
         self._ended: RecentIds[str] = RecentIds(self._settings.ended_tasks)
         # Called on the loop with each event once it is recorded, and its task's history

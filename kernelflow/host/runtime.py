@@ -32,7 +32,7 @@ from kernelflow.actors.worker import Job, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
 from kernelflow.events.errors import TransportError
-from kernelflow.events.log import StreamSettings, TaskHistory
+from kernelflow.events.log import StreamConfig, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
 from kernelflow.host.exits import EXIT_INTERRUPTED, UsageError, WaitTimeout
 from kernelflow.host.faults import ENV as FAULT_ENV
@@ -87,7 +87,7 @@ def connected(
     refuses only between its owner's exit and its successor's start.) ``after_append``
     sees each event this process records (a daemon's telemetry), on the bridge loop."""
     with settings.nats() as (url, auth):
-        streams = StreamSettings(replicas=settings.replicas)
+        streams = StreamConfig(replicas=settings.replicas)
         hook = _with_failpoint(after_append)
         give_up_s = settings.nats_give_up_s if on_give_up is not None else None
         bridge = Bridge(

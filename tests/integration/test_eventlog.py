@@ -11,7 +11,7 @@ from nats.aio.msg import Msg
 
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
-from kernelflow.events.log import AppendConflict, EventLog, StreamSettings, TaskHistory, delivery_of
+from kernelflow.events.log import AppendConflict, EventLog, StreamConfig, TaskHistory, delivery_of
 from kernelflow.events.model import AgentDispatched, TaskCancelled, TaskRejected
 from tests.conftest import connect
 
@@ -218,7 +218,7 @@ def test_a_task_is_known_to_have_ended_once_its_end_is_recorded_or_read(
     assert event_log.has_ended(task)  # recorded here
 
     nc = event_log.run(connect(nats_url, "reader"))
-    fresh = EventLog(nc, StreamSettings(ended_tasks=1))
+    fresh = EventLog(nc, StreamConfig(ended_tasks=1))
     assert not fresh.has_ended(task)  # nothing is assumed
     event_log.run(fresh.read_task(task))
     assert fresh.has_ended(task)  # read here

@@ -411,3 +411,26 @@ def test_the_memory_bridge_fakes_no_nats() -> None:
     path = modules()["kernelflow.actors.memory_bridge"]
     assert "type: ignore" not in path.read_text()
     assert not any(n.startswith("nats") for n in imported_names("x.y", path))
+
+
+# The vocabulary of how things are set up (docs/architecture.md, "Names"): ``Settings`` is
+# the process's environment, one class; a component is built from a ``...Config``; what one
+# call or request asks for is an ``...Options``.
+VOCABULARY_SUFFIXES = ("Settings", "Config", "Options")
+OPTIONS = {"kernelflow.llm.config.OpenAIOptions", "kernelflow.projections.flow_grpo.GrpoOptions"}
+
+
+def classes_named(suffixes: tuple[str, ...]) -> set[str]:
+    found = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(suffixes):
+                found.add(f"{name}.{node.name}")
+    return found
+
+
+def test_settings_config_and_options_each_keep_one_meaning() -> None:
+    named = classes_named(VOCABULARY_SUFFIXES)
+    assert {n for n in named if n.endswith("Settings")} == {"kernelflow.host.settings.Settings"}
+    assert {n for n in named if n.endswith("Options")} == OPTIONS
+    assert len({n for n in named if n.endswith("Config")}) >= 10  # the rule reads them all

@@ -36,7 +36,7 @@ from kernelflow.events.model import (
     TaskRejected,
 )
 from kernelflow.events.nats_queue import JetStreamCommandQueue
-from kernelflow.events.port import AppendConflict, EventLogPort, StreamSettings, TaskHistory
+from kernelflow.events.port import AppendConflict, EventLogPort, StreamConfig, TaskHistory
 from kernelflow.events.queue import CommandQueuePort
 from tests.conftest import connect, keyed_nats
 from tests.memory import FakeClock
@@ -44,7 +44,7 @@ from tests.memory import FakeClock
 T = TypeVar("T")
 # A short duplicate window, so that a clause can outlive it.
 WINDOW_S = 1.0
-SETTINGS = StreamSettings(duplicate_window_s=WINDOW_S)
+SETTINGS = StreamConfig(duplicate_window_s=WINDOW_S)
 
 
 @dataclass
