@@ -275,10 +275,10 @@ class Conductor(Worker):
         elif not command.prompt.strip():
             raise TaskFileError(f"{name}: the prompt is empty")
         if command.workflow_yaml is not None:
-            workflow = parse_workflow(command.workflow_yaml, command.workflow)
-            workflow_name, workflow_yaml = command.workflow, command.workflow_yaml
+            workflow = parse_workflow(command.workflow_yaml, command.workflow_name)
+            workflow_name, workflow_yaml = command.workflow_name, command.workflow_yaml
         else:
-            workflow, workflow_yaml = load_workflow(command.workflow)
+            workflow, workflow_yaml = load_workflow(command.workflow_name)
             workflow_name = workflow.name
         check_agents(workflow)
         check_candidate(workflow, has_candidate=bool(command.candidate_code))

@@ -27,6 +27,7 @@ from kernelflow.events.model import (
     Command,
     Event,
     QuarantinedEvent,
+    SubmitTask,
     TaskId,
     UnknownEvent,
 )
@@ -197,11 +198,24 @@ def decode_command(data: bytes) -> Command:
         )
     try:
         command: Command = _command_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+        if type(command) is SubmitTask and b'"workflow"' in data:
+            # Maybe v1's name of the workflow (absent ``v`` reads as today's: look again).
+            obj = _object_decoder.decode(data)
+            if obj.get("v", 1) < 2 and "workflow" in obj:
+                command = msgspec.convert(_submit_task_v2(obj), AnyCommand)
+    except msgspec.DecodeError as exc:  # a ValidationError too
         raise MalformedMessage(f"not a kernelflow command: {in_words(exc)}") from exc
     except RecursionError:
         raise MalformedMessage("not a kernelflow command: JSON nested too deeply") from None
     return command
+
+
+def _submit_task_v2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A ``submit_task`` of v1, or written without ``v``: its ``workflow`` is v2's
+    ``workflow_name`` (the name ``TaskSubmitted`` records it under)."""
+    renamed = {k: v for k, v in obj.items() if k != "workflow"}
+    renamed.setdefault("workflow_name", obj["workflow"])
+    return {**renamed, "v": 2}
 
 
 def checked_command(command: Command) -> Command:

@@ -103,8 +103,12 @@ class SubmitTask(Command, tag="submit_task", frozen=True, kw_only=True):
     task_source: str
     task_name: str = ""
     task_id: TaskId | None = None
+    # v2 names the workflow ``workflow_name``, as ``TaskSubmitted`` does; a v1 command (or
+    # one without ``v``, as a publisher writes JSON by hand) names it ``workflow`` and is
+    # read through an upcaster (kernelflow.events.codec).
+    v: int = 2
     # A predefined workflow's name; or, with ``workflow_yaml``, the name of that document.
-    workflow: str = "default"
+    workflow_name: str = "default"
     workflow_yaml: str | None = None
     # A registered kernel backend's name (kernelflow.verification.backends), checked when the
     # task is submitted.
@@ -349,7 +353,7 @@ class TaskSubmitted(Event, tag="task_submitted", frozen=True, kw_only=True):
     backend: str
     group_id: str
     candidate_code: str | None = None
-    policy: str = "strict"  # the verifier's strictness policy (SubmitTask.policy)
+    policy: PolicyName = "strict"  # the verifier's strictness policy (SubmitTask.policy)
     deadline_s: float | None = None
     metadata: dict[str, str] = {}
     prompt: str | None = None

@@ -218,7 +218,7 @@ class Rollout:
                     prompt=item.prompt,
                     reference_answer=item.reference,
                     files=item.files,
-                    workflow=workflow_name,
+                    workflow_name=workflow_name,
                     workflow_yaml=workflow,
                     group_id=f"{run}-p{i}",
                     rewards=list(self.config.rewards),
@@ -296,7 +296,7 @@ class Rollout:
     @staticmethod
     def _agents(commands: list[SubmitTask]) -> tuple[str, ...]:
         """The agents of the rollouts' workflows: what this process hosts."""
-        texts = {(c.workflow, c.workflow_yaml or "") for c in commands}
+        texts = {(c.workflow_name, c.workflow_yaml or "") for c in commands}
         agents = (a for name, text in texts for a in parse_workflow(text, name).agents)
         return tuple(dict.fromkeys(agents))
 

@@ -95,7 +95,7 @@ def kernel_task(
         task_id=new_id_for(task_id),
         task_name=name,
         task_source=source,
-        workflow=workflow_name,
+        workflow_name=workflow_name,
         workflow_yaml=workflow_yaml,
         backend=backend,
         policy=policy,
@@ -110,7 +110,7 @@ def roles_for(command: SubmitTask) -> tuple[str, ...]:
     """The conductor and every agent the task's workflow names: all that a process running
     the task itself must host."""
     assert command.workflow_yaml is not None
-    workflow = parse_workflow(command.workflow_yaml, command.workflow)
+    workflow = parse_workflow(command.workflow_yaml, command.workflow_name)
     return (CONDUCTOR_ROLE, *workflow.agents)
 
 

@@ -359,7 +359,7 @@ class KernelflowAgentLoop(AgentLoopBase):
                 task_source="",
                 prompt=item.prompt,
                 reference_answer=item.reference,
-                workflow=f"verl_{self.settings.agent_type}",
+                workflow_name=f"verl_{self.settings.agent_type}",
                 workflow_yaml=yaml.safe_dump(doc, sort_keys=False),
                 group_id=str(uid) if uid is not None else task_id,
                 rewards=list(self.settings.rewards),

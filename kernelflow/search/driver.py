@@ -349,7 +349,7 @@ class SearchRunner:
             task_id=task.task_id(spec.index, attempt),
             task_name=task.task_name,
             task_source=task.task_source,
-            workflow=task.workflow,
+            workflow_name=task.workflow,
             workflow_yaml=task.workflow_yaml,
             backend=task.backend,
             policy=task.policy,

@@ -59,7 +59,7 @@ def test_a_research_agent_killed_between_llm_calls_finishes_on_another_daemon(
         private_nats,
         SubmitTask(
             task_id=task_id, task_source="", prompt="What is 6 times 7?",
-            reference_answer="42", workflow="research", workflow_yaml=workflow,
+            reference_answer="42", workflow_name="research", workflow_yaml=workflow,
         ),
     )  # fmt: skip
     roles = ("--roles", "conductor,solver")

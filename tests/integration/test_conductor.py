@@ -290,7 +290,7 @@ def test_a_stopping_daemon_gives_back_the_triggers_that_waited_for_a_conductor(
             task_id=task_id,
             task_source=(REPO / "examples/tasks/relu.py").read_text(),
             task_name="relu",
-            workflow="conductor_connect_all",
+            workflow_name="conductor_connect_all",
         )
         bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
 

@@ -288,7 +288,7 @@ def test_malformed_command_is_answered_and_daemon_keeps_working(
     command = SubmitTask(
         task_id=task_id,
         task_source=(EXAMPLES / "tasks" / "relu.py").read_text(),
-        workflow="verifier_only",
+        workflow_name="verifier_only",
         candidate_code="this is not python",
     )
     reply = daemon.call(_request(nats_url, encode(command)))
@@ -392,7 +392,7 @@ def test_samples_are_followed_side_by_side_and_summed_up(daemon: Bridge, nats_ur
 
 def test_resubmitting_a_task_id_is_a_no_op(daemon: Bridge, nats_url: str) -> None:
     task_id = f"t-{uuid.uuid4().hex[:12]}"
-    command = SubmitTask(task_id=task_id, task_source="import torch\n", workflow="default")
+    command = SubmitTask(task_id=task_id, task_source="import torch\n", workflow_name="default")
     first = daemon.call(_request(nats_url, encode(command)))
     second = daemon.call(_request(nats_url, encode(command)))
     assert first["ok"] is False  # rejected: no Model / get_inputs

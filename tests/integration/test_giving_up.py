@@ -87,7 +87,7 @@ def run_task(bridge: Bridge, url: str, provider: BuggyProvider, **workflow: obje
             task_id="t1",
             task_name="relu",
             task_source=(EXAMPLES / "tasks" / "relu.py").read_text(),
-            workflow="giving-up",
+            workflow_name="giving-up",
             workflow_yaml=yaml.safe_dump({**WORKFLOW, **workflow}),
         )
         bridge.call(bridge.commands.publish(command, subjects.SUBMIT))

@@ -83,7 +83,7 @@ def test_daemon_on_missing_gpus_says_so_and_never_passes(private_nats: str, tmp_
         command = SubmitTask(
             task_id="gpu-task",
             task_source=(REPO / RELU).read_text(),
-            workflow="verifier_only",
+            workflow_name="verifier_only",
             candidate_code=good_relu_kernel(),
         )
         publish(private_nats, command)  # a program of one's own checks nothing

@@ -422,7 +422,7 @@ def test_a_submit_command_with_a_bad_workflow_is_rejected_at_its_first_delivery(
         task_id=task_id,
         task_source=(REPO / RELU).read_text(),
         task_name="relu",
-        workflow=workflow,
+        workflow_name=workflow,
         workflow_yaml=workflow_yaml,
     )
     inbox = "_INBOX.test"

@@ -194,16 +194,47 @@ def test_text_fields_survive_any_content(reason: str, cause: str, seq: int) -> N
 def test_commands_round_trip() -> None:
     assert {SubmitTask, CancelTask} == set(COMMAND_TYPES)
     for command in (
-        SubmitTask(task_source="s", task_id="abc", workflow="coder_only"),
+        SubmitTask(task_source="s", task_id="abc", workflow_name="coder_only"),
         CancelTask(task_id="abc"),
     ):
         assert decode_command(encode(command)) == command
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"kind": "submit_task", "task_source": "s", "workflow": "coder_only"}',
+        b'{"kind": "submit_task", "v": 1, "task_source": "s", "workflow": "coder_only"}',
+        b'{"kind": "submit_task", "v": 2, "task_source": "s", "workflow_name": "coder_only"}',
+        b'{"kind": "submit_task", "task_source": "s", "workflow_name": "coder_only"}',
+    ],
+    ids=["no-v", "v1", "v2", "v2-no-v"],
+)
+def test_a_submit_names_its_workflow_as_the_event_does_and_old_ones_still_read(
+    payload: bytes,
+) -> None:
+    """v2's ``workflow_name`` is ``TaskSubmitted``'s name; a publisher of v1 (or of JSON
+    written by hand without ``v``) wrote ``workflow``, which must not fall to the default."""
+    command = decode_command(payload)
+    assert isinstance(command, SubmitTask)
+    assert (command.workflow_name, command.v) == ("coder_only", 2)
+
+
+def test_a_v1_submit_that_breaks_the_schema_is_refused_in_words() -> None:
+    with pytest.raises(MalformedMessage, match=r"^not a kernelflow command: deadline_s: "):
+        decode_command(
+            b'{"kind": "submit_task", "task_source": "s", "workflow": "w", "deadline_s": -1}'
+        )
+
+
 def test_minimal_submit_from_any_client() -> None:
     command = decode_command(b'{"kind": "submit_task", "task_source": "import torch"}')
     assert isinstance(command, SubmitTask)
-    assert command.workflow == "default" and command.backend == "triton" and command.task_id is None
+    assert (
+        command.workflow_name == "default"
+        and command.backend == "triton"
+        and command.task_id is None
+    )
 
 
 @pytest.mark.parametrize(

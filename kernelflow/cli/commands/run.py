@@ -129,7 +129,7 @@ def run_on(
             ticker.say("waiting for the conductor")
             bridge.call(bridge.commands.publish(command, subjects.SUBMIT))
             if not args.json:
-                said = f"task {command.task_id}: {args.task} ({command.workflow} workflow)"
+                said = f"task {command.task_id}: {args.task} ({command.workflow_name} workflow)"
                 ticker.above(lambda: print(said, flush=True))
             # This process's own daemon hosts every role the workflow names.
             state = follow_task(
