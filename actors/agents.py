@@ -31,7 +31,7 @@ from kernelflow.actors.kinds import (
 from kernelflow.actors.prompts import agent_messages
 from kernelflow.actors.worker import (
     DispatchWorker,
-    Job,
+    Message,
     Settlement,
     current_dispatch,
     state_of,
@@ -107,10 +107,10 @@ class LLMAgent(DispatchWorker):
         self.llm = llm
         self.verifier = verifier  # what its kernel tools check and time with
 
-    def handle(self, job: Job) -> Settlement:
-        dispatched = decode_event(job.data)
+    def handle(self, message: Message) -> Settlement:
+        dispatched = decode_event(message.data)
         assert isinstance(dispatched, AgentDispatched)
-        history = self.history_at(job)
+        history = self.history_at(message)
         while True:
             state = state_of(history)
             d = current_dispatch(state, dispatched)
@@ -165,7 +165,7 @@ class LLMAgent(DispatchWorker):
         except Exception as exc:
             # The kind's own code (a plugin's, perhaps) failed on this turn, and would fail
             # the same way on every redelivery: record the dispatch as failed and let the
-            # conductor route on, rather than retry until JetStream gives the job up.
+            # conductor route on, rather than retry until JetStream gives the message up.
             failed = (spec.kind, state.task_id, scrubbed_traceback())
             self.log.error("agent kind %r failed on task %s\n%s", *failed)
             step = GiveUp(f"agent kind {spec.kind!r} failed: {type(exc).__name__}: {exc}")

@@ -47,7 +47,7 @@ from kernelflow.actors.pins import llm_specs, pinned_versions
 from kernelflow.actors.prompts import conductor_messages, judge_messages
 from kernelflow.actors.worker import (
     Delivery,
-    Job,
+    Message,
     Settlement,
     Worker,
     quarantined,
@@ -169,38 +169,38 @@ class Conductor(Worker):
         super().__init__(bridge)
         self.llm = llm
 
-    def handle(self, job: Job) -> Settlement:
-        if job.source == "command":
-            return self.on_command(job)
-        self.advance(self.history_at(job))
+    def handle(self, message: Message) -> Settlement:
+        if message.source == "command":
+            return self.on_command(message)
+        self.advance(self.history_at(message))
         return "ack"
 
     def receive(self, delivery: Delivery) -> None:
         """A trigger (an event that calls for a decision) is advanced by whichever
         conductor of this process holds its task's claim, and settled by it."""
-        job = delivery.job
-        if job.source != "event":
+        message = delivery.message
+        if message.source != "event":
             super().receive(delivery)
             return
-        if quarantined(self.bridge, job):
+        if quarantined(self.bridge, message):
             delivery.settle("ack")
             return
-        key = (self.bridge, task_of(job.subject))
+        key = (self.bridge, task_of(message.subject))
         if not _CLAIMS.claim(key, delivery):
             delivery.release()  # free for other work; the claim holder settles this one
             return
         try:
-            self._advance_claimed(key, job, [delivery])
+            self._advance_claimed(key, message, [delivery])
         except Exception as exc:  # the triggers held were settled above
-            self.after_failure(job, exc)
+            self.after_failure(message, exc)
 
-    def give_up(self, job: Job, error: str) -> None:
+    def give_up(self, message: Message, error: str) -> None:
         """A command is answered with the error; a task whose decision failed on every
         delivery ends, failed, with the error as its reason."""
-        if job.source == "command":
-            self.reply(job, {"ok": False, "error": error}, also_errors=True)
+        if message.source == "command":
+            self.reply(message, {"ok": False, "error": error}, also_errors=True)
             return
-        trigger = decode_event(job.data)
+        trigger = decode_event(message.data)
         history = self.read(trigger.task_id)
         for _ in range(MAX_ROUNDS):
             state = state_of(history)
@@ -215,29 +215,31 @@ class Conductor(Worker):
 
     # ------------------------------------------------------------------ commands
 
-    def on_command(self, job: Job) -> Settlement:
+    def on_command(self, message: Message) -> Settlement:
         try:
-            reply_to = job.headers.get(subjects.REPLY_HEADER)
+            reply_to = message.headers.get(subjects.REPLY_HEADER)
             if reply_to is not None and (why := subjects.reply_refusal(reply_to)) is not None:
                 raise MalformedMessage(f"{subjects.REPLY_HEADER}: {why}")
-            command = decode_command(job.data)
-            if job.subject != _COMMAND_SUBJECTS[type(command)]:
+            command = decode_command(message.data)
+            if message.subject != _COMMAND_SUBJECTS[type(command)]:
                 raise MalformedMessage(
-                    f"a {command.__struct_config__.tag} command on {job.subject[:80]!r}: "
+                    f"a {command.__struct_config__.tag} command on {message.subject[:80]!r}: "
                     f"publish it on {_COMMAND_SUBJECTS[type(command)]}"
                 )
         except MalformedMessage as exc:
             why = _one_line(str(exc))
-            self.log.warning("refused command %d on %s: %s", job.stream_seq, job.subject, why)
-            self.reply(job, {"ok": False, "error": str(exc)}, also_errors=True)
+            self.log.warning(
+                "refused command %d on %s: %s", message.stream_seq, message.subject, why
+            )
+            self.reply(message, {"ok": False, "error": str(exc)}, also_errors=True)
             return "ack"  # redelivering a malformed message can never succeed
         if isinstance(command, CancelTask):
-            return self.cancel(job, command)
+            return self.cancel(message, command)
         if isinstance(command, SubmitTask):
-            self.submit(job, command)
+            self.submit(message, command)
         return "ack"
 
-    def submit(self, job: Job, command: SubmitTask) -> None:
+    def submit(self, message: Message, command: SubmitTask) -> None:
         """Record the task (or why it is refused) and its first decisions in one append.
 
         The command is acked only once that append is in, so a conductor that dies before
@@ -246,19 +248,21 @@ class Conductor(Worker):
         command for a task id that exists is answered as a duplicate."""
         # Without a publisher-chosen id, derive one from the command's stream position so
         # a redelivered command maps to the same task.
-        task_id = command.task_id or f"cmd-{job.stream_seq}"
+        task_id = command.task_id or f"cmd-{message.stream_seq}"
         first: TaskSubmitted | TaskRejected
         try:
-            first = self.accepted(task_id, command, job)
+            first = self.accepted(task_id, command, message)
             reply: dict[str, object] = {"ok": True, "task_id": task_id}
         except OSError:
             raise  # reading a workflow file may work on the next delivery
         except Exception as exc:  # the checks are pure: they would fail the same way again
             reason = _refusal(exc)
             why = _one_line(reason)
-            self.log.warning("rejected task %s (command %d): %s", task_id, job.stream_seq, why)
+            self.log.warning("rejected task %s (command %d): %s", task_id, message.stream_seq, why)
             name = _bounded(command.task_name, _MAX_NAME_CHARS)
-            first = TaskRejected(task_id=task_id, cause=_cause(job), reason=reason, task_name=name)
+            first = TaskRejected(
+                task_id=task_id, cause=_cause(message), reason=reason, task_name=name
+            )
             reply = {"ok": False, "task_id": task_id, "error": reason}
         history = TaskHistory(task_id)
         key = (self.bridge, task_id)
@@ -266,9 +270,9 @@ class Conductor(Worker):
             history = self._advance_claimed(key, history, [], first=first)
         if not history.events or history.events[0].cause != first.cause:
             reply = {"ok": True, "task_id": task_id, "duplicate": True}
-        self.reply(job, reply)
+        self.reply(message, reply)
 
-    def accepted(self, task_id: str, command: SubmitTask, job: Job) -> TaskSubmitted:
+    def accepted(self, task_id: str, command: SubmitTask, message: Message) -> TaskSubmitted:
         name = command.task_name or task_id
         if command.prompt is None:
             check_task_source(command.task_source, name)
@@ -287,7 +291,7 @@ class Conductor(Worker):
         policy(command.policy)  # raises UnknownPolicy
         submitted = TaskSubmitted(
             task_id=task_id,
-            cause=_cause(job),
+            cause=_cause(message),
             task_name=name,
             task_source=command.task_source,
             workflow_name=workflow_name,
@@ -313,7 +317,7 @@ class Conductor(Worker):
             raise ValueError(f"{name}: the task takes {size} bytes; an event holds {limit}")
         return submitted
 
-    def cancel(self, job: Job, command: CancelTask) -> Settlement:
+    def cancel(self, message: Message, command: CancelTask) -> Settlement:
         """Cancel a running task. One not in the log yet is waited for while a submit
         published before this cancel is unsettled (its submit may be one of them: queued,
         or being recorded by another conductor); once none is, it is in the log or there
@@ -324,14 +328,14 @@ class Conductor(Worker):
             state = state_of(history)
             if state.submitted is None:
                 if pending_checked:
-                    self.reply(job, {"ok": False, "error": f"no task {command.task_id}"})
+                    self.reply(message, {"ok": False, "error": f"no task {command.task_id}"})
                     return "ack"
-                if self.earlier_submits_pending(job):
-                    if not job.last_delivery:
+                if self.earlier_submits_pending(message):
+                    if not message.last_delivery:
                         return "soon"  # looked at again when the submits ahead are settled
                     why = f"task {command.task_id} is not in the log yet, and submits queued "
                     why += "before this cancel still wait: cancel it again once it runs"
-                    self.reply(job, {"ok": False, "error": why})
+                    self.reply(message, {"ok": False, "error": why})
                     return "ack"
                 # None is pending now, so its submit, if any, was settled, and a command
                 # is settled after what it records: a second read sees the task. (The
@@ -339,31 +343,35 @@ class Conductor(Worker):
                 pending_checked = True
                 continue
             if state.terminal is not None:
-                self.reply(job, {"ok": False, "error": f"task {command.task_id} is already over"})
+                self.reply(
+                    message, {"ok": False, "error": f"task {command.task_id} is already over"}
+                )
                 return "ack"
             reason = _bounded(scrub(command.reason), MAX_REASON_CHARS)
-            cancelled = TaskCancelled(task_id=command.task_id, cause=_cause(job), reason=reason)
+            cancelled = TaskCancelled(task_id=command.task_id, cause=_cause(message), reason=reason)
             try:
                 self.append(history, cancelled)
             except AppendConflict:
                 continue
-            self.reply(job, {"ok": True, "task_id": command.task_id})
+            self.reply(message, {"ok": True, "task_id": command.task_id})
             return "ack"
 
-    def earlier_submits_pending(self, job: Job) -> bool:
+    def earlier_submits_pending(self, message: Message) -> bool:
         """Whether submits published before this command are still unsettled (the command
         stream is a work queue: a settled command leaves it). Only a submit can make the
         task a cancel is for: waiting on every earlier command instead, a flood of cancels
         of tasks that never existed held each other up for all of their deliveries. (The
         daemon role may read the command stream's messages for this: docs/security.md.)"""
         seq = self.bridge.call(self.bridge.commands.oldest(subjects.SUBMIT))
-        return seq is not None and seq < job.stream_seq
+        return seq is not None and seq < message.stream_seq
 
-    def reply(self, job: Job, body: dict[str, object], *, also_errors: bool = False) -> None:
+    def reply(
+        self, message: Message, body: dict[str, object], *, also_errors: bool = False
+    ) -> None:
         """Answer on the command's reply subject, if it is an inbox, and on ``kf.errors``
         with ``also_errors``."""
         payload = json.dumps(body).encode()
-        reply_to = job.headers.get(subjects.REPLY_HEADER)
+        reply_to = message.headers.get(subjects.REPLY_HEADER)
         targets = [reply_to] if reply_to and subjects.reply_refusal(reply_to) is None else []
         if also_errors:
             targets.append(subjects.ERRORS)
@@ -382,7 +390,7 @@ class Conductor(Worker):
     def _advance_claimed(
         self,
         key: _ClaimKey,
-        start: TaskHistory | Job,
+        start: TaskHistory | Message,
         held: list[Delivery],
         first: Event | None = None,
     ) -> TaskHistory:
@@ -489,7 +497,7 @@ class NeedsLLM(Exception):
 async def advance_claimed(
     bridge: Bridge,
     key: _ClaimKey,
-    start: TaskHistory | Job,
+    start: TaskHistory | Message,
     held: list[Delivery],
     *,
     first: Event | None = None,
@@ -579,7 +587,7 @@ async def _append_or_reload(
         return await bridge.log.read_task(history.task_id)  # moved on: decide again
 
 
-async def _history_of(bridge: Bridge, start: TaskHistory | Job) -> TaskHistory:
+async def _history_of(bridge: Bridge, start: TaskHistory | Message) -> TaskHistory:
     """``start``, or the history of a trigger's task through it (free where this process
     remembers it)."""
     if isinstance(start, TaskHistory):
@@ -591,8 +599,8 @@ async def _through(
     bridge: Bridge, history: TaskHistory, handed: list[Delivery | None]
 ) -> TaskHistory:
     """The newest history known that includes the events of the triggers handed over."""
-    if (job := _newest_trigger(handed)) is not None:
-        history = _newest(history, await _history_of(bridge, job))
+    if (message := _newest_trigger(handed)) is not None:
+        history = _newest(history, await _history_of(bridge, message))
     return _latest(bridge, history)
 
 
@@ -619,10 +627,10 @@ def advance_on_loop(
     latency: each waits for the GIL behind every other busy thread. Folding and routing
     take well under a millisecond, and reads and appends are awaited: the loop never
     blocks."""
-    if quarantined(bridge, delivery.job):
+    if quarantined(bridge, delivery.message):
         delivery.settle("ack")
         return True
-    if delivery.job.last_delivery:
+    if delivery.message.last_delivery:
         return False
     spawn(_advance_on_loop(bridge, delivery, to_actor))
     return True
@@ -631,11 +639,11 @@ def advance_on_loop(
 async def _advance_on_loop(
     bridge: Bridge, delivery: Delivery, to_actor: Callable[[], None]
 ) -> None:
-    key = (bridge, task_of(delivery.job.subject))
+    key = (bridge, task_of(delivery.message.subject))
     if not _CLAIMS.claim(key, delivery):
         return  # handed to the conductor advancing the task, which settles it
     try:
-        await advance_claimed(bridge, key, delivery.job, [])
+        await advance_claimed(bridge, key, delivery.message, [])
     except Exception:  # NeedsLLM, or a failure: the claim is released
         to_actor()
         return
@@ -645,14 +653,14 @@ async def _advance_on_loop(
     delivery.settle("ack")
 
 
-def _newest_trigger(handed: list[Delivery | None]) -> Job | None:
+def _newest_trigger(handed: list[Delivery | None]) -> Message | None:
     """The latest in the stream of the triggers handed over, if any."""
-    jobs = [d.job for d in handed if d is not None]
-    return max(jobs, key=lambda job: job.stream_seq) if jobs else None
+    messages = [d.message for d in handed if d is not None]
+    return max(messages, key=lambda message: message.stream_seq) if messages else None
 
 
-def _cause(job: Job) -> str:
-    return f"cmd:{job.stream_seq}"
+def _cause(message: Message) -> str:
+    return f"cmd:{message.stream_seq}"
 
 
 def _refusal(exc: Exception) -> str:

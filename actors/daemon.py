@@ -40,7 +40,7 @@ from kernelflow.actors.conductor import Conductor, advance_on_loop, settled
 from kernelflow.actors.devices import cpu_verifiers, gpu_verifiers
 from kernelflow.actors.extension_store import ensure_extension_bucket
 from kernelflow.actors.verifier import Verifier, WarmUps
-from kernelflow.actors.worker import Delivery, Job, Settlement, Source, task_of
+from kernelflow.actors.worker import Delivery, Message, Settlement, Source, task_of
 from kernelflow.events import subjects
 from kernelflow.events.consumers import ConsumerSpec, Delivered, Pull
 from kernelflow.llm.base import LLMProvider
@@ -82,7 +82,7 @@ class DaemonConfig:
     # Deliveries of one message before its work is given up: recorded as failed (an
     # agent's dispatch, a decision: the task ends) rather than left waiting forever.
     max_deliveries: int = 20
-    # How long stop() lets actors finish the job they hold.
+    # How long stop() lets actors finish the message they hold.
     stop_timeout_s: float = 30.0
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     # CUDA devices (indices or UUIDs) the verifier pool owns: one verifier actor per
@@ -93,14 +93,14 @@ class DaemonConfig:
     # None: the cores this process may use); 0: the pool as sized above, unpinned.
     cpu_verifiers: int = 0
     cores: tuple[int, ...] | None = None
-    # Called on the bridge loop with the role as each job is taken up: a command
+    # Called on the bridge loop with the role as each message is taken up: a command
     # that runs its own daemon (``kernelflow run``) says through it what else it works on.
-    on_job: Callable[[str, Job], None] | None = None
-    # Which jobs this daemon does (None: every one). A job it does not serve stays queued
+    on_message: Callable[[str, Message], None] | None = None
+    # Which messages this daemon does (None: every one). A message it does not serve stays queued
     # for another daemon: taken, kept "in progress" untouched while this daemon runs, and
     # given back as it stops (a command's own daemon that works only on its own tasks:
     # ``kernelflow run`` without ``--serve-others``, README.md "CLI").
-    serves: Callable[[Job], bool] | None = None
+    serves: Callable[[Message], bool] | None = None
 
     def pool_size(self, role: str) -> int:
         if role == VERIFIER and self.gpus:
@@ -145,7 +145,7 @@ class _Pool:
     # Held by the loop (its own work, or waiting for an actor), not settled yet.
     on_loop: int = 0
     # Taken while every actor was busy, for the next actor to free up.
-    waiting: collections.deque[tuple[_Held, Job]] = field(default_factory=collections.deque)
+    waiting: collections.deque[tuple[_Held, Message]] = field(default_factory=collections.deque)
 
     def credit(self) -> int:
         """How many more messages to ask for."""
@@ -190,7 +190,7 @@ class Daemon:
         self._pumps: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._held: set[_Held] = set()
-        self._parked: list[Delivered] = []  # jobs it does not serve, left for another daemon
+        self._parked: list[Delivered] = []  # messages it does not serve, left for another daemon
         self._heartbeat: asyncio.Task[None] | None = None
 
     def pool_loads(self) -> list[PoolLoad]:
@@ -347,8 +347,8 @@ class Daemon:
                 # consumer, an imported log): done without an actor or a read.
                 self._in_background(msg.ack())
                 return
-            job = self._job(pool, msg, feed.source)
-            if self.config.serves is not None and not self.config.serves(job):
+            message = self._message(pool, msg, feed.source)
+            if self.config.serves is not None and not self.config.serves(message):
                 self._parked.append(msg)
                 return
             if not feed.decided_on_loop and pool.idle.empty():
@@ -360,17 +360,17 @@ class Daemon:
             self._held.add(held)
             if feed.decided_on_loop:
                 self._hold_on_loop(held)
-                delivery = self._delivery(held, job)
-                to_actor = functools.partial(self._to_next_actor, held, job)
+                delivery = self._delivery(held, message)
+                to_actor = functools.partial(self._to_next_actor, held, message)
                 if advance_on_loop(self.bridge, delivery, self._in_background, to_actor):
                     return
-            self._to_next_actor(held, job)
+            self._to_next_actor(held, message)
 
         pool.puller = self.bridge.consumers.pull(feed.stream, feed.durable, pool.credit, deliver)
         self._pumps.append(asyncio.create_task(pool.puller.run(), name=feed.durable))
 
-    def _job(self, pool: _Pool, msg: Delivered, source: Source) -> Job:
-        job = Job(
+    def _message(self, pool: _Pool, msg: Delivered, source: Source) -> Message:
+        message = Message(
             source=source,
             subject=msg.subject,
             data=msg.data,
@@ -379,9 +379,9 @@ class Daemon:
             deliveries=msg.delivered,
             last_delivery=0 < self.config.max_deliveries <= msg.delivered,
         )
-        if self.config.on_job is not None:
-            self.config.on_job(pool.role, job)
-        return job
+        if self.config.on_message is not None:
+            self.config.on_message(pool.role, message)
+        return message
 
     def _hold_on_loop(self, held: _Held) -> None:
         held.on_loop = True
@@ -393,19 +393,19 @@ class Daemon:
             held.pool.on_loop -= 1
             held.pool.credit_changed()
 
-    def _to_next_actor(self, held: _Held, job: Job) -> None:
+    def _to_next_actor(self, held: _Held, message: Message) -> None:
         """Hand the message to an idle actor, or to the next to free up."""
         if held.pool.idle.empty():
-            held.pool.waiting.append((held, job))
+            held.pool.waiting.append((held, message))
         else:
-            self._to_actor(held, held.pool.idle.get_nowait(), job)
+            self._to_actor(held, held.pool.idle.get_nowait(), message)
 
-    def _to_actor(self, held: _Held, actor: ActorRef, job: Job) -> None:
+    def _to_actor(self, held: _Held, actor: ActorRef, message: Message) -> None:
         self._off_loop(held)
         held.actor = actor
-        actor.tell(self._delivery(held, job))
+        actor.tell(self._delivery(held, message))
 
-    def _delivery(self, held: _Held, job: Job) -> Delivery:
+    def _delivery(self, held: _Held, message: Message) -> Delivery:
         post = self.bridge.post
 
         def settle(how: Settlement) -> None:  # called on an actor's thread, or the loop
@@ -414,7 +414,7 @@ class Daemon:
         def release() -> None:  # called on an actor's thread
             post(lambda: self._free(held))
 
-        return Delivery(job, settle, release)
+        return Delivery(message, settle, release)
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -439,8 +439,8 @@ class Daemon:
         if actor is None:  # the loop's own work
             self._off_loop(held)
         elif pool.waiting:  # a message taken while every actor was busy
-            waiting, job = pool.waiting.popleft()
-            self._to_actor(waiting, actor, job)
+            waiting, message = pool.waiting.popleft()
+            self._to_actor(waiting, actor, message)
         else:
             pool.idle.put_nowait(actor)
             pool.credit_changed()
@@ -454,7 +454,7 @@ class Daemon:
         self._in_background(self._answer(held, how))
 
     async def _answer(self, held: _Held, how: Settlement) -> None:
-        # A job that outlived stop() is settled on a closed connection: nothing happens,
+        # A message that outlived stop() is settled on a closed connection: nothing happens,
         # and it is redelivered to the next daemon, like the rest.
         try:
             if how == "ack":
@@ -492,7 +492,7 @@ class Daemon:
 
         with contextlib.suppress(Exception):
             self.bridge.call(halt_pumps(), timeout=10)
-        # Actors finish the job they hold (bounded by a deadline); what they cannot finish
+        # Actors finish the message they hold (bounded by a deadline); what they cannot finish
         # stays unacked and is redelivered, which the log makes safe.
         stopping = [
             actor.stop(block=False) for pool in self._pools.values() for actor in pool.actors
@@ -501,7 +501,7 @@ class Daemon:
         for future in stopping:
             with contextlib.suppress(Exception):
                 future.get(timeout=max(0.0, deadline - time.monotonic()))
-        heartbeat = self._heartbeat  # kept up while the actors finished their jobs
+        heartbeat = self._heartbeat  # kept up while the actors finished their messages
         if heartbeat is not None:
             with contextlib.suppress(Exception):
                 self.bridge.loop.call_soon_threadsafe(heartbeat.cancel)

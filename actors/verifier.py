@@ -13,7 +13,7 @@ from kernelflow.actors.devices import device_label
 from kernelflow.actors.extension_store import with_shared_extensions
 from kernelflow.actors.worker import (
     DispatchWorker,
-    Job,
+    Message,
     Settlement,
     current_dispatch,
     state_of,
@@ -91,10 +91,10 @@ class Verifier(DispatchWorker):
         self.warm_ups = warm_ups or WarmUps()
         self.warm_ups.record(config, WarmUps.WARMING)  # from now until on_start is done
 
-    def handle(self, job: Job) -> Settlement:
-        dispatched = decode_event(job.data)
+    def handle(self, message: Message) -> Settlement:
+        dispatched = decode_event(message.data)
         assert isinstance(dispatched, AgentDispatched)
-        history = self.history_at(job)
+        history = self.history_at(message)
         report: VerificationReport | None = None
         while True:
             state = state_of(history)

@@ -22,7 +22,7 @@ from kernelflow.projections.task_state import Dispatch, TaskState, fold
 # outcome), nak (could not finish: deliver again later), soon (not yet: it waits on work
 # about to be done, deliver it again in a moment).
 Settlement = Literal["ack", "nak", "soon"]
-# Which stream a job came from: publishers' commands or the event log.
+# Which stream a message came from: publishers' commands or the event log.
 Source = Literal["command", "event"]
 # How work that failed on its last delivery is recorded: the start of the error an agent's
 # dispatch fails with (a decision ends its task with "conductor " and it). Metrics count
@@ -31,7 +31,7 @@ GAVE_UP = "gave up after "
 
 
 @dataclass(frozen=True)
-class Job:
+class Message:
     """One message taken from a durable consumer, as data an actor thread may hold."""
 
     source: Source
@@ -47,21 +47,21 @@ class Job:
 
 @dataclass(frozen=True)
 class Delivery:
-    """A job and how to answer for it. ``settle`` acks or naks the message (and frees the
+    """A message and how to answer for it. ``settle`` acks or naks the message (and frees the
     actor); ``release`` frees the actor while the message stays held, for a worker that
-    hands the job to another actor which settles it later. Both may be called from any
+    hands the message to another actor which settles it later. Both may be called from any
     thread; the first of them frees the actor."""
 
-    job: Job
+    message: Message
     settle: Callable[[Settlement], None]
     release: Callable[[], None]
 
 
 class Worker(pykka.ThreadingActor):
-    """Base actor: handles one job at a time and always settles it, even on a bug."""
+    """Base actor: handles one message at a time and always settles it, even on a bug."""
 
     role = "worker"
-    # A job that outlives stop() must not keep the process alive: it is redelivered.
+    # A message that outlives stop() must not keep the process alive: it is redelivered.
     use_daemon_thread = True
 
     def __init__(self, bridge: Bridge) -> None:
@@ -69,62 +69,62 @@ class Worker(pykka.ThreadingActor):
         self.bridge = bridge
         self.log = logging.getLogger(f"kernelflow.{self.role}")
 
-    def on_receive(self, message: object) -> None:
-        if not isinstance(message, Delivery):
-            self.log.error("unexpected message %r", message)
+    def on_receive(self, received: object) -> None:
+        if not isinstance(received, Delivery):
+            self.log.error("unexpected message %r", received)
             return
-        self.receive(message)
+        self.receive(received)
 
     def receive(self, delivery: Delivery) -> None:
         """Handle one delivery and settle it, whatever happens."""
-        job = delivery.job
+        message = delivery.message
         settlement: Settlement = "nak"
         try:
-            settlement = "ack" if quarantined(self.bridge, job) else self.handle(job)
+            settlement = "ack" if quarantined(self.bridge, message) else self.handle(message)
         except Exception as exc:
-            settlement = self.after_failure(job, exc)
+            settlement = self.after_failure(message, exc)
         finally:
             delivery.settle(settlement)
 
-    def handle(self, job: Job) -> Settlement:
+    def handle(self, message: Message) -> Settlement:
         raise NotImplementedError
 
-    def after_failure(self, job: Job, exc: Exception) -> Settlement:
-        """Handling ``job`` raised ``exc``: logged, and left to be redelivered; on its last
+    def after_failure(self, message: Message, exc: Exception) -> Settlement:
+        """Handling ``message`` raised ``exc``: logged, and left to be redelivered; on its last
         delivery, given up and recorded as such (see ``give_up``)."""
-        failed = (self.role, job.subject, scrubbed_traceback())
-        if not job.last_delivery:
+        failed = (self.role, message.subject, scrubbed_traceback())
+        if not message.last_delivery:
             self.log.error("%s failed on %s; it will be redelivered\n%s", *failed)
             return "nak"
         self.log.error("%s failed on %s for the last time\n%s", *failed)
         # Recorded for good: whatever the exception says of a credential is left out.
-        error = scrub(f"{GAVE_UP}{job.deliveries} attempts: {type(exc).__name__}: {exc}")
+        error = scrub(f"{GAVE_UP}{message.deliveries} attempts: {type(exc).__name__}: {exc}")
         try:
-            self.give_up(job, error)
+            self.give_up(message, error)
         except Exception:
             why = scrubbed_traceback()
-            self.log.error("could not record giving up on %s\n%s", job.subject, why)
+            self.log.error("could not record giving up on %s\n%s", message.subject, why)
             return "nak"
         return "ack"
 
-    def give_up(self, job: Job, error: str) -> None:
-        """Record in the log that ``job`` cannot be done, so that whatever waits on it goes
+    def give_up(self, message: Message, error: str) -> None:
+        """Record in the log that ``message`` cannot be done, so that whatever waits on it goes
         on; without it, its task would wait forever. Roles with nothing to record log it."""
-        self.log.error("gave up on %s: %s", job.subject, error)
+        self.log.error("gave up on %s: %s", message.subject, error)
 
     # ------------------------------------------------------------------ log access
 
     def read(self, task_id: str) -> TaskHistory:
         return self.bridge.call(self.bridge.log.read_task(task_id))
 
-    def history_at(self, job: Job) -> TaskHistory:
-        """The task's history up to at least the event this job carries: the one this
+    def history_at(self, message: Message) -> TaskHistory:
+        """The task's history up to at least the event this message carries: the one this
         process remembers when it holds that event (no trip to the bridge loop), else the
         log's."""
-        event = decode_event(job.data)
+        event = decode_event(message.data)
         if (known := self.bridge.log.remembered_through(event)) is not None:
             return known
-        return self.bridge.call(self.bridge.log.history_through(event, job.stream_seq))
+        return self.bridge.call(self.bridge.log.history_through(event, message.stream_seq))
 
     def append(self, history: TaskHistory, *events: Event) -> TaskHistory:
         return self.bridge.call(self.bridge.log.append(history, events))
@@ -133,9 +133,9 @@ class Worker(pykka.ThreadingActor):
 class DispatchWorker(Worker):
     """An agent that works on dispatches (an LLM agent, the verifier)."""
 
-    def give_up(self, job: Job, error: str) -> None:
+    def give_up(self, message: Message, error: str) -> None:
         """The dispatch ends in the agent's failure, and the conductor routes on."""
-        dispatched = decode_event(job.data)
+        dispatched = decode_event(message.data)
         assert isinstance(dispatched, AgentDispatched)
         history = self.read(dispatched.task_id)
         while (d := current_dispatch(state_of(history), dispatched)) is not None:
@@ -162,13 +162,13 @@ def current_dispatch(state: TaskState, dispatched: AgentDispatched) -> Dispatch 
     return d if d.result is None and d is state.current else None
 
 
-def quarantined(bridge: Bridge, job: Job) -> bool:
-    """Whether ``job`` carries a message that is not an event of the task its subject
+def quarantined(bridge: Bridge, message: Message) -> bool:
+    """Whether ``message`` carries a message that is not an event of the task its subject
     names (``kernelflow.events.quarantine``). Work on it is done at once: no redelivery
     can make it one; the log reports it."""
-    if job.source != "event":
+    if message.source != "event":
         return False
-    event = placed(job.subject, job.data, job.stream_seq)
+    event = placed(message.subject, message.data, message.stream_seq)
     if type(event) is not QuarantinedEvent:
         return False
     bridge.log.report_quarantined(event)

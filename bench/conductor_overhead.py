@@ -200,7 +200,7 @@ def one_round(tasks: int, delay: float, workdir: Path, metrics: bool = False) ->
             # conductor mostly waits on the log's round trips: size the pool for the
             # burst of decisions, not for the cores.
             pool_sizes={"designer": tasks, "coder": tasks, "conductor": 32, "verifier": 8},
-            on_job=telemetry.on_job,
+            on_message=telemetry.on_message,
         )
         daemon = Daemon(bridge, config).start()
         telemetry.watch(bridge, daemon, None, "bench")

@@ -276,7 +276,7 @@ class Rollout:
                     pool_sizes={**dict.fromkeys(agents, pool), CONDUCTOR_ROLE: min(pool, 8)},
                     ack_wait_s=self.settings.ack_wait_s,
                     llm=provider,
-                    on_job=noting_other_tasks(bridge, ours, "this rollout", serving=False),
+                    on_message=noting_other_tasks(bridge, ours, "this rollout", serving=False),
                     serves=own_work(ours),
                 ),
             ).start()

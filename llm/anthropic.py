@@ -71,7 +71,7 @@ class AnthropicProvider:
         auth_token = os.environ.get("ANTHROPIC_AUTH_TOKEN")
         if not self._api_key and not auth_token:
             # The SDK would only say so at the first call, from inside an agent, as a
-            # TypeError that fails the agent's job again at every redelivery.
+            # TypeError that fails the agent's dispatch again at every redelivery.
             raise ProviderSpecError(
                 "anthropic: no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)"
             )

@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, PoolLoad
 from kernelflow.actors.readmodel import ReadModel
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import (
@@ -248,9 +248,9 @@ class DaemonMetrics:
         self.appended.labels(event.kind).inc()
         self._count(event, history)
 
-    def on_job(self, role: str, job: Job) -> None:
-        """Count a message the daemon took up (``DaemonConfig.on_job``, on the loop)."""
-        if job.deliveries > 1:
+    def on_message(self, role: str, message: Message) -> None:
+        """Count a message the daemon took up (``DaemonConfig.on_message``, on the loop)."""
+        if message.deliveries > 1:
             self.redeliveries.labels(role).inc()
 
     def _submitted(self, _event: TaskSubmitted, _history: TaskHistory) -> None:

@@ -19,7 +19,7 @@ import nats.js.errors
 import yaml
 
 from kernelflow.actors.connection import ClientAuth
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
@@ -207,10 +207,10 @@ def submitted_on_default(task_id: str) -> TaskSubmitted:
     )
 
 
-def trigger_job(history: TaskHistory) -> Job:
+def trigger_message(history: TaskHistory) -> Message:
     """The last event of ``history`` as a conductor's consumer delivers it, first time."""
     trigger = history.events[-1]
-    return Job(
+    return Message(
         source="event",
         subject=subjects.event_subject(trigger),
         data=encode(trigger),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon
 from kernelflow.actors.readmodel import ReadModel
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events.log import TaskHistory
 from kernelflow.events.model import Event
 from kernelflow.host.exits import UsageError
@@ -92,8 +92,8 @@ class Telemetry:
         return self._guarded(hooks) if hooks else None
 
     @property
-    def on_job(self) -> Callable[[str, Job], None] | None:
-        return self.metrics.on_job if self.metrics is not None else None
+    def on_message(self) -> Callable[[str, Message], None] | None:
+        return self.metrics.on_message if self.metrics is not None else None
 
     def watch(
         self, bridge: Bridge, daemon: Daemon, read_model: ReadModel | None, daemon_id: str

@@ -28,7 +28,7 @@ from kernelflow.actors.health_pings import (
     new_daemon_id,
     ping_daemons,
 )
-from kernelflow.actors.worker import Job, task_of
+from kernelflow.actors.worker import Message, task_of
 from kernelflow.events import subjects
 from kernelflow.events.codec import MalformedMessage, decode_command
 from kernelflow.events.errors import TransportError
@@ -124,7 +124,7 @@ def start_daemon(
     settings: Settings,
     roles: tuple[str, ...],
     pools: dict[str, int],
-    on_job: Callable[[str, Job], None] | None = None,
+    on_message: Callable[[str, Message], None] | None = None,
     *,
     llm_must_answer: bool = True,
     only: set[str] | Callable[[str], bool] | None = None,
@@ -161,7 +161,7 @@ def start_daemon(
         verifier=verifier,
         gpus=gpus,
         cpu_verifiers=cpus,
-        on_job=on_job,
+        on_message=on_message,
         serves=None if only is None else own_work(only),
     )
     if VERIFIER in roles:
@@ -449,18 +449,18 @@ def _task_test(ours: set[str] | Callable[[str], bool]) -> Callable[[str], bool]:
     return ours.__contains__ if isinstance(ours, set) else ours
 
 
-def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Job], bool]:
+def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Message], bool]:
     """A command's own daemon's ``DaemonConfig.serves``: the work of ``ours`` only (task
     ids, or whether a task id is one), and cancels (they call for no LLM, and whoever
     asked wants them applied now). Everything else stays queued for a daemon of its own:
     a task submitted for another model must not be answered by this command's."""
     is_ours = _task_test(ours)
 
-    def serves(job: Job) -> bool:
-        if job.source == "event":
-            return is_ours(task_of(job.subject))
+    def serves(message: Message) -> bool:
+        if message.source == "event":
+            return is_ours(task_of(message.subject))
         try:
-            command = decode_command(job.data)
+            command = decode_command(message.data)
         except MalformedMessage:
             return True  # answered as malformed, as any daemon does
         if isinstance(command, SubmitTask):
@@ -472,8 +472,8 @@ def own_work(ours: set[str] | Callable[[str], bool]) -> Callable[[Job], bool]:
 
 def noting_other_tasks(
     bridge: Bridge, ours: set[str], runner: str, *, serving: bool = True
-) -> Callable[[str, Job], None]:
-    """For a command's own daemon (``DaemonConfig.on_job``): say on stderr, once per task,
+) -> Callable[[str, Message], None]:
+    """For a command's own daemon (``DaemonConfig.on_message``): say on stderr, once per task,
     when it is handed work for a task that is not one of ``ours`` and is not over
     (``runner`` names the command: "this run"). Such work was queued in the store before
     the command (a crashed run's task, a submit no daemon took yet) or comes from another
@@ -503,8 +503,8 @@ def noting_other_tasks(
             )
         print(said, file=sys.stderr, flush=True)
 
-    def on_job(role: str, job: Job) -> None:  # on the bridge loop
-        task = _task_worked_on(job)
+    def on_message(role: str, message: Message) -> None:  # on the bridge loop
+        task = _task_worked_on(message)
         if task is None or task in ours or task in noted:
             return
         noted.add(task)
@@ -512,16 +512,16 @@ def noting_other_tasks(
         looking.add(looked)
         looked.add_done_callback(looking.discard)
 
-    return on_job
+    return on_message
 
 
-def _task_worked_on(job: Job) -> str | None:
-    """The task a job does work for: an event's, or a submitted one's (None for other
+def _task_worked_on(message: Message) -> str | None:
+    """The task a message does work for: an event's, or a submitted one's (None for other
     commands, a submit that leaves the id to the conductor, a malformed one)."""
-    if job.source == "event":
-        return task_of(job.subject)
+    if message.source == "event":
+        return task_of(message.subject)
     with contextlib.suppress(MalformedMessage):
-        command = decode_command(job.data)
+        command = decode_command(message.data)
         if isinstance(command, SubmitTask):
             return command.task_id
     return None
@@ -530,7 +530,7 @@ def _task_worked_on(job: Job) -> str | None:
 @contextlib.contextmanager
 def interruptible(deadline_s: float = STOP_DEADLINE_S) -> Iterator[StopDeadline]:
     """Within the block, the first SIGINT or SIGTERM (Ctrl-C, a ``timeout`` wrapper, a
-    cancelled CI job) raises KeyboardInterrupt, so that the command cancels what it
+    cancelled CI run) raises KeyboardInterrupt, so that the command cancels what it
     started and stops, and starts its stop's deadline (``StopDeadline``): past it, or
     at a second signal, the process exits at once, whatever NATS or its actors do. Left
     without a signal, the block restores the handlers it found."""

@@ -19,7 +19,7 @@ import pytest
 
 from kernelflow.actors.conductor import Conductor
 from kernelflow.actors.prompts import agent_messages
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import decode_command, encode
 from kernelflow.events.model import BACKEND_NAME_PATTERN, SubmitTask, TaskRejected, TaskSubmitted
@@ -163,8 +163,8 @@ def test_a_plugin_backend_is_listed_through_its_entry_point(plugin_site: Path) -
 # --------------------------------------------------------------------------- submit
 
 
-def submit_job(command: SubmitTask, stream_seq: int) -> Job:
-    return Job(
+def submit_message(command: SubmitTask, stream_seq: int) -> Message:
+    return Message(
         source="command",
         subject=subjects.SUBMIT,
         data=encode(command),
@@ -183,7 +183,7 @@ def test_the_conductor_accepts_a_registered_backend_and_rejects_an_unknown_one(
         for name in ("tiny", "cobol"):
             task_id = f"backend-{name}-{uuid.uuid4().hex[:8]}"
             command = SubmitTask(task_id=task_id, task_source=RELU_TASK, backend=name)
-            assert conductor.handle(submit_job(command, stream_seq=1)) == "ack"
+            assert conductor.handle(submit_message(command, stream_seq=1)) == "ack"
             first[name] = bridge.call(bridge.log.read_task(task_id)).events[0]
     accepted, rejected = first["tiny"], first["cobol"]
     assert isinstance(accepted, TaskSubmitted) and accepted.backend == "tiny"

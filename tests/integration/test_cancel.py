@@ -17,7 +17,7 @@ import pytest
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import (
@@ -114,10 +114,10 @@ def bridge(private_nats: str) -> Iterator[Bridge]:
 
 def _queued(
     bridge: Bridge, command: SubmitTask | CancelTask, subject: str, reply_to: str = ""
-) -> Job:
-    """Publish ``command`` to the queue; the job a conductor would get for it."""
+) -> Message:
+    """Publish ``command`` to the queue; the message a conductor would get for it."""
     seq = bridge.call(bridge.commands.publish(command, subject))
-    return Job(
+    return Message(
         source="command",
         subject=subject,
         data=encode(command),

@@ -1,7 +1,7 @@
 """Conductors are stateless over the log: a stale one cannot double a step, and two
 daemons on one NATS share a batch of tasks without processing any step twice.
 
-The conductor's logic (handed its jobs directly) runs on the in-memory log
+The conductor's logic (handed its messages directly) runs on the in-memory log
 (``tests/memory.py``); daemons, their consumers and redeliveries on a real nats-server."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor, advance_on_loop
 from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.memory_bridge import MemoryServer
-from kernelflow.actors.worker import Delivery, Job
+from kernelflow.actors.worker import Delivery, Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
@@ -46,7 +46,7 @@ from tests.daemons import (
     submit,
     submitted_on_default,
     task_events,
-    trigger_job,
+    trigger_message,
     wait_for,
     wait_until_over,
 )
@@ -123,7 +123,7 @@ def test_a_redelivered_submit_takes_up_a_task_recorded_but_not_advanced(bridge: 
     replies = answers_to(bridge.server, inbox)
     conductor = Conductor(bridge, llm=None)
     for stream_seq in (7, 8):  # the redelivered command, then another one for that id
-        job = Job(
+        message = Message(
             source="command",
             subject=subjects.SUBMIT,
             data=encode(command),
@@ -131,7 +131,7 @@ def test_a_redelivered_submit_takes_up_a_task_recorded_but_not_advanced(bridge: 
             stream_seq=stream_seq,
             deliveries=2,
         )
-        assert conductor.handle(job) == "ack"
+        assert conductor.handle(message) == "ack"
     assert [replies.get(timeout=10) for _ in range(2)] == [
         {"ok": True, "task_id": task_id},
         {"ok": True, "task_id": task_id, "duplicate": True},
@@ -156,7 +156,7 @@ def test_a_cancel_read_just_before_its_submit_was_recorded_still_applies(bridge:
             return history
 
     cancel = CancelTask(task_id=task_id, reason="not needed")
-    job = Job(
+    message = Message(
         source="command",
         subject=subjects.CANCEL,
         data=encode(cancel),
@@ -164,7 +164,7 @@ def test_a_cancel_read_just_before_its_submit_was_recorded_still_applies(bridge:
         stream_seq=2,
         deliveries=1,
     )
-    assert RacedConductor(bridge, llm=None).handle(job) == "ack"
+    assert RacedConductor(bridge, llm=None).handle(message) == "ack"
     events = bridge.call(bridge.log.read_task(task_id)).events
     assert [type(e) for e in events] == [TaskSubmitted, TaskCancelled]
 
@@ -195,7 +195,7 @@ def _on_loop(bridge: Bridge, history: TaskHistory) -> list[str]:
     from the stream: how it was settled once the loop was done, or that it went to an
     actor."""
     outcome: list[str] = []
-    delivery = Delivery(trigger_job(history), outcome.append, lambda: None)
+    delivery = Delivery(trigger_message(history), outcome.append, lambda: None)
 
     async def offer() -> None:
         spawned: list[asyncio.Task[None]] = []

@@ -200,7 +200,7 @@ def test_metrics_off_by_default_import_nothing() -> None:
         "import sys, kernelflow.cli.main, kernelflow.host.observability\n"
         "from kernelflow.host.settings import Settings\n"
         "t = kernelflow.host.observability.start_telemetry(Settings(), ['coder'], 'd', {})\n"
-        "assert t.after_append is None and t.on_job is None\n"
+        "assert t.after_append is None and t.on_message is None\n"
         "print(sorted(m for m in sys.modules if m.startswith(('prometheus_client', "
         "'opentelemetry.sdk'))))\n"
     )

@@ -13,13 +13,13 @@ import pytest
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import _CLAIMS, Conductor
-from kernelflow.actors.worker import Delivery, Job, Settlement
+from kernelflow.actors.worker import Delivery, Message, Settlement
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import EventLog, TaskHistory
 from kernelflow.events.model import AgentDispatched, ConductorDecided, TaskCancelled, TaskSubmitted
 from tests.conftest import connect
-from tests.daemons import submitted_on_default, trigger_job
+from tests.daemons import submitted_on_default, trigger_message
 from tests.memory import running_bridge
 
 
@@ -95,8 +95,8 @@ class _Recorder:
         self.settled: list[Settlement] = []
         self.released = 0
 
-    def delivery(self, job: Job) -> Delivery:
-        return Delivery(job, self.settled.append, self._release)
+    def delivery(self, message: Message) -> Delivery:
+        return Delivery(message, self.settled.append, self._release)
 
     def _release(self) -> None:
         self.released += 1
@@ -108,12 +108,12 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     task_id = new_task()
     submitted = submitted_on_default(task_id)
     history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
-    job = trigger_job(history)
+    message = trigger_message(history)
     first, second = Conductor(bridge, llm=None), Conductor(bridge, llm=None)
     key = (bridge, task_id)
     assert _CLAIMS.claim(key, None)  # the first conductor is busy with the task
     handed = _Recorder()
-    second.receive(handed.delivery(job))
+    second.receive(handed.delivery(message))
     assert handed.released == 1 and handed.settled == []  # freed, not settled yet
     # The first conductor advances the task, then takes what was handed over and settles
     # it once it has looked at the task again.
@@ -123,7 +123,7 @@ def test_a_trigger_for_a_task_being_advanced_is_handed_over(bridge: Bridge) -> N
     assert [type(e) for e in events] == [TaskSubmitted, ConductorDecided, AgentDispatched]
     # Nothing is left claimed: the next trigger is handled (a no-op) and settled at once.
     again = _Recorder()
-    second.receive(again.delivery(job))
+    second.receive(again.delivery(message))
     assert again.settled == ["ack"] and again.released == 0
     assert len(bridge.call(bridge.log.read_task(task_id)).events) == 3
 

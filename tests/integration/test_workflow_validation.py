@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.conductor import Conductor
 from kernelflow.actors.kinds.check import check_agents
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.model import AgentDispatched, OutputParsed, SubmitTask, TaskRejected
@@ -427,7 +427,7 @@ def test_a_submit_command_with_a_bad_workflow_is_rejected_at_its_first_delivery(
     )
     inbox = "_INBOX.test"
     replies = answers_to(bridge.server, inbox)
-    job = Job(
+    message = Message(
         source="command",
         subject=subjects.SUBMIT,
         data=encode(command),
@@ -435,7 +435,7 @@ def test_a_submit_command_with_a_bad_workflow_is_rejected_at_its_first_delivery(
         stream_seq=1,
         deliveries=1,
     )
-    assert Conductor(bridge, llm=None).handle(job) == "ack"  # answered: never redelivered
+    assert Conductor(bridge, llm=None).handle(message) == "ack"  # answered: never redelivered
     reply = replies.get(timeout=10)
     assert reply["ok"] is False and reply["task_id"] == task_id
     [rejected] = bridge.call(bridge.log.read_task(task_id)).events

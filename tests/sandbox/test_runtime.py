@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from kernelflow.actors.daemon import Daemon
-from kernelflow.actors.worker import Job
+from kernelflow.actors.worker import Message
 from kernelflow.events import subjects
 from kernelflow.events.codec import encode
 from kernelflow.events.log import TaskHistory
@@ -30,13 +30,13 @@ from kernelflow.host.runtime import (
 from tests.memory import running_bridge
 
 
-def event_job(task_id: str) -> Job:
-    return Job("event", f"{subjects.EVENTS_ROOT}.{task_id}.agent_dispatched", b"", {}, 1, 1)
+def event_job(task_id: str) -> Message:
+    return Message("event", f"{subjects.EVENTS_ROOT}.{task_id}.agent_dispatched", b"", {}, 1, 1)
 
 
-def submit_job(task_id: str) -> Job:
+def submit_message(task_id: str) -> Message:
     command = SubmitTask(task_id=task_id, task_name="relu", task_source="")
-    return Job("command", subjects.SUBMIT, encode(command), {}, 1, 1)
+    return Message("command", subjects.SUBMIT, encode(command), {}, 1, 1)
 
 
 def test_a_commands_daemon_notes_each_other_task_once_unless_it_is_over(
@@ -58,23 +58,23 @@ def test_a_commands_daemon_notes_each_other_task_once_unless_it_is_over(
             TaskCancelled(task_id="ended", seq=2, reason="kernelflow run interrupted"),
         ]
         bridge.call(bridge.log.append(TaskHistory("ended"), ended))
-        on_job = noting_other_tasks(bridge, {"mine"}, "this run")
+        on_message = noting_other_tasks(bridge, {"mine"}, "this run")
 
-        def taken(role: str, job: Job) -> None:  # as the daemon calls it: on the loop
+        def taken(role: str, message: Message) -> None:  # as the daemon calls it: on the loop
             async def take() -> None:
-                on_job(role, job)
+                on_message(role, message)
                 await asyncio.sleep(0.1)  # the look at the log it starts
 
             bridge.call(take())
 
         taken("coder", event_job("mine"))
-        taken("conductor", submit_job("mine"))
+        taken("conductor", submit_message("mine"))
         taken("designer", event_job("ended"))
         assert capsys.readouterr().err == ""
         taken("coder", event_job("left-over"))
         taken("verifier", event_job("left-over"))
-        taken("conductor", submit_job("queued"))
-        taken("conductor", Job("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
+        taken("conductor", submit_message("queued"))
+        taken("conductor", Message("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
         "note: this run's daemon also works on task left-over (coder), queued before this run "
@@ -86,13 +86,13 @@ def test_a_commands_daemon_notes_each_other_task_once_unless_it_is_over(
 
 def test_a_commands_own_daemon_serves_its_own_tasks_and_cancels_only() -> None:
     for serves in (own_work({"mine"}), own_work(lambda task: task.startswith("mi"))):
-        assert serves(event_job("mine")) and serves(submit_job("mine"))
-        assert not serves(event_job("others")) and not serves(submit_job("others"))
+        assert serves(event_job("mine")) and serves(submit_message("mine"))
+        assert not serves(event_job("others")) and not serves(submit_message("others"))
         anonymous = SubmitTask(task_name="relu", task_source="")  # the conductor names it
-        assert not serves(Job("command", subjects.SUBMIT, encode(anonymous), {}, 1, 1))
+        assert not serves(Message("command", subjects.SUBMIT, encode(anonymous), {}, 1, 1))
         cancel = encode(CancelTask(task_id="others", reason="not needed"))
-        assert serves(Job("command", subjects.CANCEL, cancel, {}, 1, 1))  # costs no LLM
-        assert serves(Job("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
+        assert serves(Message("command", subjects.CANCEL, cancel, {}, 1, 1))  # costs no LLM
+        assert serves(Message("command", subjects.SUBMIT, b"not a command", {}, 1, 1))
 
 
 class StoppingDaemon:

@@ -30,7 +30,7 @@ from kernelflow.llm import make_provider
 from kernelflow.offline.redecide import redecide
 from kernelflow.projections.task_state import TaskState, fold
 from kernelflow.rollout import RolloutConfig, rollout_complete
-from tests.daemons import trigger_job
+from tests.daemons import trigger_message
 from tests.memory import running_bridge
 
 T = "af-1"
@@ -86,7 +86,7 @@ def rollout_events(
             if rollout_complete(fold(T, history.events)):
                 return list(history.events)
             assert isinstance(history.events[-1], AgentDispatched), history.events[-1]
-            LLMAgent(bridge, history.events[-1].agent, provider).handle(trigger_job(history))
+            LLMAgent(bridge, history.events[-1].agent, provider).handle(trigger_message(history))
             conductor.advance(bridge.call(bridge.log.read_task(T)))
     raise AssertionError("the rollout never ended")
 

@@ -65,7 +65,7 @@ from kernelflow.projections.flow_grpo import GrpoOptions
 from kernelflow.projections.task_state import fold
 from kernelflow.rollout import RolloutConfig
 from kernelflow.workflows.model import AgentSpec, OutputField
-from tests.daemons import assert_each_step_once, trigger_job
+from tests.daemons import assert_each_step_once, trigger_message
 from tests.memory import running_bridge
 from tests.unit.test_agent_kinds import CALC
 
@@ -555,7 +555,7 @@ def test_the_agent_actor_resumes_a_research_dispatch_after_a_crash_without_repea
     try:
         history = first.call(first.log.append(TaskHistory(task_id), [submitted]))
         Conductor(first, llm=None).advance(history)
-        dispatch_job = trigger_job(first.call(first.log.read_task(task_id)))
+        dispatch_job = trigger_message(first.call(first.log.read_task(task_id)))
         with pytest.raises(Crash):
             LLMAgent(first, "solver", provider).handle(dispatch_job)
     finally:
@@ -615,7 +615,7 @@ def test_a_dispatch_whose_replay_diverges_fails_naming_the_call(research_script:
     with running_bridge(server) as bridge:
         history = bridge.call(bridge.log.append(TaskHistory(task_id), [submitted]))
         Conductor(bridge, llm=None).advance(history)
-        job = trigger_job(bridge.call(bridge.log.read_task(task_id)))
+        job = trigger_message(bridge.call(bridge.log.read_task(task_id)))
         LLMAgent(bridge, "solver", provider).handle(job)
         events = list(bridge.call(bridge.log.read_task(task_id)).events)
     assert provider.calls == 1

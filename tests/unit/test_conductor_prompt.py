@@ -25,7 +25,7 @@ from kernelflow.llm import make_provider
 from kernelflow.projections.task_state import fold
 from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
-from tests.daemons import trigger_job
+from tests.daemons import trigger_message
 from tests.memory import running_bridge
 
 RELU = (EXAMPLES / "tasks" / "relu.py").read_text()
@@ -58,7 +58,7 @@ def test_the_conductor_reads_the_coders_code_the_task_and_the_counters(tmp_path:
             history = bridge.call(bridge.log.read_task("c-1"))
             assert isinstance(history.events[-1], AgentDispatched)
             assert history.events[-1].agent == agent
-            LLMAgent(bridge, agent, provider).handle(trigger_job(history))
+            LLMAgent(bridge, agent, provider).handle(trigger_message(history))
             conductor.advance(bridge.call(bridge.log.read_task("c-1")))
         state = fold("c-1", bridge.call(bridge.log.read_task("c-1")).events)
     assert [d.chosen for d in state.decisions] == ["designer", "coder", "verifier"]

@@ -139,7 +139,7 @@ def cmd_daemon(args: argparse.Namespace, settings: Settings) -> int:
         with connected(settings, stop.set, telemetry.after_append) as bridge:
             # An LLM endpoint not up yet is waited for, as NATS is: said, not fatal.
             daemon = start_daemon(
-                bridge, settings, roles, pools, telemetry.on_job, llm_must_answer=False
+                bridge, settings, roles, pools, telemetry.on_message, llm_must_answer=False
             )
             # The status read model and the health responder (kernelflow status / health).
             read_model = None if args.no_read_model else ReadModel(bridge, daemon_id).start()
