@@ -26,6 +26,7 @@ from kernelflow.tools.registry import register_tool
 from kernelflow.verification.analysis import Analysis, profile, reference_roofline
 from kernelflow.verification.backends import UnknownBackend
 from kernelflow.verification.backends import backend as find_backend
+from kernelflow.verification.results import untimed_reason
 
 __all__ = ["DslNotes", "ProfileKernel", "Roofline", "operator_table", "roofline_lines"]
 
@@ -138,8 +139,9 @@ class Roofline(Tool):
             raise ToolError(verdict_line(report) + f"\n{report.feedback}")
         lines = [verdict_line(report)]
         if report.roofline is None or report.speedup is None:
-            why = "torch's FLOP counter cannot follow this reference"
-            raise ToolError("\n".join([*lines, f"no roofline: {why}", *report.errors]))
+            why = untimed_reason(report) or "torch's FLOP counter cannot follow this reference"
+            notes = [f"note: {note}" for note in report.errors]
+            raise ToolError("\n".join([*lines, f"no roofline: {why}", *notes]))
         limit = msgspec.structs.asdict(report.roofline)
         lines += roofline_lines(limit, _peaks_from(report.errors))
         words = speedup_text(report.speedup, report_interval(report), report_conclusive(report))

@@ -189,8 +189,8 @@ class VerifierConfig:
         default=None, compare=False, repr=False
     )
     # An analysis the judge runs after the trials for a coder's tool (:mod:`.analysis`:
-    # "roofline", "profile"; "": none), a command the fresh sandbox process runs under
-    # (Nsight Compute's), and what reads the analysis job's work dir once it has run.
+    # "roofline", "profile"; "": none), a command a fresh sandbox process (``warm=False``)
+    # runs under (Nsight Compute's), and what reads the analysis job's work dir after it.
     analysis: str = ""
     wrapper: tuple[str, ...] = ()
     on_workdir: Callable[[Path], None] | None = field(default=None, compare=False, repr=False)

@@ -95,6 +95,21 @@ def test_a_corrupt_or_implausible_cache_is_measured_again_and_replaced(
         assert entry["matmul_gflops"]["float32"] > 0
 
 
+def test_the_implausible_bandwidth_flag_uses_the_cached_bandwidth(
+    config: VerifierConfig, tmp_path: Path
+) -> None:
+    """A kernel moving its bytes faster than the node's copy bandwidth is flagged, the
+    bandwidth taken from the cache (here one no kernel can stay under)."""
+    key = peaks_key("cpu", None, 1, sorted(os.sched_getaffinity(0)))
+    slow_node = {key: {"copy_gbs": 0.001, "matmul_gflops": {"float32": 50.0}}}
+    (tmp_path / CACHE_FILE).write_text(json.dumps(slow_node))
+    here = dataclasses.replace(config, timing_lock_dir=str(tmp_path))
+    report = verify(GELU, FUSED, backend="cpp", config=here)
+    assert report.passed and CACHED in report.errors, report.feedback
+    flag = "above the device's measured copy bandwidth (0 GB/s)"
+    assert any(reason.startswith("flag: ") and flag in reason for reason in report.reasons)
+
+
 def best_ms(run: Callable[[], object], reps: int = 10) -> float:
     run()
     best = math.inf
