@@ -40,10 +40,9 @@ from kernelflow.verification.child.roofline import (
 )
 from kernelflow.verification.child.slot import TimingSlot
 
-__all__ = ["ANALYSIS_FILE", "KINDS", "analyse"]
+__all__ = ["ANALYSIS_FILE", "analyse"]
 
 ANALYSIS_FILE = "analysis.json"
-KINDS = ("roofline", "profile")
 REFERENCE_CALLS = 5  # the reference's best call is its time against the roofline
 
 
@@ -56,9 +55,9 @@ def analyse(
     workdir: str,
     slot: TimingSlot,
 ) -> None:
-    """Run the analysis ``kind`` on what the judge's last trial ran (the task's shapes)
-    and leave it in ``WORKDIR/analysis.json``. The candidate failing in it is a note (and
-    no candidate table): its verdict is the trials'."""
+    """Run the analysis ``kind`` ("roofline"; else "profile") on what the judge's last
+    trial ran (the task's shapes) and leave it in ``WORKDIR/analysis.json``. The candidate
+    failing in it is a note (and no candidate table): its verdict is the trials'."""
     device = str(job.get("device") or "cpu")
     found: dict[str, Any] = {"shapes": judged.shapes[0] if judged.shapes else {}}
     with slot.held(notes):
