@@ -1,12 +1,14 @@
 """The analysis tools' parts that run no process (docs/verifier.md, "The machine's peaks"
 and "The roofline and profile tools"): their arguments and errors, the node's peaks
-cache, Nsight Compute's command line and the parsing of its CSV, the roofline in words."""
+cache, Nsight Compute's command line and the parsing of its CSV, the roofline in words,
+and the bounds on what the candidate's process claims of its profile."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ from kernelflow.tools import argument_errors, make_tool
 from kernelflow.tools.analysis import DslNotes, ProfileKernel, Roofline, roofline_lines
 from kernelflow.tools.base import ToolContext, ToolError
 from kernelflow.verification.backends import backend
-from kernelflow.verification.child.profiling import NVTX_RANGE
+from kernelflow.verification.child.channel import Channel
+from kernelflow.verification.child.profiling import NVTX_RANGE, TOP_OPERATORS
+from kernelflow.verification.child.remote import RemoteCandidate
 from kernelflow.verification.nsight import NCU_LOG, ncu_command, ncu_lines, parse_ncu_csv
 from kernelflow.verification.peaks import CACHE_FILE, cached_peaks, peaks_key, record_peaks
 
@@ -203,3 +207,25 @@ def test_ncu_profiles_the_candidates_range_only_into_the_jobs_log() -> None:
     assert command[command.index("--nvtx-include") + 1] == f"{NVTX_RANGE}/"
     assert command[command.index("--log-file") + 1] == NCU_LOG
     assert command[command.index("--page") + 1] == "details"
+
+
+# --------------------------------------------------------------------------- candidate's claims
+
+
+def test_the_candidates_profile_is_a_claim_bounded_before_anyone_reads_it() -> None:
+    judge_end, candidate_end = socket.socketpair()
+    with judge_end, candidate_end:
+        hostile = [
+            {"name": "x" * 10_000, "self_ms": math.inf, "calls": "many", "share": [1]},
+            "not a row",
+            *({"name": f"op{i}", "self_ms": 0.5, "calls": 2, "share": 0.1} for i in range(50)),
+        ]
+        # Its answer, queued before the request it answers (the channel is a socket).
+        Channel(candidate_end, 1 << 20).send({"ok": True, "operators": hostile})
+        remote = RemoteCandidate(Channel(judge_end, 1 << 20), 0, Path("/nonexistent"), -1)
+        rows = remote.profile(10)
+        request, _ = Channel(candidate_end, 1 << 20).receive()
+    assert request == {"op": "profile", "calls": 10}
+    assert len(rows) == TOP_OPERATORS - 1  # at most TOP_OPERATORS rows read, one not a row
+    assert rows[0] == {"name": "x" * 120, "self_ms": 0.0, "calls": 0.0, "share": 0.0}
+    assert rows[1] == {"name": "op0", "self_ms": 0.5, "calls": 2.0, "share": 0.1}
