@@ -2,10 +2,11 @@
 points (:mod:`.registry`), the workspace projection the file tools act on
 (:mod:`.workspace`), and the built-in tools: ``calculator``, ``python``, the coding tools
 (``view_file``, ``create_file``, ``edit_file``, ``search_code``, ``search_files``,
-``execute_bash``, ``run_tests``) and the kernel tools (``compile_kernel``,
-``check_kernel``). Importing the package registers the built-in tools."""
+``execute_bash``, ``run_tests``), the kernel tools (``compile_kernel``,
+``check_kernel``, ``time_kernel``) and the analysis tools (``roofline``,
+``profile_kernel``, ``dsl_notes``). Importing the package registers the built-in tools."""
 
-from kernelflow.tools import calculator, coding, kernel, sandboxed
+from kernelflow.tools import analysis, calculator, coding, kernel, sandboxed
 from kernelflow.tools.base import (
     TEXT,
     Tool,
@@ -38,6 +39,7 @@ __all__ = [
     "ToolLimits",
     "ToolOutcome",
     "UnknownTool",
+    "analysis",
     "argument_errors",
     "arguments",
     "calculator",

@@ -28,7 +28,17 @@ from kernelflow.verification.results import roofline_text, untimed_reason
 from kernelflow.verification.shapes import SizeBudget
 from kernelflow.verification.taskfile import CandidateError, check_candidate_source
 
-__all__ = ["CHECK_BUDGET", "CheckKernel", "CompileKernel", "TimeKernel", "static_problems"]
+__all__ = [
+    "CHECK_BUDGET",
+    "CheckKernel",
+    "CompileKernel",
+    "TimeKernel",
+    "static_problems",
+    "tool_config",
+    "verdict_line",
+    "verified",
+    "verifier_limits",
+]
 
 # On the CPU, check_kernel checks much smaller shapes than the verifier: it is an agent's
 # quick look, not the verdict.
@@ -81,11 +91,11 @@ class CheckKernel(Tool):
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
-        return _verifier_limits(240.0)  # interpreted Triton on the CPU is slow
+        return verifier_limits(240.0)  # interpreted Triton on the CPU is slow
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        report = await _verified(self, args["code"], ctx, timing=False, cpu_budget=CHECK_BUDGET)
-        text = _verdict_line(report) + f"\n{report.feedback}"
+        report = await verified(self, args["code"], ctx, timing=False, cpu_budget=CHECK_BUDGET)
+        text = verdict_line(report) + f"\n{report.feedback}"
         if not report.passed:
             raise ToolError(text)
         return text
@@ -104,13 +114,13 @@ class TimeKernel(Tool):
 
     @classmethod
     def default_limits(cls) -> ToolLimits:
-        return _verifier_limits(600.0)  # the task's shapes, the rounds, a first build
+        return verifier_limits(600.0)  # the task's shapes, the rounds, a first build
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        report = await _verified(self, args["code"], ctx, timing=True)
+        report = await verified(self, args["code"], ctx, timing=True)
         if not report.passed:
-            raise ToolError(_verdict_line(report) + f"\n{report.feedback}")
-        lines = [_verdict_line(report)]
+            raise ToolError(verdict_line(report) + f"\n{report.feedback}")
+        lines = [verdict_line(report)]
         if report.speedup is None:
             lines.append(untimed_reason(report) or "not timed")
             lines += [f"note: {note}" for note in report.errors]
@@ -123,30 +133,37 @@ class TimeKernel(Tool):
         return "\n".join(lines)
 
 
-async def _verified(tool: Tool, code: str, ctx: ToolContext, **fields: Any) -> VerificationReport:
+async def verified(tool: Tool, code: str, ctx: ToolContext, **fields: Any) -> VerificationReport:
     """The verifier's report on ``code``: one trial, within the tool's limits, with the
     daemon's verifier configuration (``ToolContext.verifier``) and ``fields`` over it."""
+    config = tool_config(tool, ctx, **fields)
+    return await asyncio.to_thread(
+        verify, ctx.task_source, code, backend=ctx.backend, policy=ctx.policy, config=config
+    )
+
+
+def tool_config(tool: Tool, ctx: ToolContext, **fields: Any) -> VerifierConfig:
+    """The verifier configuration a kernel tool's job runs under: the daemon's
+    (``ToolContext.verifier``), one trial, the tool's limits, and ``fields`` over it;
+    a ToolError where the task has no reference to check against."""
     if not ctx.task_source:
         raise ToolError(f"{tool.name} needs a kernel task: this task has no reference model")
-    config = dataclasses.replace(
+    return dataclasses.replace(
         ctx.verifier or VerifierConfig(),
         timeout_s=tool.limits.work_timeout_s,
         memory_mb=tool.limits.memory_mb or VerifierConfig.memory_mb,
         trials=1,
         **fields,
     )
-    return await asyncio.to_thread(
-        verify, ctx.task_source, code, backend=ctx.backend, policy=ctx.policy, config=config
-    )
 
 
-def _verifier_limits(timeout_s: float) -> ToolLimits:
+def verifier_limits(timeout_s: float) -> ToolLimits:
     """A tool that runs the verifier: its time, and the verifier's memory limit."""
     return ToolLimits(
         timeout_s=timeout_s, max_output_chars=8000, memory_mb=VerifierConfig.memory_mb
     )
 
 
-def _verdict_line(report: VerificationReport) -> str:
+def verdict_line(report: VerificationReport) -> str:
     where = f" on {report.device}" if report.device else ""
     return f"verdict: {report.verdict}{where} in {report.duration_s:.1f} s"

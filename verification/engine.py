@@ -81,6 +81,7 @@ from kernelflow.verification.extensions import (
 from kernelflow.verification.extensions import install as extensions_install
 from kernelflow.verification.extensions import store as extensions_store
 from kernelflow.verification.gate import gate_findings
+from kernelflow.verification.peaks import cached_peaks, peaks_key, record_peaks
 from kernelflow.verification.policy import DEFAULT_POLICY, STRICT, Policy, UnknownPolicy
 from kernelflow.verification.policy import policy as find_policy
 from kernelflow.verification.results import feedback_text, interpret
@@ -167,8 +168,8 @@ class VerifierConfig:
     timing_extra_s: float = 10.0
     # Timings a node runs at once: verifiers of a data dir queue for one of its slots
     # around the timing phase only (``KF_TIMING_SLOTS``); 0: no queue. ``timing_lock_dir``
-    # holds the slots' lock files (the data dir's ``timing``; None: a dir of this user's
-    # under the temp dir).
+    # holds the slots' lock files and the node's peaks (:mod:`.peaks`) (the data dir's
+    # ``timing``; None: a dir of this user's under the temp dir).
     timing_slots: int = 1
     timing_lock_dir: str | None = None
     # Compiled C++/CUDA extensions, shared by the verifiers of a node (None: a dir of this
@@ -187,6 +188,12 @@ class VerifierConfig:
     on_build: Callable[[list[str], float | None], None] | None = field(
         default=None, compare=False, repr=False
     )
+    # An analysis the judge runs after the trials for a coder's tool (:mod:`.analysis`:
+    # "roofline", "profile"; "": none), a command a fresh sandbox process (``warm=False``)
+    # runs under (Nsight Compute's), and what reads the analysis job's work dir after it.
+    analysis: str = ""
+    wrapper: tuple[str, ...] = ()
+    on_workdir: Callable[[Path], None] | None = field(default=None, compare=False, repr=False)
     baseline: str = "eager"  # or "compile" (torch.compile of the reference)
     # Time torch.compile of the reference too, as a second baseline (``kernelflow bench``).
     compare_compile: bool = False
@@ -471,6 +478,9 @@ def _run_sandboxed(
     if plan.refusal:
         raise _Refused("unsupported", plan.refusal)
     cores = sorted(config.cores) if config.cores else _usable_cores()
+    threads = config.threads or len(cores)
+    lock_dir = _timing_lock_dir(config)
+    key = peaks_key(device, config.gpu, threads, cores)
     wanted = wanted_extensions(candidate_source) if candidate_source is not None else []
     extensions = _built_extensions(wanted, candidate_source or "", device, plan, config, cores)
     job = {
@@ -493,11 +503,15 @@ def _run_sandboxed(
         "timing_reps": config.timing_reps,
         "timing_extra_s": config.timing_extra_s,
         "timing_slots": config.timing_slots,
-        "timing_lock_dir": _timing_lock_dir(config),
+        "timing_lock_dir": lock_dir,
         "timing_slot_group": timing_slot_group(device, config.gpu),
         "timeout_s": config.timeout_s,
         "cores": cores,
-        "threads": config.threads or len(cores),
+        "threads": threads,
+        # The machine's peaks this node measured before (:mod:`.peaks`).
+        "peaks_key": key,
+        "peaks": cached_peaks(lock_dir, key),
+        "analysis": config.analysis,
         "baseline": config.baseline,
         "compare_compile": config.compare_compile,
         # What the candidate's process records instead of refusing (the policy's).
@@ -617,6 +631,10 @@ def _run_job(
                 outcome = _run_fresh(plan, device, workdir, config, timeout_s)
         except (OSError, WarmProcessLost) as exc:  # the node's fault, not the candidate's
             raise _Refused("unsupported", f"could not run the sandbox: {exc}") from None
+        if "peaks_key" in job:
+            record_peaks(str(job["timing_lock_dir"]), str(job["peaks_key"]), workdir)
+        if job.get("analysis") and config.on_workdir is not None:
+            config.on_workdir(Path(workdir))
         printed = read_tail(cand_dir / CANDIDATE_OUTPUT, config.max_output_bytes)
         report = interpret(outcome, workdir, timeout_s, printed)
         if keep is not None and report.passed:
@@ -661,7 +679,7 @@ def _run_fresh(
     result_r, result_w = os.pipe()
     try:
         args = (workdir, "--result-fd", str(result_w))
-        cmd = [*plan.prefix, *isolated_module(config.python, CHILD_MODULE, *args)]
+        cmd = [*plan.prefix, *config.wrapper, *isolated_module(config.python, CHILD_MODULE, *args)]
         outcome = run_process(
             cmd, workdir, env, timeout_s, config.max_output_bytes, pass_fds=(result_w,)
         )

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from kernelflow.verification.child.roofline import (
+    copy_bandwidth_gbs,
     count_flops,
     float_dtype,
     moved_bytes,
     peak_gflops,
     roofline,
 )
-from kernelflow.verification.child.timing import copy_bandwidth_gbs
 
 
 class Add(torch.nn.Module):

@@ -386,6 +386,10 @@ BUILTIN = {
     "run_tests",
     "compile_kernel",
     "check_kernel",
+    "time_kernel",
+    "roofline",
+    "profile_kernel",
+    "dsl_notes",
 }
 
 

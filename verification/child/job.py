@@ -27,6 +27,7 @@ from typing import Any
 from kernelflow.sandbox import confine_judge
 from kernelflow.sandbox.limits import libc
 from kernelflow.verification.backends import DEFAULT_BACKEND
+from kernelflow.verification.child.analysis import analyse
 from kernelflow.verification.child.compare import compare_outputs, tolerances_of
 from kernelflow.verification.child.device import pin_cores, set_threads
 from kernelflow.verification.child.environment import environment
@@ -54,6 +55,7 @@ from kernelflow.verification.child.report import (
     internal_error,
     write_result,
 )
+from kernelflow.verification.child.roofline import Peaks
 from kernelflow.verification.child.slot import TimingSlot
 from kernelflow.verification.child.taskload import load_task
 from kernelflow.verification.child.timing import speedup_conclusive, timing_report
@@ -157,6 +159,8 @@ def run_job(
         judged = Judge(task_for, candidate, checks, reports, notes, wd).run()
     except CheckEnded as verdict:
         return verdict.result
+    if job.get("analysis"):
+        analyse(str(job["analysis"]), judged, candidate, job, notes, wd, slot or TimingSlot([]))
     if candidate is None:
         return reports.reference_runs(judged.shapes, notes)
     speedup, timing = time_candidate(candidate, judged, job, notes, wd, slot)
@@ -250,6 +254,7 @@ def time_candidate(
     is a note."""
     if not job.get("timing"):
         return None, None
+    peaks = Peaks(job.get("peaks"))
     try:
         tolerances = tolerances_of(job)
         speedup, timing = timing_report(
@@ -261,12 +266,16 @@ def time_candidate(
             lambda outputs: compare_outputs(judged.expected, outputs, tolerances),
             notes,
             slot,
+            peaks,
         )
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         notes.append("timing failed: " + " | ".join(format_exception(exc, workdir)[-3:]))
         return None, None
+    if timing.get("roofline") is not None:
+        notes.append(peaks.note())
+    peaks.leave_for_parent(workdir)
     speedup = finite(speedup)
     timing["conclusive"] = None if speedup is None else speedup_conclusive(timing["speedup_ci95"])
     return speedup, timing

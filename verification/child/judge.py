@@ -62,7 +62,8 @@ class Checks:
     # together, so relations between them that the task relies on hold).
     fallback_shapes: list[dict[str, int]]
     tolerances: Tolerances
-    timed: bool = False  # the candidate is timed after the trials (on the first set's run)
+    # The candidate is timed (or an analysis runs) after the trials, on the first set's run.
+    timed: bool = False
 
     @classmethod
     def from_job(cls, job: dict[str, Any]) -> Checks:
@@ -75,7 +76,7 @@ class Checks:
             auto_shapes=bool(job.get("auto_shapes", False)),
             fallback_shapes=list(job.get("fallback_shapes") or []),
             tolerances=tolerances_of(job),
-            timed=bool(job.get("timing")),
+            timed=bool(job.get("timing") or job.get("analysis")),
         )
 
 
@@ -185,7 +186,8 @@ class Judge:
             build_seed = draw_seed(self.checks.seed, trial, 1)
             self.build_reference(init, build_seed)
             first = self.reference_call(trial, 0)
-            if self.candidate is None:
+            if self.candidate is None:  # what it ran, for an analysis
+                self.judged.inputs, self.judged.expected = first.inputs, first.expected
                 return 0.0, 0.0
             stage = CONSTRUCTION
             # The same seed before each constructor: parameters initialised in the same

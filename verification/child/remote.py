@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import math
 import os
 import signal
 import socket
@@ -38,6 +39,7 @@ from kernelflow.verification.child.channel import (
     encode_value,
     tensor_facts,
 )
+from kernelflow.verification.child.profiling import TOP_OPERATORS
 from kernelflow.verification.child.report import VerificationFailure
 
 __all__ = [
@@ -178,6 +180,23 @@ class RemoteCandidate:
         baseline's batches to carry too."""
         self._ask({"op": "ping"}, [])
 
+    def profile(self, calls: int) -> list[dict[str, Any]]:
+        """The operators ``calls`` calls on the staged inputs ran, by torch's profiler in
+        the candidate's process (:func:`.profiling.profile_calls`): its claims, bounded
+        here, shown to the coder and never part of a verdict."""
+        reply, _ = self._ask({"op": "profile", "calls": calls}, [])
+        rows = reply.get("operators")
+        if not isinstance(rows, list):
+            return []
+        return [
+            {
+                "name": str(row.get("name", ""))[:120],
+                **{key: _number(row.get(key)) for key in ("self_ms", "calls", "share")},
+            }
+            for row in rows[:TOP_OPERATORS]
+            if isinstance(row, dict)
+        ]
+
     def timed_outputs(self, device: str, expected_bytes: int) -> Answer:
         """The outputs of the last timed call."""
         return self._call({"op": "timed_outputs"}, None, device, expected_bytes)
@@ -266,6 +285,13 @@ class RemoteCandidate:
             os.waitpid(self.pid, 0)
         with contextlib.suppress(OSError):
             os.close(self.output_fd)
+
+
+def _number(value: Any) -> float:
+    """A figure the candidate's process claims: a finite number, else 0."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return 0.0
 
 
 def start_candidate(workdir: Path, job: dict[str, Any]) -> RemoteCandidate:

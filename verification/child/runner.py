@@ -40,6 +40,7 @@ from kernelflow.verification.child.guards import (
     warm_up_thread_pools,
 )
 from kernelflow.verification.child.loading import clone, flatten, seed_all
+from kernelflow.verification.child.profiling import NVTX_RANGE, profile_calls
 from kernelflow.verification.child.report import (
     VerificationFailure,
     classify_exception,
@@ -167,6 +168,20 @@ class _Runner:
                     )
         return {}
 
+    def profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``calls`` calls on the staged inputs under torch's profiler: the operators they
+        ran (:func:`.profiling.profile_calls`), for the coder's ``profile_kernel``."""
+        candidate = self._candidate()
+        staged = self.staged
+
+        def call() -> Any:
+            self.turn += 1
+            return candidate.model(*staged[self.turn % len(staged)])
+
+        calls = int(request["calls"])
+        found = profile_calls(call, self.device, calls, workdir=str(self.workdir), nvtx=NVTX_RANGE)
+        return {"operators": found}
+
     def timed_outputs(self) -> tuple[dict, list]:
         """The outputs of the last timed call, for the judge to check."""
         out_blobs: list[bytes | memoryview] = []
@@ -193,6 +208,8 @@ class _Runner:
                 reply = self.stage(header, blobs)
             elif op == "time":
                 reply = self.time(header)
+            elif op == "profile":
+                reply = self.profile(header)
             elif op == "ping":
                 reply = {}
             elif op == "timed_outputs":

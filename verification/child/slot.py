@@ -53,14 +53,15 @@ class TimingSlot:
 
     @classmethod
     def open(cls, job: dict[str, Any], started: float) -> TimingSlot:
-        """The slots of ``job`` (a timed job's; none for others), its files opened now:
-        call before the judge is confined. ``started``: when the job started (the
+        """The slots of ``job`` (a timed job's or an analysis's; none for others), its
+        files opened now: call before the judge is confined. ``started``: when the job started (the
         ``time.monotonic`` clock); the judge waits until its time limit less what its
         timing may take (twice the extra rounds' budget, and 30 s)."""
         slots = int(job.get("timing_slots", 1))
         directory = str(job.get("timing_lock_dir") or "")
         group = "".join(c for c in str(job.get("timing_slot_group") or "cpu") if c.isalnum())
-        if not job.get("timing") or job.get("reference_only") or slots < 1 or not directory:
+        timed = bool(job.get("timing")) and not job.get("reference_only")
+        if not (timed or job.get("analysis")) or slots < 1 or not directory:
             return cls([])
         fds: list[int] = []
         try:

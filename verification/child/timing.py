@@ -29,10 +29,10 @@ from kernelflow.verification.child.guards import LastOutputs
 from kernelflow.verification.child.loading import clone, flatten
 from kernelflow.verification.child.remote import RemoteCandidate
 from kernelflow.verification.child.roofline import (
+    Peaks,
     count_flops,
     float_dtype,
     moved_bytes,
-    peak_gflops,
     roofline,
 )
 from kernelflow.verification.child.slot import TimingSlot
@@ -238,23 +238,6 @@ def time_both(
     return stats
 
 
-def copy_bandwidth_gbs(device: str) -> float:
-    """Achievable memory bandwidth of ``device`` (GB/s), measured with a large copy."""
-    import torch
-
-    n = 128 * 1024 * 1024 // 4
-    a = torch.empty(n, dtype=torch.float32, device=device)
-    b = torch.empty_like(a)
-    b.copy_(a)
-    synchronize(device)
-    started = time.perf_counter()
-    for _ in range(5):
-        b.copy_(a)
-    synchronize(device)
-    seconds = (time.perf_counter() - started) / 5
-    return 2 * a.nbytes / seconds / 1e9
-
-
 def tensor_bytes(value: Any) -> int:
     import torch
 
@@ -270,12 +253,15 @@ def timing_report(
     check: Check,
     notes: list[str],
     slot: TimingSlot | None = None,
+    peaks: Peaks | None = None,
 ) -> tuple[float | None, dict[str, Any]]:
     """Speedup over eager (or torch.compile) PyTorch, with plausibility flags: a speedup
     above 10x, or a candidate moving its bytes faster than the device's copy bandwidth,
     is re-timed with batches four times as long and flagged. ``notes``: where what was
     asked could not be timed, for the report. ``slot``: the node's timing slot, held
-    while the rounds run (verifiers of a node time one at a time: :mod:`.slot`)."""
+    while the rounds run (verifiers of a node time one at a time: :mod:`.slot`).
+    ``peaks``: the machine's peaks (the node's cached ones; what they lack is measured
+    here, in the slot)."""
     import torch
 
     device = str(job.get("device") or "cpu")
@@ -303,6 +289,7 @@ def timing_report(
     # Threads the judge started since it pinned itself (torch.compile's) join its cores.
     pin_cores([int(c) for c in job.get("cores") or []])
     slot = slot if slot is not None else TimingSlot([])
+    peaks = peaks if peaks is not None else Peaks(job.get("peaks"))
     timed = functools.partial(
         time_both,
         baselines,
@@ -319,7 +306,7 @@ def timing_report(
         flags: list[str] = []
         speedup = _speedup(stats, baseline_kind)
         moved = moved_bytes(ref, inputs, expected)
-        bandwidth = copy_bandwidth_gbs(device)
+        bandwidth = peaks.bandwidth(device)
         implied = moved / (stats[CANDIDATE]["ms"]["median"] / 1000) / 1e9
         if speedup > PLAUSIBLE_SPEEDUP or implied > 1.5 * bandwidth:
             stats = timed(max_reps=4 * max_reps, batch_s=4 * BATCH_SECONDS)
@@ -337,7 +324,7 @@ def timing_report(
         # The machine's limit, on the cores the candidate ran on (docs/verifier.md).
         limit = None
         if flops is not None:
-            peak = peak_gflops(device, float_dtype(inputs))
+            peak = peaks.gflops(device, float_dtype(inputs))
             median_ms = stats[CANDIDATE]["ms"]["median"]
             limit = roofline(flops, moved, bandwidth, peak, median_ms)
     return speedup, {
