@@ -213,9 +213,13 @@ def alive(pid: int) -> bool:
 # would leave the other process idle for as long.
 LONGEST_FIRST = (
     "test_faults.py",
+    "test_second_hour.py",
     "test_sandbox_secrets.py",
     "test_workflow_runs.py",
     "test_verifier_cpp.py",
+    "test_agentic_workflow.py",
+    "test_analysis_tools.py",
+    "test_bench.py",
     "test_verifier_pool.py",
     "test_e2e.py",
     "test_first_hour.py",

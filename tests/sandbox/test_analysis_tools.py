@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -141,33 +142,63 @@ def probe_error(probe: Callable[[], float], repeats: int = 3) -> float:
 MOMENTS = 1.5
 
 
+# Tries of each comparison: another test's burst of load can slow one side of one try (the
+# job's probe, or this test's figures, moments apart); a counting or units mistake misses
+# every try.
+TRIES = 3
+
+
+def within_the_probes_error(
+    here_ms: Callable[[], float], attained: Callable[[], dict[str, Any]], probe: Callable[[], float]
+) -> tuple[dict[str, Any], float, float]:
+    """The roofline ``attained`` (its peaks measured in its job, between two figures of
+    this process's own, ``here_ms``), this figure and the allowed factor (the probe's own
+    error, ``MOMENTS`` apart), once its attainable time lands within that factor of this
+    process's figure; the last try's otherwise, for the assertion to show."""
+    for _ in range(TRIES):
+        before = here_ms()
+        found = attained()
+        measured = min(before, here_ms())
+        error = probe_error(probe) * MOMENTS
+        if 1 / error <= found["attainable_ms"] / measured <= error:
+            break
+    return found, measured, error
+
+
 def test_an_elementwise_op_is_memory_bound_and_a_matmul_compute_bound_at_the_machines_speed(
     config: VerifierConfig, one_thread: None, tmp_path: Path
 ) -> None:
     """The acceptance of issue 50: each classified as such, the attainable time within the
     probe's own error of what a copy or a matmul of that size takes here."""
-    # An empty cache: the job measures the peaks now, between this test's own figures.
     here = dataclasses.replace(config, timing_lock_dir=str(tmp_path))
+    cache = tmp_path / CACHE_FILE
+
+    def fresh(task: str, shapes: dict[str, int]) -> dict[str, Any]:
+        """The roofline of ``task`` with the peaks measured now (an empty cache)."""
+        cache.unlink(missing_ok=True)
+        sized = dataclasses.replace(here, shapes=(shapes,))
+        return reference_roofline(task, backend="cpp", config=sized).found
+
     nbytes = 2 * 4 * 4096 * 4096  # tanh-GELU's input and output at the task's own sizes
     source = torch.randn(nbytes // 8)
     target = torch.empty_like(source)
-    copy_ms = best_ms(lambda: target.copy_(source))  # reads half the bytes, writes half
-    gelu = reference_roofline(GELU, backend="cpp", config=dataclasses.replace(here, shapes=({},)))
-    copy_ms = min(copy_ms, best_ms(lambda: target.copy_(source)))
-    assert gelu.found["bound"] == "memory" and gelu.found["flops"] == 0
-    assert gelu.found["bytes"] == nbytes
-    error = probe_error(lambda: copy_bandwidth_gbs("cpu")) * MOMENTS
-    assert 1 / error <= gelu.found["attainable_ms"] / copy_ms <= error, (gelu.found, copy_ms)
+    gelu, copy_ms, error = within_the_probes_error(
+        lambda: best_ms(lambda: target.copy_(source)),  # reads half the bytes, writes half
+        lambda: fresh(GELU, {}),
+        lambda: copy_bandwidth_gbs("cpu"),
+    )
+    assert gelu["bound"] == "memory" and gelu["flops"] == 0
+    assert gelu["bytes"] == nbytes
+    assert 1 / error <= gelu["attainable_ms"] / copy_ms <= error, (gelu, copy_ms)
 
     n = 1024
     a, b = torch.randn(n, n), torch.randn(n, n)
-    mm_ms = best_ms(lambda: a @ b)
-    (tmp_path / CACHE_FILE).unlink()
-    sized = dataclasses.replace(here, shapes=({"N": n},))
-    matmul = reference_roofline(MATMUL, backend="cpp", config=sized).found
-    mm_ms = min(mm_ms, best_ms(lambda: a @ b))
+    matmul, mm_ms, error = within_the_probes_error(
+        lambda: best_ms(lambda: a @ b),
+        lambda: fresh(MATMUL, {"N": n}),
+        lambda: peak_gflops("cpu", torch.float32),
+    )
     assert matmul["bound"] == "compute" and matmul["flops"] == 2 * n**3
-    error = probe_error(lambda: peak_gflops("cpu", torch.float32)) * MOMENTS
     assert 1 / error <= matmul["attainable_ms"] / mm_ms <= error, (matmul, mm_ms)
 
 
