@@ -59,6 +59,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/cpp_verify_speed.py
 	$(BIN)/python bench/agentic_rollout_overhead.py
 	$(BIN)/python bench/cli_start.py
+	$(BIN)/python bench/speed_of_light.py
 
 # On a CUDA machine (install with '.[verifier,cupy]' and the corpus fetched, see
 # bench/corpus/fetch.py): the GPU acceptance run, then the full verifier on corpus kernels.

@@ -54,7 +54,7 @@ def main() -> None:
                 report.speedup, report_interval(report), report_conclusive(report)
             )
             limit = report.roofline
-            sol = "-" if limit is None else f"{limit.sol_fraction:.0%}"
+            sol = "-" if limit is None else f"{limit.sol_fraction:.1%}"
             bound = "-" if limit is None else f"{limit.bound} ({limit.attainable_ms:.3g} ms)"
             peaks = (
                 ""
