@@ -5,6 +5,8 @@ verifier, tests/integration/test_verifier_cpp.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -16,6 +18,7 @@ from kernelflow.cli.ui.task_page import task_fragment
 from kernelflow.events.codec import decode_event, encode
 from kernelflow.events.model import (
     AgentDispatched,
+    Event,
     Roofline,
     TaskFinished,
     TaskSubmitted,
@@ -90,7 +93,8 @@ def test_sol_rewards_a_passing_kernels_fraction_of_speed_of_light_at_most_1() ->
     assert passed.to_dict()["sol_fraction"] == 0.44
 
 
-def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction() -> None:
+def started(**fields: Any) -> list[Event]:
+    """A task of the gelu problem submitted (with ``fields``) and its verifier dispatched."""
     submitted = TaskSubmitted(
         task_id="t",
         seq=1,
@@ -100,9 +104,16 @@ def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction(
         workflow_yaml="x: 1",
         backend="cpp",
         group_id="g",
-        rewards=["sol@1"],
+        **fields,
     )
-    dispatched = AgentDispatched(task_id="t", seq=2, agent="verifier", step=1, dispatch_id="d")
+    return [
+        submitted,
+        AgentDispatched(task_id="t", seq=2, agent="verifier", step=1, dispatch_id="d"),
+    ]
+
+
+def test_the_fold_and_the_recorded_rewards_take_the_last_verifications_fraction() -> None:
+    submitted, dispatched = started(rewards=["sol@1"])
     finished = TaskFinished(
         task_id="t", seq=4, status="success", reason="r", verdict="pass", speedup=2.5
     )
@@ -128,17 +139,7 @@ def test_verify_prints_the_fraction_under_the_timing() -> None:
 
 
 def test_the_bench_card_and_the_dashboards_lists_show_the_fraction() -> None:
-    submitted = TaskSubmitted(
-        task_id="t",
-        seq=1,
-        task_name="gelu",
-        task_source="x",
-        workflow_name="default",
-        workflow_yaml="x: 1",
-        backend="cpp",
-        group_id="g",
-    )
-    dispatched = AgentDispatched(task_id="t", seq=2, agent="verifier", step=1, dispatch_id="d")
+    submitted, dispatched = started()
     finished = TaskFinished(
         task_id="t", seq=4, status="success", reason="r", verdict="pass", speedup=2.5,
         final_code="x",
