@@ -74,7 +74,12 @@ from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import Daemon, DaemonConfig
 from kernelflow.actors.verifier import Verifier
 from kernelflow.events import subjects
-from kernelflow.events.model import ConductorDecided, SubmitTask, VerificationReport
+from kernelflow.events.model import (
+    ConductorDecided,
+    SubmitTask,
+    VerificationReport,
+    VerifyLimits,
+)
 from kernelflow.host.nats_server import EmbeddedNats
 from kernelflow.host.observability import Telemetry
 from kernelflow.llm.scripted import ScriptedProvider
@@ -93,7 +98,12 @@ class NoopVerifier(Verifier):
         pass
 
     def check(
-        self, task_source: str, code: str | None, backend: str, policy: str = ""
+        self,
+        task_source: str,
+        code: str | None,
+        backend: str,
+        policy: str = "",
+        limits: VerifyLimits | None = None,
     ) -> VerificationReport:
         return VerificationReport(verdict="pass", summary="no-op verifier", backend=backend)
 
