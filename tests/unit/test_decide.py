@@ -20,7 +20,6 @@ from kernelflow.events.model import (
     OutputParsed,
     ParseFailed,
     RemovedOption,
-    Roofline,
     TaskSubmitted,
     TimingStats,
     VerificationCompleted,
@@ -32,6 +31,7 @@ from kernelflow.projections.task_state import CONDUCTOR, fold
 from kernelflow.projections.trajectory import StepType, Trajectory, build_trajectory
 from kernelflow.workflows.loader import load_workflow, parse_workflow
 from tests.conftest import EXAMPLES
+from tests.unit.test_speed_of_light import LIMIT
 
 T = "t-sim"
 
@@ -54,20 +54,10 @@ FIX_IT = '{"decision": "coder", "error_and_suggestion": "fix it"}'
 
 def passed_at(sol_fraction: float) -> VerificationReport:
     """A timed pass whose kernel reaches ``sol_fraction`` of speed-of-light."""
-    limit = Roofline(
-        flops=0.0,
-        bytes=1e6,
-        peak_gbs=10.0,
-        peak_gflops=100.0,
-        attainable_ms=0.1,
-        bound="memory",
-        sol_fraction=sol_fraction,
-    )
+    limit = msgspec.structs.replace(LIMIT, sol_fraction=sol_fraction)
+    timing = TimingStats(roofline=limit)
     return VerificationReport(
-        verdict="pass",
-        summary="checked",
-        speedup=1 + sol_fraction,
-        timing=TimingStats(roofline=limit),
+        verdict="pass", summary="checked", speedup=1 + sol_fraction, timing=timing
     )
 
 
