@@ -12,13 +12,11 @@ import contextlib
 import logging
 import os
 import queue
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from kernelflow.actors.bridge import Bridge
 from kernelflow.actors.daemon import CONDUCTOR_ROLE, Daemon, DaemonConfig
@@ -34,7 +32,7 @@ from kernelflow.events.codec import MalformedMessage, decode_command
 from kernelflow.events.errors import TransportError
 from kernelflow.events.log import StreamConfig, TaskHistory
 from kernelflow.events.model import CancelTask, Command, Event, SubmitTask, ends_task
-from kernelflow.host.exits import EXIT_INTERRUPTED, UsageError, WaitTimeout
+from kernelflow.host.exits import UsageError, WaitTimeout
 from kernelflow.host.faults import ENV as FAULT_ENV
 from kernelflow.host.faults import crash_after
 from kernelflow.host.settings import DeviceSpec, Settings
@@ -61,10 +59,6 @@ UNTAKEN_HINT_AFTER_S = 5.0
 REFUSED_S = 2.0
 # How long a command that gives up on its tasks lets its actors finish what they hold.
 ABANDONED_STOP_WAIT_S = 2.0
-# How long a command asked to stop (Ctrl-C, SIGTERM) may take to cancel what it started
-# and close its daemon, NATS connection and embedded server (a few seconds, as a rule)
-# before it exits at once, as it does at a second signal (README.md, "CLI").
-STOP_DEADLINE_S = 15.0
 
 
 # --------------------------------------------------------------------------- wiring
@@ -525,61 +519,6 @@ def _task_worked_on(message: Message) -> str | None:
         if isinstance(command, SubmitTask):
             return command.task_id
     return None
-
-
-@contextlib.contextmanager
-def interruptible(deadline_s: float = STOP_DEADLINE_S) -> Iterator[StopDeadline]:
-    """Within the block, the first SIGINT or SIGTERM (Ctrl-C, a ``timeout`` wrapper, a
-    cancelled CI run) raises KeyboardInterrupt, so that the command cancels what it
-    started and stops, and starts its stop's deadline (``StopDeadline``): past it, or
-    at a second signal, the process exits at once, whatever NATS or its actors do. Left
-    without a signal, the block restores the handlers it found."""
-    stop = StopDeadline(deadline_s)
-
-    def interrupt(*_: object) -> None:
-        stop.asked()
-        raise KeyboardInterrupt
-
-    signals = (signal.SIGINT, signal.SIGTERM)
-    before = {sig: signal.signal(sig, interrupt) for sig in signals}
-    try:
-        yield stop
-    finally:
-        if not stop.started:
-            for sig, handler in before.items():
-                signal.signal(sig, handler)
-        # Asked to stop: the handlers stay, so that a signal during the rest of the exit
-        # (the interpreter waiting for threads) exits at once too.
-
-
-class StopDeadline:
-    """How long a command's stop may take once it began (``asked``): past
-    ``deadline_s``, or asked again, the process exits at once with status 130, saying
-    so on stderr (an embedded NATS server this process started stops with it)."""
-
-    def __init__(self, deadline_s: float = STOP_DEADLINE_S) -> None:
-        self.deadline_s = deadline_s
-        self._timer: threading.Timer | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._timer is not None
-
-    def asked(self) -> None:
-        if self._timer is not None:
-            exit_now("asked again to stop: stopping at once")
-        why = f"the stop took over {self.deadline_s:g}s: stopping at once"
-        self._timer = threading.Timer(self.deadline_s, exit_now, [why])
-        self._timer.daemon = True
-        self._timer.start()
-
-
-def exit_now(why: str) -> NoReturn:
-    """End the process now (130), with one line on stderr: written straight to the file
-    descriptor, since the thread holding stderr's lock may be the one that is stuck."""
-    with contextlib.suppress(Exception):
-        os.write(sys.stderr.fileno(), f"kernelflow: {why}\n".encode())
-    os._exit(EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.host.runtime import STOP_DEADLINE_S
+from kernelflow.host.stopping import STOP_DEADLINE_S
 from tests.conftest import EXAMPLES, as_user, cli_env, keyed_nats_server, run_cli
 from tests.daemons import slow_script
 from tests.integration.test_abandoned import start

@@ -22,11 +22,11 @@ from kernelflow.events.model import CancelTask, SubmitTask, TaskCancelled, TaskS
 from kernelflow.host.exits import WaitTimeout, exit_code_for
 from kernelflow.host.runtime import (
     ABANDONED_STOP_WAIT_S,
-    interruptible,
     noting_other_tasks,
     own_work,
     stopped_after,
 )
+from kernelflow.host.stopping import interruptible
 from tests.memory import running_bridge
 
 
@@ -126,9 +126,44 @@ def test_a_commands_daemon_stops_at_once_when_the_command_gives_up(
 
 def test_signals_are_the_blocks_only_while_it_runs() -> None:
     before: Any = signal.getsignal(signal.SIGTERM)
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
     with interruptible():
         assert signal.getsignal(signal.SIGTERM) is not before
+        assert signal.set_wakeup_fd(-1) != wakeup  # the stop's own pipe
     assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.set_wakeup_fd(wakeup) == -1  # the block put back what it found
+
+
+# Two signals delivered together whose handlers Python ran as one: the second's ran
+# inside the first's before the first's own first line (a loaded machine delays the
+# thread that takes the second), so one handler ran for two signals. The delivery is
+# what the interpreter writes to the wakeup fd; here both bytes are written as its
+# signal handler writes them, then one handler runs.
+ONE_HANDLER_FOR_TWO = """
+import os, signal, time
+from kernelflow.host.stopping import interruptible
+try:
+    with interruptible(deadline_s=300):
+        delivered = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(delivered)
+        os.write(delivered, bytes([signal.SIGINT, signal.SIGTERM]))
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+except KeyboardInterrupt:
+    time.sleep(60)  # a stop that would take its minute
+"""
+
+
+def test_two_signals_delivered_together_stop_at_once_when_python_runs_one_handler() -> None:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", ONE_HANDLER_FOR_TWO], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr) == (
+        130,
+        "kernelflow: asked again to stop: stopping at once\n",
+    )
+    assert time.monotonic() - started < 30
 
 
 # A command that is asked to stop, and whose stop hangs (``STUCK``): in a thread nobody
@@ -136,7 +171,7 @@ def test_signals_are_the_blocks_only_while_it_runs() -> None:
 # that is gone), or in the stop itself.
 STOPPING = """
 import sys, threading, time
-from kernelflow.host.runtime import interruptible
+from kernelflow.host.stopping import interruptible
 try:
     with interruptible(deadline_s={deadline}):
         print("ready", flush=True)

@@ -30,8 +30,9 @@ from kernelflow.cli.commands.options import (
     add_verifier_version_option,
 )
 from kernelflow.host.exits import UsageError
-from kernelflow.host.runtime import connected, interruptible, start_daemon, stopped_after
+from kernelflow.host.runtime import connected, start_daemon, stopped_after
 from kernelflow.host.settings import Settings
+from kernelflow.host.stopping import interruptible
 from kernelflow.offline.sources import BENCH_RUN
 from kernelflow.projections.benchmark import (
     BENCH_FAST_P,

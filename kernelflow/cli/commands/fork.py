@@ -73,10 +73,10 @@ def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
         cancel_abandoned,
         connected,
         follow_task,
-        interruptible,
         start_daemon,
         stopped_after,
     )
+    from kernelflow.host.stopping import interruptible
     from kernelflow.projections.render import describe, summary
     from kernelflow.task import fork_roles, new_id_for, read_back
     from kernelflow.workflows.loader import WorkflowError

@@ -22,8 +22,8 @@ from kernelflow.cli.commands.options import (
 )
 from kernelflow.events.codec import MalformedMessage
 from kernelflow.host.exits import EXIT_FAILED, EXIT_OK, UsageError
-from kernelflow.host.runtime import interruptible
 from kernelflow.host.settings import Settings
+from kernelflow.host.stopping import interruptible
 from kernelflow.llm import ProviderSpecError
 from kernelflow.projections.rewards import (
     PROMPT_REWARDS,

@@ -31,12 +31,12 @@ from kernelflow.host.runtime import (
     cancel_abandoned,
     connected,
     follow_task,
-    interruptible,
     noting_other_tasks,
     start_daemon,
     stopped_after,
 )
 from kernelflow.host.settings import Settings
+from kernelflow.host.stopping import interruptible
 from kernelflow.offline.files import atomic_output
 from kernelflow.progress import Ticker, ticker_for
 from kernelflow.projections.render import describe, summary

@@ -29,11 +29,11 @@ from kernelflow.host.runtime import (
     connected,
     follow_tasks,
     hosting,
-    interruptible,
     no_host,
     request_reply,
 )
 from kernelflow.host.settings import Settings
+from kernelflow.host.stopping import interruptible
 from kernelflow.offline.sources import EventFilter, LiveSource, metrics_of, say_quarantined
 from kernelflow.progress import for_terminal
 from kernelflow.projections.render import (

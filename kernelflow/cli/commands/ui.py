@@ -21,8 +21,9 @@ from typing import Any
 from kernelflow.actors.connection import safe_url
 from kernelflow.cli.commands.options import add_connection_options
 from kernelflow.host.exits import EXIT_OK, UsageError
-from kernelflow.host.runtime import StopDeadline, connected
+from kernelflow.host.runtime import connected
 from kernelflow.host.settings import DEFAULT_UI_PORT, Settings
+from kernelflow.host.stopping import StopDeadline
 
 
 def register(subparsers: Any) -> None:
