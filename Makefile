@@ -28,7 +28,14 @@ demo: $(BIN)/.demo-installed
 # fought for the cores), and no test keeps a timing margin that this load can eat
 # (README, Development). A module's tests stay together, in order, with their
 # module-wide servers and daemons.
+#
+# A machine whose Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as this project's
+# machines set it) would compile kernelflow's sources again in each of the thousands of
+# processes the tests start (the CLI, daemons, verifier sandboxes): they are compiled once
+# first (compileall writes whatever that variable says; a source newer than its bytecode
+# is compiled again as usual).
 test: $(BIN)/.installed
+	$(BIN)/python -m compileall -q $(LAYERS) kernelflow tests
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 # The inner loop: tests/unit, which starts no process and opens no connection
