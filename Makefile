@@ -23,11 +23,11 @@ $(BIN)/.installed: $(BIN)/.demo-installed
 demo: $(BIN)/.demo-installed
 	$(BIN)/kernelflow run examples/tasks/relu.py --llm scripted:examples/scripted/relu.yaml
 
-# Three test processes on a 2-core machine: tests wait on servers, subprocesses and
-# timeouts part of the time (two processes took 13 min, three 11, four 11.5 as they
-# fought for the cores), and no test keeps a timing margin that this load can eat
-# (README, Development). A module's tests stay together, in order, with their
-# module-wide servers and daemons.
+# Three test processes on a 2-core machine: enough to keep both cores busy while some
+# tests wait on servers and subprocesses (six took as long as three: the suite is bound
+# by CPU, mostly the verifier's start-up in each daemon), and no test keeps a timing
+# margin that this load can eat (README, Development). A module's tests stay together,
+# in order, with their module-wide servers and daemons.
 #
 # A machine whose Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as this project's
 # machines set it) would compile kernelflow's sources again in each of the thousands of
