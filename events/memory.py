@@ -82,7 +82,9 @@ class Published(NamedTuple):
 
 
 @dataclass(frozen=True)
-class StoredCommand:
+class StoredMessage:
+    """A message as a stream holds it (a command here; an event as the consumers read it)."""
+
     seq: int
     subject: str
     data: bytes
@@ -111,7 +113,7 @@ class MemoryStreams:
         self._times: list[float] = []  # when each was stored (seconds since the epoch)
         self._by_task: dict[str, list[int]] = {}  # stream sequences on kf.ev.<task>.>
         self._event_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self._commands: OrderedDict[int, StoredCommand] = OrderedDict()
+        self._commands: OrderedDict[int, StoredMessage] = OrderedDict()
         self._command_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._last_command = 0
         self._headers: dict[int, dict[str, str]] = {}  # of the events published with any
@@ -260,7 +262,7 @@ class MemoryStreams:
             if msg_id is not None and msg_id in ids:
                 return Published(ids[msg_id][0], duplicate=True)
             self._last_command += 1
-            stored = StoredCommand(self._last_command, subject, bytes(data), headers)
+            stored = StoredMessage(self._last_command, subject, bytes(data), headers)
             self._commands[stored.seq] = stored
             if msg_id is not None:
                 ids[msg_id] = (stored.seq, self._clock())
@@ -269,7 +271,7 @@ class MemoryStreams:
             listener((stored.seq, stored.subject, stored.data))
         return Published(stored.seq)
 
-    def commands(self, pattern: str = subjects.ALL_COMMANDS) -> list[StoredCommand]:
+    def commands(self, pattern: str = subjects.ALL_COMMANDS) -> list[StoredMessage]:
         """The commands on ``pattern`` not settled yet, oldest first."""
         with self._lock:
             return [c for c in self._commands.values() if subjects.matches(pattern, c.subject)]

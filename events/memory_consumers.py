@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernelflow.events import subjects
@@ -28,22 +28,14 @@ from kernelflow.events.consumers import (
     Delivered,
     Pull,
 )
-from kernelflow.events.memory import MemoryStreams
+from kernelflow.events.memory import MemoryStreams, StoredMessage
 
 _Key = tuple[str, str]  # (stream, durable)
 
 
-@dataclass(frozen=True)
-class _Message:
-    seq: int
-    subject: str
-    data: bytes
-    headers: Mapping[str, str]
-
-
 @dataclass
 class _Unsettled:
-    message: _Message
+    message: StoredMessage
     deliveries: int
     due: float  # when it is delivered again (``time.monotonic``)
 
@@ -69,7 +61,7 @@ class _MemoryDelivered(Delivered):
     )
 
     def __init__(
-        self, consumers: MemoryConsumers, key: _Key, message: _Message, at: int, times: int
+        self, consumers: MemoryConsumers, key: _Key, message: StoredMessage, at: int, times: int
     ) -> None:
         self._consumers, self._key = consumers, key
         self.subject, self.data, self.headers = message.subject, message.data, message.headers
@@ -251,20 +243,18 @@ class MemoryConsumers(ConsumersPort):
         for wake in wakes:
             wake()
 
-    def _delivery(self, key: _Key, consumer: _Consumer, message: _Message, times: int) -> Delivered:
+    def _delivery(
+        self, key: _Key, consumer: _Consumer, message: StoredMessage, times: int
+    ) -> Delivered:
         consumer.delivered += 1
         return _MemoryDelivered(self, key, message, consumer.delivered, times)
 
-    def _messages(self, spec: ConsumerSpec, seq: int, limit: int | None) -> list[_Message]:
+    def _messages(self, spec: ConsumerSpec, seq: int, limit: int | None) -> list[StoredMessage]:
         """The stream's messages on ``spec``'s filters from ``seq`` on (at most ``limit``)."""
         if limit is not None and limit <= 0:
             return []
         if spec.stream == subjects.COMMANDS_STREAM:
-            found = [
-                _Message(c.seq, c.subject, c.data, c.headers)
-                for c in self.streams.commands()
-                if c.seq >= seq and _on(spec, c.subject)
-            ]
+            found = [c for c in self.streams.commands() if c.seq >= seq and _on(spec, c.subject)]
         else:
             on_any = {
                 stored
@@ -272,7 +262,7 @@ class MemoryConsumers(ConsumersPort):
                 for stored in self.streams.messages(seq, pattern, limit=limit)
             }
             found = [
-                _Message(s, subject, data, self.streams.headers_of(s))
+                StoredMessage(s, subject, data, self.streams.headers_of(s))
                 for s, subject, data in sorted(on_any)
             ]
         return found[:limit]

@@ -90,16 +90,13 @@ class StopDeadline:
 
     def _watch(self) -> NoReturn:
         ends = time.monotonic() + self.deadline_s
+        watched = [] if self._delivered is None else [self._delivered]
         stops = 0
         while (left := ends - time.monotonic()) > 0:
-            if self._delivered is None:
-                time.sleep(left)
-                continue
-            ready, _, _ = select.select([self._delivered], [], [], left)
-            if ready:
-                stops += sum(1 for number in os.read(self._delivered, 64) if number in _STOPS)
-                if stops > 1:
-                    exit_now("asked again to stop: stopping at once")
+            for fd in select.select(watched, [], [], left)[0]:
+                stops += sum(1 for number in os.read(fd, 64) if number in _STOPS)
+            if stops > 1:
+                exit_now("asked again to stop: stopping at once")
         exit_now(f"the stop took over {self.deadline_s:g}s: stopping at once")
 
 
