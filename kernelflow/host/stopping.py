@@ -100,9 +100,22 @@ class StopDeadline:
         exit_now(f"the stop took over {self.deadline_s:g}s: stopping at once")
 
 
+# Held by the thread that ends the process: the second signal's handler (main thread) and
+# the stop's watcher can both see the second ask; the one that comes late waits here for
+# the other's exit instead of saying it again. Reentrant, for a handler that runs in the
+# main thread while that thread is itself exiting.
+_EXITING = threading.RLock()
+_said = False
+
+
 def exit_now(why: str) -> NoReturn:
     """End the process now (130), with one line on stderr: written straight to the file
-    descriptor, since the thread holding stderr's lock may be the one that is stuck."""
-    with contextlib.suppress(Exception):
-        os.write(sys.stderr.fileno(), f"kernelflow: {why}\n".encode())
-    os._exit(EXIT_INTERRUPTED)
+    descriptor, since the thread holding stderr's lock may be the one that is stuck.
+    Said once, whichever threads call it."""
+    global _said
+    with _EXITING:
+        if not _said:
+            _said = True
+            with contextlib.suppress(Exception):
+                os.write(sys.stderr.fileno(), f"kernelflow: {why}\n".encode())
+        os._exit(EXIT_INTERRUPTED)

@@ -166,6 +166,37 @@ def test_two_signals_delivered_together_stop_at_once_when_python_runs_one_handle
     assert time.monotonic() - started < 30
 
 
+# The second ask seen twice: by the second signal's handler and by the stop's watcher,
+# each ending the process. Here two threads end it together and stderr is slow, so the
+# first is still writing its line when the second comes.
+TWO_SEE_THE_SECOND = """
+import os, threading, time
+from kernelflow.host import stopping
+write = os.write
+def slow_write(fd, data):
+    written = write(fd, data)
+    time.sleep(0.5)
+    return written
+os.write = slow_write
+both = threading.Barrier(2)
+def ask_again():
+    both.wait()
+    stopping.exit_now("asked again to stop: stopping at once")
+threading.Thread(target=ask_again).start()
+ask_again()
+"""
+
+
+def test_the_second_ask_is_said_once_when_two_threads_see_it() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", TWO_SEE_THE_SECOND], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr) == (
+        130,
+        "kernelflow: asked again to stop: stopping at once\n",
+    )
+
+
 # A command that is asked to stop, and whose stop hangs (``STUCK``): in a thread nobody
 # stops, which the interpreter waits for at its exit (an actor stuck in a call to a NATS
 # that is gone), or in the stop itself.
