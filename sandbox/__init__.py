@@ -19,7 +19,8 @@ Parent side (in the daemon; never imports torch):
   group, bounded output;
 - :mod:`.probe`: what the machine allows (GPU, network namespaces, the sandbox plan);
 - :mod:`.command`: a command run confined (the tools' sandbox);
-- :mod:`.warm`: the pool of warm processes and one job run in one.
+- :mod:`.warm`: the pool of warm processes, one job run in one, and the plan of their
+  sandboxes (probed in their forks).
 """
 
 from kernelflow.sandbox.command import isolation_prefix, run_confined
@@ -57,6 +58,7 @@ from kernelflow.sandbox.warm import (
     run_in_warm_process,
     shutdown_warm_processes,
     warm_process_for,
+    warm_sandbox_plan,
 )
 from kernelflow.sandbox.warm_server import serve
 
@@ -91,4 +93,5 @@ __all__ = [
     "unshare_pid_namespace",
     "visible_gpus",
     "warm_process_for",
+    "warm_sandbox_plan",
 ]

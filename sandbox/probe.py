@@ -34,11 +34,14 @@ __all__ = [
     "GPU_DEVICE_FILES",
     "PROBE_TIMEOUT_S",
     "IsolationStatus",
+    "ProbeAttempt",
     "SandboxPlan",
     "detect_device",
     "device_env",
     "isolation_status",
     "network_prefixes",
+    "plan_from",
+    "probe_args",
     "probed_once",
     "run_quiet",
     "sandbox_plan",
@@ -227,13 +230,40 @@ def _said(out: str, prefix: str) -> list[str]:
     return [ln[len(prefix) :].strip() for ln in out.splitlines() if ln.startswith(prefix)]
 
 
+# One way of trying a sandbox plan's combination (:func:`plan_from`): under network
+# ``prefix``, memory limit ``kind``, with the whole confinement or not (``fs``), run the
+# probe (``--probe DEVICE KIND MEMORY_MB [fs]``); what it printed on stdout if it
+# succeeded (else None), and what it said when it failed (as ``run_quiet``'s ``failed``).
+ProbeAttempt = Callable[[tuple[str, ...], str, bool], tuple[str | None, str]]
+
+
 @probed_once
 def sandbox_plan(python: str, device: str, memory_mb: int, entry: str) -> SandboxPlan:
-    """The strongest isolation under which the sandbox module ``entry`` still works here
-    (probed once). ``python -I -m ENTRY --probe DEVICE MEMORY_KIND MEMORY_MB [fs]`` must
-    apply the limits (with ``fs``, inside :func:`~kernelflow.sandbox.confine.
-    probe_isolation`: the whole confinement of a candidate), ready its runtime and print
-    ``ok`` last.
+    """The strongest isolation under which the sandbox module ``entry``, started fresh
+    for each candidate, still works here (probed once, in short processes). ``python -I
+    -m ENTRY --probe DEVICE MEMORY_KIND MEMORY_MB [fs]`` must apply the limits (with
+    ``fs``, inside :func:`~kernelflow.sandbox.confine.probe_isolation`: the whole
+    confinement of a candidate), ready its runtime and print ``ok`` last. (A warm
+    process's sandboxes are probed in its forks instead: ``warm.warm_sandbox_plan``.)"""
+    env = device_env(tempfile.gettempdir(), device)
+    env[ALLOW_NETWORK_ENV] = "1"  # the probe reports what is missing rather than refusing
+
+    def fresh(prefix: tuple[str, ...], kind: str, fs: bool) -> tuple[str | None, str]:
+        args = ["--probe", *probe_args(device, kind, memory_mb, fs)]
+        cmd = [*prefix, *isolated_module(python, entry, *args)]
+        failed: list[str] = []
+        return run_quiet(cmd, PROBE_TIMEOUT_S, env, failed=failed), "".join(failed)
+
+    return plan_from(fresh, device)
+
+
+def probe_args(device: str, kind: str, memory_mb: int, fs: bool) -> list[str]:
+    """The sandbox module's probe arguments, after ``--probe``."""
+    return [device, kind, str(memory_mb), *(["fs"] if fs else [])]
+
+
+def plan_from(attempt: ProbeAttempt, device: str) -> SandboxPlan:
+    """The first combination ``attempt`` finds working, strongest first.
 
     Network: the first of :func:`network_prefixes` that the runtime accepts (the sandbox
     also unshares a network namespace of its own). Memory: RLIMIT_AS on CPU; on CUDA,
@@ -244,19 +274,14 @@ def sandbox_plan(python: str, device: str, memory_mb: int, entry: str) -> Sandbo
     ``plan.refusal`` says whether candidates may run at all).
     """
     kinds = ("as", "none") if device == "cpu" else ("data", "none")
-    env = device_env(tempfile.gettempdir(), device)
-    env[ALLOW_NETWORK_ENV] = "1"  # the probe reports what is missing rather than refusing
     problems: list[str] = []
     crashes: list[str] = []  # what a probe died of, where it did not say what was missing
     for prefix in network_prefixes():
         for kind in kinds:
             for fs in (True, False):
-                probe = ("--probe", device, kind, str(memory_mb), *(["fs"] if fs else []))
-                cmd = [*prefix, *isolated_module(python, entry, *probe)]
-                failed: list[str] = []
-                out = run_quiet(cmd, PROBE_TIMEOUT_S, env, failed=failed)
-                problems += _said("".join(failed), "isolation: unavailable:")
-                crashes += _said("".join(failed), "error:")
+                out, failed = attempt(prefix, kind, fs)
+                problems += _said(failed, "isolation: unavailable:")
+                crashes += _said(failed, "error:")
                 if out is None or not out.strip().endswith("ok"):
                     continue
                 if not fs:

@@ -1,6 +1,7 @@
 """The warm process, client side: the parent's pool of pre-started warm processes (one per
-interpreter, device, network isolation, GPU and sandbox module), and running one job in
-one (see :mod:`kernelflow.sandbox.warm_server` for the protocol).
+interpreter, device, network isolation, GPU and sandbox module), running one job in one
+(see :mod:`kernelflow.sandbox.warm_server` for the protocol), and the sandbox plan of a
+warm process's sandboxes, probed in its forks (:func:`warm_sandbox_plan`).
 
 A process dies with the thread that started it (Linux sends PR_SET_PDEATHSIG when that
 thread ends): start processes from a thread that outlives their jobs.
@@ -12,6 +13,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -20,7 +22,14 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kernelflow.sandbox.probe import PROBE_TIMEOUT_S, device_env
+from kernelflow.sandbox.probe import (
+    PROBE_TIMEOUT_S,
+    SandboxPlan,
+    device_env,
+    plan_from,
+    probe_args,
+    probed_once,
+)
 from kernelflow.sandbox.process import (
     ProcessOutcome,
     TailBuffer,
@@ -28,7 +37,7 @@ from kernelflow.sandbox.process import (
     isolated_module,
     read_tail,
 )
-from kernelflow.sandbox.warm_server import OUTPUT_LOG
+from kernelflow.sandbox.warm_server import OUTPUT_LOG, PROBE_OUTPUT
 
 __all__ = [
     "WarmKey",
@@ -38,6 +47,7 @@ __all__ = [
     "run_in_warm_process",
     "shutdown_warm_processes",
     "warm_process_for",
+    "warm_sandbox_plan",
 ]
 
 
@@ -116,9 +126,14 @@ class WarmProcess:
             raise WarmProcessLost(f"the warm process said something odd: {line[:200]!r}") from exc
         return value if isinstance(value, dict) else {}
 
-    def run(self, workdir: str, timeout_s: float) -> dict[str, Any]:
+    def run(self, workdir: str, timeout_s: float, probe: list[str] | None = None) -> dict[str, Any]:
+        """Run the job in ``workdir`` in a forked sandbox (or, given ``probe``, the sandbox
+        module's probe with those arguments); the process's status line."""
         assert self.proc.stdin is not None
-        line = json.dumps({"workdir": workdir, "timeout_s": timeout_s})
+        job: dict[str, Any] = {"workdir": workdir, "timeout_s": timeout_s}
+        if probe is not None:
+            job["probe"] = probe
+        line = json.dumps(job)
         try:
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
@@ -199,3 +214,47 @@ def run_in_warm_process(
         result = str(reply.get("result", "")).encode()
         return ProcessOutcome(code, output, bool(reply.get("intermediate_lost")), result)
     raise AssertionError("unreachable")
+
+
+@probed_once
+def warm_sandbox_plan(
+    python: str, device: str, gpu: str | None, entry: str, memory_mb: int
+) -> SandboxPlan:
+    """The strongest isolation under which the sandboxes a warm process of ``entry`` forks
+    still work here (:func:`~kernelflow.sandbox.probe.plan_from`; probed once): each
+    combination is the sandbox module's probe run in a sandbox forked from the warm process
+    of that network isolation, as every job under the plan will be, so that readying a
+    verifier imports torch once, not once more for a probe. The plan's warm process is left
+    running, ready for the first job; those of the isolations it did not pick are stopped.
+    """
+    tried: set[WarmKey] = set()
+
+    def forked(prefix: tuple[str, ...], kind: str, fs: bool) -> tuple[str | None, str]:
+        key = WarmKey(python, device, prefix, gpu, entry)
+        tried.add(key)
+        workdir = tempfile.mkdtemp(prefix="kf-warm-probe-")
+        try:
+            process = warm_process_for(key)
+            with process.lock:
+                reply = process.run(
+                    workdir, PROBE_TIMEOUT_S, probe_args(device, kind, memory_mb, fs)
+                )
+        except WarmProcessLost as exc:
+            return None, f"error: {exc}\n"
+        else:
+            out = read_tail(Path(workdir, PROBE_OUTPUT), 64 * 1024)
+            if reply.get("outcome") == "done" and reply.get("code") == 0:
+                return out, ""
+            errors = read_tail(Path(workdir, OUTPUT_LOG), 16 * 1024).strip().splitlines()
+            why = errors[-1][:300] if errors else f"the probe ended so: {reply}"
+            return None, out + f"error: {why}\n"
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    plan = plan_from(forked, device)
+    for key in tried - {WarmKey(python, device, plan.prefix, gpu, entry)}:
+        with _WARM_LOCK:
+            unused = WARM_PROCESSES.pop(key, None)
+        if unused is not None:
+            unused.close()
+    return plan

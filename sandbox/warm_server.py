@@ -2,14 +2,15 @@
 triton imported, CUDA never initialised) and forks a fresh sandbox for every job.
 
 Protocol: it prints ``{"ready": true, "pid": ...}``, then for every job line on stdin
-(``{"workdir", "timeout_s"}``) forks an intermediate process, waits for it with the
+(``{"workdir", "timeout_s"}``, and ``"probe"``: the sandbox module's probe arguments for a
+sandbox that runs its probe instead of a job) forks an intermediate process, waits for it with the
 timeout, kills its whole process group and answers one status line on stdout (``outcome``
 ``done``/``timeout``/``spawn_error``, the sandbox's exit ``code`` or ``signal``, whether it
 had a PID namespace, and the ``result`` the sandbox wrote on its result pipe, fd 3). The
 intermediate starts a session, moves its future children into a new PID namespace and a
 pids cgroup when the machine allows them, and forks the sandbox: PID 1 there, it sees no
 process outside it, and everything it starts dies with it. The sandbox's stdout and stderr
-go to ``WORKDIR/output.log``.
+go to ``WORKDIR/output.log`` (a probe's stdout to ``WORKDIR/probe.out``).
 
 Child side: stdlib only (the job runner brings its own imports).
 """
@@ -41,16 +42,21 @@ __all__ = ["JobRunner", "serve"]
 
 CLONE_NEWPID = 0x20000000
 OUTPUT_LOG = "output.log"  # in the job's work dir: the sandbox's stdout and stderr
+PROBE_OUTPUT = "probe.out"  # in a probe's work dir: the probe's stdout
 
 # Runs one job in the (not yet confined) sandbox process: ``(workdir, result_fd)``, writing
 # its result on the pipe ``result_fd``; never returns.
 JobRunner = Callable[[Path, int], None]
+# Runs the sandbox module's probe (``--probe ARGS``) in the sandbox process: its exit status.
+Prober = Callable[[list[str]], int]
 RESULT_FD = 3
 # A result is read once the sandbox has exited: it must fit in the pipe's buffer.
 _MAX_RESULT_BYTES = 64 * 1024
 
 
-def fork_sandbox(job: dict[str, Any], status_w: int, result_w: int, run_job: JobRunner) -> int:
+def fork_sandbox(
+    job: dict[str, Any], status_w: int, result_w: int, run_job: JobRunner, probe: Prober
+) -> int:
     """Fork the intermediate process; returns its pid (also its process group id).
 
     The intermediate reports the sandbox's wait status (and whether it got a PID
@@ -86,6 +92,14 @@ def fork_sandbox(job: dict[str, Any], status_w: int, result_w: int, run_job: Job
             os.closerange(RESULT_FD + 1, 4096)  # nothing else of the worker's stays reachable
             sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
             faulthandler.enable()
+            if "probe" in job:
+                out = os.open(workdir / PROBE_OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.dup2(out, 1)
+                os.close(out)
+                code = probe([str(arg) for arg in job["probe"]])
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
             run_job(workdir, RESULT_FD)
         _, status = os.waitpid(child, 0)
         os.write(status_w, json.dumps({"status": status, "pidns": pidns}).encode())
@@ -105,9 +119,10 @@ def _read_all(fd: int) -> bytes:
     return data
 
 
-def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
+def serve(preload: Callable[[], None], run_job: JobRunner, probe: Prober) -> int:
     """The warm process loop (see the module docstring): ``preload`` readies the runtime
-    every sandbox shares, ``run_job`` runs one job in a forked sandbox."""
+    every sandbox shares, ``run_job`` runs one job in a forked sandbox, ``probe`` the
+    sandbox module's probe in one (what isolation its sandboxes get here)."""
     die_with_parent()
     preload()
     out = sys.stdout
@@ -121,7 +136,7 @@ def serve(preload: Callable[[], None], run_job: JobRunner) -> int:
         status_r, status_w = os.pipe()
         result_r, result_w = os.pipe()
         try:
-            pid = fork_sandbox(job, status_w, result_w, run_job)
+            pid = fork_sandbox(job, status_w, result_w, run_job, probe)
         except OSError as exc:
             for fd in (status_r, status_w, result_r, result_w):
                 os.close(fd)

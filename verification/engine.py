@@ -19,7 +19,6 @@ behind becomes the report in :mod:`kernelflow.verification.results`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -42,14 +41,13 @@ from kernelflow.sandbox import (
     WarmProcessLost,
     detect_device,
     device_env,
-    discard_warm_process,
     isolated_module,
-    network_prefixes,
     run_in_warm_process,
     run_process,
     sandbox_plan,
     shutdown_warm_processes,
     warm_process_for,
+    warm_sandbox_plan,
 )
 from kernelflow.sandbox.process import read_tail
 from kernelflow.sandbox.workdirs import VERIFY_PREFIX, locked_workdir
@@ -205,9 +203,12 @@ DEFAULT_CONFIG = VerifierConfig()
 _MAX_RESULT_BYTES = 64 * 1024
 
 
-def _sandbox_plan(python: str, device: str, memory_mb: int) -> SandboxPlan:
-    """The sandbox plan of the verifier's sandbox process (probed once)."""
-    return sandbox_plan(python, device, memory_mb, CHILD_MODULE)
+def _sandbox_plan(config: VerifierConfig, device: str) -> SandboxPlan:
+    """The sandbox plan of ``config``'s sandboxes on ``device`` (probed once): in forks of
+    its warm process, or in fresh processes where each candidate gets one."""
+    if config.warm:
+        return warm_sandbox_plan(config.python, device, config.gpu, CHILD_MODULE, config.memory_mb)
+    return sandbox_plan(config.python, device, config.memory_mb, CHILD_MODULE)
 
 
 def _warm_key(config: VerifierConfig, device: str, prefix: tuple[str, ...]) -> WarmKey:
@@ -242,22 +243,8 @@ def warm_up(config: VerifierConfig = DEFAULT_CONFIG) -> str:
         return "nothing to ready: no CUDA GPU here, every verification answers unsupported"
     if config.device == "cpu":
         device = "cpu"
-    if not config.warm:
-        _sandbox_plan(config.python, device, config.memory_mb)
-    else:
-        # The probe and the warm process each spend seconds importing torch and triton: the
-        # warm process starts beside the probe, under the network isolation the probe picks
-        # whenever torch works under it at all (the strongest that works here), and is
-        # replaced in the rare case the probe picked another.
-        with concurrent.futures.ThreadPoolExecutor(1, "kf-sandbox-probe") as probing:
-            planned = probing.submit(_sandbox_plan, config.python, device, config.memory_mb)
-            likely = network_prefixes()[0]
-            early = None
-            with contextlib.suppress(WarmProcessLost):  # the probe finds out what works instead
-                early = warm_process_for(_warm_key(config, device, likely))
-            plan = planned.result()
-        if early is not None and plan.prefix != likely:
-            discard_warm_process(early)
+    plan = _sandbox_plan(config, device)
+    if config.warm:  # up already, unless no isolation worked (then this says why)
         warm_process_for(_warm_key(config, device, plan.prefix))
     return f"{device}, " + ("warm process up" if config.warm else "a fresh sandbox per candidate")
 
@@ -474,7 +461,7 @@ def _run_sandboxed(
         if config.shapes is not None
         else auto_shape_sets(task_source, device, config.cpu_budget)
     )
-    plan = _sandbox_plan(config.python, device, config.memory_mb)
+    plan = _sandbox_plan(config, device)
     if plan.refusal:
         raise _Refused("unsupported", plan.refusal)
     cores = sorted(config.cores) if config.cores else _usable_cores()

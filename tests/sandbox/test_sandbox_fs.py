@@ -40,7 +40,7 @@ GATE_OFF = VerifierConfig(trials=1, timeout_s=60.0, static_gate=False, shapes=({
 
 @pytest.fixture
 def isolated() -> None:
-    plan = _sandbox_plan(sys.executable, detect_device(), GATE_OFF.memory_mb)
+    plan = _sandbox_plan(GATE_OFF, detect_device())
     if not plan.fs_isolation:
         pytest.skip(f"file-system isolation is unavailable here: {plan.filesystem}")
 

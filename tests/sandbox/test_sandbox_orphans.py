@@ -34,7 +34,9 @@ def _children(pid: int) -> list[int]:
 def test_a_sandbox_dies_with_its_intermediate_before_it_confines_itself(tmp_path: Path) -> None:
     status_r, status_w = os.pipe()
     result_r, result_w = os.pipe()
-    intermediate = fork_sandbox({"workdir": str(tmp_path)}, status_w, result_w, _sleep_forever)
+    intermediate = fork_sandbox(
+        {"workdir": str(tmp_path)}, status_w, result_w, _sleep_forever, probe=lambda _: 1
+    )
     try:
         deadline = time.monotonic() + 30
         while not (tmp_path / "started").exists():

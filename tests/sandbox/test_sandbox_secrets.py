@@ -378,17 +378,20 @@ DAEMON = """
 import asyncio, json, sys
 from concurrent.futures import ThreadPoolExecutor
 import msgspec
-from kernelflow.sandbox import sandbox_plan, network_prefixes
+from kernelflow.sandbox import sandbox_plan, network_prefixes, warm_sandbox_plan
 from kernelflow.tools import ToolError, ToolLimits, run_sandboxed
 from kernelflow.verification.engine import CHILD_MODULE, VerifierConfig, verify
 
 job = json.loads(sys.argv[1])
 out = {}
-plan = sandbox_plan(sys.executable, "cpu", 4096, CHILD_MODULE)
-out["plan"] = {"fs": plan.fs_isolation, "prefixes": [list(p) for p in network_prefixes()],
-               **{key: getattr(plan, name, None) for key, name in [
-                   ("network", "network_isolated"), ("refusal", "refusal"),
-                   ("notes", "notes"), ("isolation", "isolation")]}}
+def said(plan):
+    return {"fs": plan.fs_isolation, "prefixes": [list(p) for p in network_prefixes()],
+            **{key: getattr(plan, name, None) for key, name in [
+                ("network", "network_isolated"), ("refusal", "refusal"),
+                ("notes", "notes"), ("isolation", "isolation")]}}
+out["plan"] = said(sandbox_plan(sys.executable, "cpu", 4096, CHILD_MODULE))
+# A warm process's sandboxes, probed in its forks.
+out["warm plan"] = said(warm_sandbox_plan(sys.executable, "cpu", None, CHILD_MODULE, 4096))
 limits = ToolLimits(timeout_s=120.0, max_output_chars=20000, memory_mb=4096)
 
 async def tool(source):
@@ -474,6 +477,8 @@ def as_unprivileged_daemon(
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
         line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
         result: dict[str, object] = json.loads(line[len("RESULT ") :])
+        # Probed in fresh processes or in a warm process's forks, the machine is the same.
+        assert result.pop("warm plan") == result["plan"], result
         return result
     finally:
         shutil.rmtree(home, ignore_errors=True)

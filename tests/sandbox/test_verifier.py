@@ -22,7 +22,6 @@ from kernelflow.sandbox import probe as sandbox_probe
 from kernelflow.sandbox import warm as sandbox_warm
 from kernelflow.sandbox.probe import probed_once
 from kernelflow.sandbox.workdirs import remove_abandoned_workdirs
-from kernelflow.verification import engine
 from kernelflow.verification.engine import (
     CHILD_MODULE,
     VerifierConfig,
@@ -403,7 +402,7 @@ def test_output_is_bounded() -> None:
 
 
 def test_memory_limit_applies() -> None:
-    if _sandbox_plan(sys.executable, detect_device(), 1024).memory_kind == "none":
+    if _sandbox_plan(VerifierConfig(memory_mb=1024), detect_device()).memory_kind == "none":
         pytest.skip("no memory limit works on this machine")
     body = "big = torch.ones(2 * 1024**3, dtype=torch.uint8)\nreturn relu_k(x)"
     report = verify(
@@ -413,7 +412,7 @@ def test_memory_limit_applies() -> None:
 
 
 def test_network_is_isolated_when_possible() -> None:
-    if not _sandbox_plan(sys.executable, detect_device(), QUICK.memory_mb).prefix:
+    if not _sandbox_plan(QUICK, detect_device()).prefix:
         pytest.skip("network namespaces are not available here")
     body = (
         "import socket\n"
@@ -480,31 +479,54 @@ def test_without_gpu_device_files_the_device_is_cpu_without_asking_torch(
     assert detect_device(python, "0") == "cuda"
 
 
-def test_a_worker_started_beside_the_probe_is_replaced_if_the_probe_picks_other_isolation(
+# A warm process that answers each probe as the sandbox module would: refused under the
+# strongest network isolation (the one whose prefix sets KF_TEST_STRONGEST), whole under
+# none; it records what it was asked in the file its argument names.
+STAND_IN_WARM_PROCESS = """
+import json, os, sys
+from pathlib import Path
+print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    workdir = Path(job["workdir"])
+    with open(sys.argv[1], "a") as asked:
+        asked.write(json.dumps([os.environ.get("KF_TEST_STRONGEST"), job.get("probe")]) + "\\n")
+    if os.environ.get("KF_TEST_STRONGEST"):
+        (workdir / "output.log").write_text("Traceback ...\\nOSError: not under this one\\n")
+        print(json.dumps({"outcome": "done", "code": 1}), flush=True)
+        continue
+    said = "filesystem: read-only\\nisolation: network=isolated\\n" if "fs" in job["probe"] else ""
+    (workdir / "probe.out").write_text(said + "ok\\n")
+    print(json.dumps({"outcome": "done", "code": 0}), flush=True)
+"""
+
+
+def test_a_warm_processs_sandboxes_are_probed_in_its_forks_and_only_the_plans_process_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The warm process starts while the sandbox is probed, under the strongest network
-    isolation; if the probe settles on another, the worker that checks candidates is one
-    started under that one."""
-    python = stand_in_python(tmp_path, """echo '{"ready": true}'; exec cat >/dev/null""")
-    strongest: tuple[str, ...] = ("env",)  # a prefix that changes nothing but is one
-    monkeypatch.setattr(engine, "network_prefixes", lambda: (strongest, ()))
-    monkeypatch.setattr(engine, "_sandbox_plan", lambda *_: sandbox_probe.SandboxPlan((), "as"))
-    started: list[tuple[list[str], sandbox_warm.WarmProcess]] = []
-    real_init = sandbox_warm.WarmProcess.__init__
-
-    def init(self, cmd, env, home):  # type: ignore[no-untyped-def]
-        started.append((cmd[: cmd.index(python)], self))
-        real_init(self, cmd, env, home)
-
-    monkeypatch.setattr(sandbox_warm.WarmProcess, "__init__", init)
+    """Each combination of the plan is probed in a sandbox forked from the warm process of
+    that network isolation (no fresh interpreter imports torch for it); the process of
+    the isolation the plan picks is the one left running for the first candidate."""
+    server = tmp_path / "warm.py"
+    server.write_text(STAND_IN_WARM_PROCESS)
+    asked = tmp_path / "asked.jsonl"
+    python = stand_in_python(tmp_path, f"exec {sys.executable} {server} {asked}")
+    strongest = ("env", "KF_TEST_STRONGEST=1")
+    monkeypatch.setattr(sandbox_probe, "network_prefixes", lambda: (strongest, ()))
     try:
-        engine.warm_up(VerifierConfig(python=python))
-        [(first_prefix, first), (second_prefix, second)] = started
-        assert (first_prefix, second_prefix) == (list(strongest), [])
-        assert not first.alive() and second.alive()  # the early one is stopped, not leaked
-        ours = [key for key in sandbox_warm.WARM_PROCESSES if key[0] == python]
-        assert ours == [(python, "cpu", (), None, CHILD_MODULE)]
+        plan = sandbox_warm.warm_sandbox_plan.__wrapped__(python, "cpu", None, CHILD_MODULE, 4096)
+        assert (plan.prefix, plan.memory_kind, plan.fs_isolation) == ((), "as", True)
+        assert plan.filesystem == "read-only" and plan.network_isolated
+        probes = [json.loads(line) for line in asked.read_text().splitlines()]
+        assert probes == [
+            ["1", ["cpu", "as", "4096", "fs"]],
+            ["1", ["cpu", "as", "4096"]],
+            ["1", ["cpu", "none", "4096", "fs"]],
+            ["1", ["cpu", "none", "4096"]],
+            [None, ["cpu", "as", "4096", "fs"]],
+        ]
+        ours = {key.prefix: p for key, p in sandbox_warm.WARM_PROCESSES.items() if key[0] == python}
+        assert list(ours) == [()] and ours[()].alive()  # the refused one is stopped, not leaked
     finally:
         shutdown_warm_processes()
 
@@ -537,18 +559,18 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
     candidate then runs in that worker with nothing left to start."""
     cold_steps: list[str] = []
     real_worker_init = sandbox_warm.WarmProcess.__init__
-    real_run_quiet = sandbox_probe.run_quiet
+    real_run = sandbox_warm.WarmProcess.run
 
     def worker_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         cold_steps.append("worker")
         real_worker_init(self, *args, **kwargs)
 
-    def run_quiet(*args, **kwargs):  # type: ignore[no-untyped-def]
-        cold_steps.append("probe")
-        return real_run_quiet(*args, **kwargs)
+    def run(self, workdir, timeout_s, probe=None):  # type: ignore[no-untyped-def]
+        cold_steps.append("job" if probe is None else "probe")
+        return real_run(self, workdir, timeout_s, probe)
 
     monkeypatch.setattr(sandbox_warm.WarmProcess, "__init__", worker_init)
-    monkeypatch.setattr(sandbox_probe, "run_quiet", run_quiet)
+    monkeypatch.setattr(sandbox_warm.WarmProcess, "run", run)
     shutdown_warm_processes()  # whatever earlier tests started
     # A memory limit no other test uses: its sandbox plan is probed afresh.
     config = VerifierConfig(trials=1, timeout_s=60.0, shapes=({},), memory_mb=12_345)
@@ -561,7 +583,7 @@ def test_a_verifier_readies_its_sandbox_before_its_first_candidate(
         cold_steps.clear()
         report = proxy.check(RELU_TASK, candidate("return relu_k(x)"), "triton").get(timeout=120)
         assert report.verdict == "pass", report.summary
-        assert cold_steps == []
+        assert cold_steps == ["job"]  # nothing started or probed first
     finally:
         verifier.stop()
         bridge.stop()

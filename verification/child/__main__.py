@@ -6,7 +6,7 @@
     naive, slower path.
 ``... --serve DEVICE``
     The warm process (:mod:`kernelflow.sandbox.warm_server`): the runtime imported
-    once, a sandbox forked per job.
+    once, a sandbox forked per job (and per probe of its sandboxes).
 ``... --probe DEVICE MEMORY_KIND MEMORY_MB [fs]``
     Applies the limits, imports torch and triton, prints ``ok``; with ``fs``, inside the
     sandbox's read-only file system (printing a ``filesystem: ...`` line first), so the
@@ -32,14 +32,19 @@ USAGE = (
 )
 
 
+def probe(argv: list[str]) -> int:
+    """``--probe``'s work: ``DEVICE MEMORY_KIND MEMORY_MB [fs]``."""
+    device, kind, memory_mb, fs = argv[0], argv[1], int(argv[2]), argv[3:4] == ["fs"]
+    if fs:
+        return probe_isolation(lambda: check_runtime(device, kind, memory_mb, fs=True))
+    return check_runtime(device, kind, memory_mb, fs=False)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 4 and argv[0] == "--probe":
-        device, kind, memory_mb, fs = argv[1], argv[2], int(argv[3]), argv[4:5] == ["fs"]
-        if fs:
-            return probe_isolation(lambda: check_runtime(device, kind, memory_mb, fs=True))
-        return check_runtime(device, kind, memory_mb, fs=False)
+        return probe(argv[1:])
     if len(argv) == 2 and argv[0] == "--serve":
-        return serve(preload, execute)
+        return serve(preload, execute, probe)
     if len(argv) != 3 or argv[1] != "--result-fd" or not argv[2].isdigit():
         print(USAGE, file=sys.stderr)
         return 2
