@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -239,6 +240,28 @@ def host_pids(marker: str, timeout_s: float = 60.0) -> tuple[int, int]:
                 continue
         time.sleep(0.05)
     raise AssertionError(f"no process `sleep {marker}` appeared")
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_sandbox_runs_candidates_without_torch_dynamo(warm: bool) -> None:
+    """torch._dynamo is imported by a sandbox only for a candidate or baseline that
+    compiles: importing it is 2+ s of CPU in every warm process or fresh sandbox."""
+    body = (
+        "y = relu_k(x)\n"
+        "import sys\n"
+        "assert 'torch._dynamo' not in sys.modules, 'the sandbox imported torch._dynamo'\n"
+        "return y"
+    )
+    config = dataclasses.replace(QUICK, warm=warm)
+    report = verify(RELU_TASK, candidate(body), config=config)
+    assert report.verdict == "pass", (report.summary, report.errors)
+
+
+def test_pytorch_compute_through_torch_compile_is_still_caught_at_run_time() -> None:
+    body = "fast = torch.compile(lambda t: torch.relu(t) * 1.0, backend='eager')\nreturn fast(x)"
+    report = verify(RELU_TASK, candidate(body), config=QUICK)
+    assert report.verdict == "rejected_runtime", report.summary
+    assert "relu" in report.summary and "mul" in report.summary, report.summary
 
 
 def test_timeout_kills_process_group() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,17 +142,36 @@ LAUNCHES = Launches()
 
 def make_op_guard() -> Any:
     """A TorchDispatchMode that records every non-glue ATen op run outside a kernel launch:
-    PyTorch computing in the kernel's place, whatever Python spelling reached it."""
+    PyTorch computing in the kernel's place, whatever Python spelling reached it.
+
+    Like every mode, its ``__torch_dispatch__`` is never traced by torch.compile; torch
+    ensures that by wrapping it in ``torch._dynamo.disable``, importing torch._dynamo at
+    the first op (2+ s, in every sandbox). Here the wrapping waits until torch._dynamo is
+    loaded: until then nothing can be compiling."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpGuard(TorchDispatchMode):
         def __init__(self) -> None:
             super().__init__()
             self.bad: dict[str, int] = {}
+            self._untraced: Any = None
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False  # torch's own wrapping (above) is left out; ours is below
 
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
+            if self._untraced is None and "torch._dynamo" in sys.modules:
+                self._untraced = sys.modules["torch._dynamo"].disable(
+                    self._record, recursive=True, wrapping=False
+                )
+            if self._untraced is not None:
+                return self._untraced(func, args, kwargs)
+            return self._record(func, args, kwargs)
+
+        def _record(self, func: Any, args: Any, kwargs: Any) -> Any:
             if LAUNCHES.depth == 0:
                 name = func.overloadpacket.__name__
                 if name not in GLUE_OPS and name.rstrip("_") not in GLUE_OPS:

@@ -22,8 +22,7 @@ def preload() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "4")
     import numpy  # noqa: F401
     import torch
-    import torch._dynamo  # entering a TorchDispatchMode imports it lazily: 2+ s
-    import torch.utils._python_dispatch
+    import torch.utils._python_dispatch  # the op guard's mode (not torch._dynamo: guards.py)
 
     for dsl in registered():
         dsl.preload()
