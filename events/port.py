@@ -431,21 +431,40 @@ class StoredEventLog(EventLogPort):
         """``read``'s batches with ``follow``: those from ``seq`` on, then those stored
         later, looked for when one is stored on ``subject`` (``watch``: it only wakes the
         read, the messages are fetched by sequence) or every ``idle_timeout`` (one stored
-        while NATS reconnects is not heard of)."""
+        while NATS reconnects is not heard of).
+
+        A message can be heard of before it is stored (NATS hands a subscriber its copy as
+        the stream queues its own): while fewer messages were found than were heard of,
+        the read looks again soon, at doubling intervals up to ``_RECHECK_MAX_S`` (a heard
+        append that the log refused is never found: then it waits at the idle pace)."""
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
-        stop = await self.watch(subject, woken.set)
+        heard = 0  # messages heard of since the last look began
+
+        def wake() -> None:
+            nonlocal heard
+            heard += 1
+            woken.set()
+
+        stop = await self.watch(subject, wake)
+        owed = 0  # heard of, not found yet
+        recheck = 0.0
         try:
             while True:
                 woken.clear()
+                owed, heard = owed + heard, 0
                 reading = self._batches(seq, subject, through=None)
                 async with contextlib.aclosing(reading):
                     async for batch in reading:
                         seq = batch[-1][0] + 1
+                        owed -= len(batch)
                         yield batch
+                recheck = min(max(recheck * 2, _RECHECK_FIRST_S), _RECHECK_MAX_S)
+                if owed <= 0 or recheck >= _RECHECK_MAX_S:
+                    owed, recheck = 0, 0.0
                 # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
                 # arrives as the wait ends.
-                timer = loop.call_later(idle_timeout, woken.set)
+                timer = loop.call_later(min(recheck or idle_timeout, idle_timeout), woken.set)
                 try:
                     await woken.wait()
                 finally:
@@ -453,6 +472,12 @@ class StoredEventLog(EventLogPort):
         finally:
             with contextlib.suppress(Exception):
                 await stop()
+
+
+# How soon a following read looks again for a message it heard of but did not find, the
+# interval doubling up to the last (``EventLogPort._following``).
+_RECHECK_FIRST_S = 0.01
+_RECHECK_MAX_S = 2.56
 
 
 def _ended(events: Sequence[Event]) -> bool:

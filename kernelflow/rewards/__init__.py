@@ -6,6 +6,7 @@ from kernelflow.rewards.client import (
     NoVerifierPool,
     RewardClient,
     RewardTimeout,
+    close_shared_clients,
     shared_client,
 )
 from kernelflow.rewards.request import RewardAnswer, RewardRequest, RewardUnjudged
@@ -17,5 +18,6 @@ __all__ = [
     "RewardRequest",
     "RewardTimeout",
     "RewardUnjudged",
+    "close_shared_clients",
     "shared_client",
 ]

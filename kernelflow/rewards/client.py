@@ -235,11 +235,14 @@ def shared_client(
             )
             _SHARED[key] = client
             if len(_SHARED) == 1:
-                atexit.register(_close_shared)
+                atexit.register(close_shared_clients)
         return client
 
 
-def _close_shared() -> None:
+def close_shared_clients() -> None:
+    """Close this process's shared clients (:func:`shared_client`) now rather than at its
+    exit: a process that outlives the NATS its rewards came from (a notebook whose daemons
+    stopped) then stops reconnecting to it. A later call makes a new one."""
     with _SHARED_LOCK:
         for client in _SHARED.values():
             client.close()

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from kernelflow.rewards import (
     RewardClient,
     RewardRequest,
     RewardTimeout,
+    close_shared_clients,
 )
 from kernelflow.rewards.request import REQUEST_KIND
 from tests.conftest import EXAMPLES, KERNELFLOW, REPO, cli_env, creds, keyed_nats
@@ -329,11 +331,16 @@ def test_verls_reward_manager_scores_a_batch_through_the_pool(
             await asyncio.gather(*(manager.run_single(data[i : i + 1]) for i in range(len(items))))
         )
 
+    bridges = {t for t in threading.enumerate() if t.name == "kf-nats-bridge"}
     try:
         results = loop.run_until_complete(score_all())
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+        # The process's shared connection, which would retry this module's pool forever
+        # once the pool stops.
+        close_shared_clients()
+    assert {t for t in threading.enumerate() if t.name == "kf-nats-bridge"} <= bridges
     assert [r["reward_score"] for r in results] == [i[4] for i in items]
     infos = [r["reward_extra_info"] for r in results]
     assert [i["verdict"] for i in infos] == ["pass", "rejected_static", "mismatch", "no_code"]
