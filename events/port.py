@@ -459,8 +459,9 @@ class StoredEventLog(EventLogPort):
                         seq = batch[-1][0] + 1
                         owed -= len(batch)
                         yield batch
-                recheck = min(max(recheck * 2, _RECHECK_FIRST_S), _RECHECK_MAX_S)
-                if owed <= 0 or recheck >= _RECHECK_MAX_S:
+                if owed > 0 and recheck * 2 < _RECHECK_MAX_S:
+                    recheck = max(recheck * 2, _RECHECK_FIRST_S)
+                else:  # all found, or looked for long enough: the idle pace
                     owed, recheck = 0, 0.0
                 # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
                 # arrives as the wait ends.

@@ -42,6 +42,7 @@ __all__ = [
     "network_prefixes",
     "plan_from",
     "probe_args",
+    "probe_failure",
     "probed_once",
     "run_quiet",
     "sandbox_plan",
@@ -95,8 +96,7 @@ def run_quiet(
     if done.returncode == 0:
         return out
     if failed is not None:
-        errors = done.stderr.decode(errors="replace").strip().splitlines()
-        failed.append(out + (f"error: {errors[-1][:300]}\n" if errors else ""))
+        failed.append(probe_failure(out, done.stderr.decode(errors="replace")))
     return None
 
 
@@ -162,6 +162,14 @@ def visible_gpus(python: str = sys.executable) -> tuple[str, ...]:
         # CUDA stops at the first entry it cannot use: torch's count is of the first ones.
         return tuple(name.strip() for name in masked.split(","))[:count]
     return tuple(str(index) for index in range(count))
+
+
+def probe_failure(out: str, stderr: str, otherwise: str = "") -> str:
+    """What a failed probe said, as ``run_quiet`` reports it: its stdout, then the last line
+    of its stderr (or ``otherwise``) as an ``error:`` line."""
+    errors = stderr.strip().splitlines()
+    why = errors[-1][:300] if errors else otherwise
+    return out + (f"error: {why}\n" if why else "")
 
 
 @functools.cache

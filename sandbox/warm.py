@@ -28,6 +28,7 @@ from kernelflow.sandbox.probe import (
     device_env,
     plan_from,
     probe_args,
+    probe_failure,
     probed_once,
 )
 from kernelflow.sandbox.process import (
@@ -245,16 +246,14 @@ def warm_sandbox_plan(
             out = read_tail(Path(workdir, PROBE_OUTPUT), 64 * 1024)
             if reply.get("outcome") == "done" and reply.get("code") == 0:
                 return out, ""
-            errors = read_tail(Path(workdir, OUTPUT_LOG), 16 * 1024).strip().splitlines()
-            why = errors[-1][:300] if errors else f"the probe ended so: {reply}"
-            return None, out + f"error: {why}\n"
+            stderr = read_tail(Path(workdir, OUTPUT_LOG), 16 * 1024)
+            return None, probe_failure(out, stderr, f"the probe ended so: {reply}")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
     plan = plan_from(forked, device)
     for key in tried - {WarmKey(python, device, plan.prefix, gpu, entry)}:
-        with _WARM_LOCK:
-            unused = WARM_PROCESSES.pop(key, None)
+        unused = WARM_PROCESSES.get(key)
         if unused is not None:
-            unused.close()
+            discard_warm_process(unused)
     return plan
